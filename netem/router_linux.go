@@ -1,0 +1,143 @@
+package netem
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// batch is how many packets one loop iteration reads before it delivers
+// what is due: it bounds the extra delay a burst can add to due packets.
+const batch = 32
+
+// direction forwards packets from one TUN to the other through a link model.
+// One goroutine, locked to its thread, owns the link: it reads with ppoll
+// (nanosecond timeouts, unlike the Go netpoller's milliseconds) and wakes
+// exactly when the next packet is due.
+type direction struct {
+	name    string
+	in, out int
+	wake    int // eventfd: set() and close() interrupt the poll
+	params  atomic.Pointer[Params]
+	link    *link
+	base    time.Time
+	closed  atomic.Bool
+	done    chan struct{}
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+func newDirection(name string, in, out int, p Params, seed uint64, maxPackets int, base time.Time) (*direction, error) {
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	d := &direction{name: name, in: in, out: out, wake: wake, link: newLink(seed, maxPackets), base: base, done: make(chan struct{})}
+	d.params.Store(&p)
+	return d, nil
+}
+
+func (d *direction) now() int64 { return int64(time.Since(d.base)) }
+
+func (d *direction) set(p Params) {
+	d.params.Store(&p)
+	d.kick()
+}
+
+func (d *direction) kick() {
+	one := [8]byte{1}
+	unix.Write(d.wake, one[:])
+}
+
+func (d *direction) close() {
+	if d.closed.Swap(true) {
+		return
+	}
+	d.kick()
+	<-d.done
+	unix.Close(d.wake)
+}
+
+func (d *direction) snapshot() Stats {
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
+	return d.stats
+}
+
+func (d *direction) run() {
+	defer close(d.done)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	// The default 50 µs timer slack would blur sub-millisecond delays.
+	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+
+	l := d.link
+	var scratch [bufSize]byte
+	var drain [8]byte
+	fds := []unix.PollFd{{Fd: int32(d.in), Events: unix.POLLIN}, {Fd: int32(d.wake), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	for !d.closed.Load() {
+		p := d.params.Load()
+		more := false
+		for i := 0; i < batch; i++ {
+			pkt := l.get()
+			buf := scratch[:]
+			if pkt != nil {
+				buf = pkt.buf[:]
+			}
+			n, err := unix.Read(d.in, buf)
+			if err != nil || n <= 0 {
+				if pkt != nil {
+					l.put(pkt)
+				}
+				break
+			}
+			if pkt == nil {
+				l.stats.In++
+				l.stats.PoolDrop++
+				continue
+			}
+			pkt.n = n
+			l.enqueue(pkt, d.now(), p)
+			more = i == batch-1
+		}
+		now := d.now()
+		for pkt := l.popDue(now); pkt != nil; pkt = l.popDue(now) {
+			if _, err := unix.Write(d.out, pkt.buf[:pkt.n]); err != nil {
+				l.stats.WriteErr++
+			} else {
+				l.stats.Out++
+				l.stats.Bytes += uint64(pkt.n)
+			}
+			l.put(pkt)
+		}
+		d.statsMu.Lock()
+		d.stats = l.stats
+		d.statsMu.Unlock()
+		if more {
+			continue
+		}
+		tsp := (*unix.Timespec)(nil)
+		if due, ok := l.nextDue(); ok {
+			wait := due - d.now()
+			if wait <= 0 {
+				continue
+			}
+			ts = unix.NsecToTimespec(wait)
+			tsp = &ts
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		_, err := unix.Ppoll(fds, tsp, nil)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			// A broken TUN (the lab is being torn down) ends the direction.
+			return
+		}
+		if fds[1].Revents&unix.POLLIN != 0 {
+			unix.Read(d.wake, drain[:])
+		}
+	}
+}
