@@ -1,0 +1,317 @@
+// The room page: a join form, one tile per participant, media controls, a chat
+// and a small stats panel. Everything goes through the SDK, as a user's app would.
+import {
+  type LocalTrackPublication,
+  type RemoteParticipant,
+  type StatsSummary,
+  PetrelError,
+  Room,
+} from '../sdk/index.js';
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const params = new URLSearchParams(location.search);
+const joinForm = $<HTMLFormElement>('join-form');
+const joinError = $('join-error');
+const call = $('call');
+const tiles = $('tiles');
+const status = $('status');
+
+let room: Room | null = null;
+let statsTimer: ReturnType<typeof setInterval> | undefined;
+
+// Exposed for scripting and the browser tests.
+declare global {
+  interface Window {
+    petrel: { Room: typeof Room; room: Room | null };
+  }
+}
+window.petrel = { Room, room: null };
+
+// ---- joining ------------------------------------------------------------------------
+
+(joinForm.elements.namedItem('room') as HTMLInputElement).value = params.get('room') ?? '';
+(joinForm.elements.namedItem('name') as HTMLInputElement).value = params.get('name') ?? '';
+(joinForm.elements.namedItem('relay') as HTMLInputElement).checked = params.get('relay') === '1';
+
+joinForm.addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const data = new FormData(joinForm);
+  void join(String(data.get('room')), String(data.get('name')), data.get('relay') === 'on');
+});
+
+if (params.get('token') || params.get('autojoin') === '1') {
+  void join(params.get('room') ?? '', params.get('name') ?? '', params.get('relay') === '1');
+}
+
+async function devToken(roomName: string, name: string): Promise<string> {
+  // Identities must be unique in a room; the name need not be.
+  const identity = `${name.toLowerCase().replace(/[^a-z0-9]+/g, '-')}-${Math.random().toString(36).slice(2, 7)}`;
+  const res = await fetch('/v1/dev/token', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ room: roomName, identity, name }),
+  });
+  if (!res.ok) {
+    throw new Error(
+      res.status === 404 || res.status === 403
+        ? 'This server does not hand out development tokens: open the page with ?token=…'
+        : `token request failed: ${res.status} ${await res.text()}`,
+    );
+  }
+  return ((await res.json()) as { token: string }).token;
+}
+
+async function join(roomName: string, name: string, relay: boolean): Promise<void> {
+  joinError.textContent = '';
+  const submit = joinForm.querySelector('button') as HTMLButtonElement;
+  submit.disabled = true;
+  try {
+    const token = params.get('token') || (await devToken(roomName, name));
+    const r = new Room();
+    wireRoom(r);
+    setStatus('connecting…');
+    await r.connect(location.origin, token, {
+      name: name || undefined,
+      iceTransportPolicy: relay ? 'relay' : 'all',
+    });
+    room = r;
+    window.petrel.room = r;
+    $('room-name').textContent = r.room?.name ?? roomName;
+    joinForm.hidden = true;
+    call.hidden = false;
+    addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name} (you)`, true);
+    statsTimer = setInterval(() => void refreshStats(r), 1000);
+    // Media is optional: a participant without camera or microphone still joins.
+    await r.publishCamera().catch((err) => note(`camera: ${describe(err)}`));
+    await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
+    updateControls();
+  } catch (err) {
+    joinError.textContent = describe(err);
+    setStatus('not connected');
+  } finally {
+    submit.disabled = false;
+  }
+}
+
+function wireRoom(r: Room): void {
+  r.on('connectionStateChanged', (s) => setStatus(s));
+  r.on('participantJoined', (p) => addTile(p.sid, p.name, false));
+  r.on('participantUpdated', (p) => updateLabel(p));
+  r.on('participantLeft', (p) => tileOf(p.sid)?.remove());
+  r.on('trackSubscribed', (track, pub, p) => {
+    const tile = tileOf(pub.participantSid) ?? addTile(pub.participantSid, p?.name ?? '', false);
+    if (track.kind === 'video') {
+      // Screen shares get their own tile so that the camera stays visible.
+      const target = pub.source === 'screen' ? addTile(`${pub.participantSid}/screen`, `${p?.name ?? ''} (screen)`, false) : tile;
+      const video = target.querySelector('video') as HTMLVideoElement;
+      video.srcObject = new MediaStream([track]);
+      video.dataset.trackSid = pub.sid;
+    } else {
+      const audio = document.createElement('audio');
+      audio.autoplay = true;
+      audio.dataset.trackSid = pub.sid;
+      audio.srcObject = new MediaStream([track]);
+      tile.append(audio);
+      // Autoplay rules can block sound until the user clicks something.
+      audio.play().catch(() => ($('audio-unlock').hidden = false));
+    }
+    if (p) updateLabel(p);
+  });
+  r.on('trackUnsubscribed', (_track, pub) => {
+    document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
+      if (el instanceof HTMLVideoElement) {
+        el.srcObject = null;
+        if (pub.source === 'screen') el.closest('.tile')?.remove();
+      } else el.remove();
+    });
+  });
+  r.on('trackMuted', (_pub, p) => updateLabel(p));
+  r.on('localTrackPublished', (pub) => {
+    if (pub.kind === 'video' && pub.source === 'camera') {
+      const video = tileOf(r.localParticipant?.sid ?? 'local')?.querySelector('video');
+      if (video) video.srcObject = new MediaStream([pub.track]);
+    }
+    updateControls();
+  });
+  r.on('localTrackUnpublished', () => updateControls());
+  r.on('dataReceived', (msg) => {
+    if (msg.topic === 'chat' && msg.text !== undefined) {
+      addMessage(msg.participant?.name ?? msg.from ?? '?', msg.text);
+    }
+  });
+  r.on('connectionQuality', (q) => {
+    const el = $('quality');
+    el.dataset.q = q;
+    el.textContent = `quality: ${q}`;
+  });
+  r.on('reconnecting', () => note('connection lost, reconnecting…'));
+  r.on('reconnected', () => note('reconnected'));
+  r.on('disconnected', (reason) => {
+    clearInterval(statsTimer);
+    tiles.replaceChildren();
+    call.hidden = true;
+    joinForm.hidden = false;
+    room = null;
+    window.petrel.room = null;
+    if (reason !== 'client_leave') joinError.textContent = `Disconnected: ${reason}`;
+  });
+}
+
+// ---- tiles --------------------------------------------------------------------------
+
+function tileOf(sid: string): HTMLElement | null {
+  return tiles.querySelector(`.tile[data-sid="${CSS.escape(sid)}"]`);
+}
+
+function addTile(sid: string, name: string, local: boolean): HTMLElement {
+  const existing = tileOf(sid);
+  if (existing) return existing;
+  const tile = document.createElement('div');
+  tile.className = 'tile';
+  tile.dataset.sid = sid;
+  if (local) tile.dataset.local = '1';
+  const video = document.createElement('video');
+  video.autoplay = true;
+  video.playsInline = true;
+  video.muted = true; // sound plays through separate audio elements
+  const label = document.createElement('span');
+  label.className = 'label';
+  label.textContent = name;
+  tile.append(video, label);
+  if (local) tiles.prepend(tile);
+  else tiles.append(tile);
+  return tile;
+}
+
+function updateLabel(p: RemoteParticipant): void {
+  const label = tileOf(p.sid)?.querySelector('.label');
+  if (!label) return;
+  label.textContent = p.name;
+  const mic = [...p.tracks.values()].find((t) => t.kind === 'audio' && t.source === 'microphone');
+  label.classList.toggle('mic-off', !!mic?.muted);
+}
+
+// ---- controls -----------------------------------------------------------------------
+
+function localBySource(source: string): LocalTrackPublication | undefined {
+  return [...(room?.localTracks.values() ?? [])].find((t) => t.source === source);
+}
+
+function updateControls(): void {
+  const mic = localBySource('microphone');
+  const cam = localBySource('camera');
+  const screen = localBySource('screen');
+  setButton('mic', !mic || mic.muted ? 'Unmute' : 'Mute', !mic || mic.muted);
+  setButton('camera', !cam || cam.muted ? 'Start camera' : 'Stop camera', !cam || cam.muted);
+  setButton('screen', screen ? 'Stop sharing' : 'Share screen', !!screen);
+}
+
+function setButton(id: string, text: string, off: boolean): void {
+  const b = $<HTMLButtonElement>(id);
+  b.textContent = text;
+  b.classList.toggle('off', off);
+}
+
+async function toggle(source: 'microphone' | 'camera'): Promise<void> {
+  if (!room) return;
+  const pub = localBySource(source);
+  if (!pub) await (source === 'camera' ? room.publishCamera() : room.publishMicrophone());
+  else await room.muteTrack(pub.sid, !pub.muted);
+  updateControls();
+}
+
+$('mic').addEventListener('click', () => void toggle('microphone').catch((e) => note(describe(e))));
+$('camera').addEventListener('click', () => void toggle('camera').catch((e) => note(describe(e))));
+$('screen').addEventListener('click', async () => {
+  if (!room) return;
+  try {
+    const pub = localBySource('screen');
+    if (pub) await room.unpublishTrack(pub.sid);
+    else await room.publishScreen();
+  } catch (err) {
+    note(`screen share: ${describe(err)}`);
+  }
+  updateControls();
+});
+$('audio-unlock').addEventListener('click', () => {
+  document.querySelectorAll('audio').forEach((a) => void a.play().catch(() => {}));
+  $('audio-unlock').hidden = true;
+});
+$('leave').addEventListener('click', () => void room?.disconnect());
+
+$<HTMLFormElement>('chat-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const input = (ev.target as HTMLFormElement).elements.namedItem('text') as HTMLInputElement;
+  const text = input.value.trim();
+  if (!text || !room) return;
+  input.value = '';
+  room
+    .sendData(text, { topic: 'chat' })
+    .then(() => addMessage('you', text))
+    .catch((err) => note(`chat: ${describe(err)}`));
+});
+
+// ---- readouts -----------------------------------------------------------------------
+
+function addMessage(from: string, text: string): void {
+  const li = document.createElement('li');
+  const who = document.createElement('b');
+  who.textContent = `${from}: `;
+  li.append(who, text);
+  $('messages').append(li);
+  li.scrollIntoView({ block: 'nearest' });
+}
+
+function note(text: string): void {
+  const li = document.createElement('li');
+  li.className = 'note';
+  li.textContent = text;
+  $('messages').append(li);
+}
+
+function setStatus(text: string): void {
+  status.textContent = text;
+}
+
+async function refreshStats(r: Room): Promise<void> {
+  let s: StatsSummary;
+  try {
+    s = await r.getStats();
+  } catch {
+    return;
+  }
+  const rtt = s.rttMs !== undefined ? ` · RTT ${Math.round(s.rttMs)} ms` : '';
+  const path = s.subscriber ?? s.publisher;
+  const via = path ? ` · ${path.localType}/${path.protocol}` : '';
+  $('bitrate').textContent = `↑ ${kbps(s.bitrateOut)} ↓ ${kbps(s.bitrateIn)}${rtt}${via}`;
+  const rows = s.tracks.map((t) => {
+    const who =
+      t.direction === 'outbound' ? 'you' : (r.participants.get(t.participantSid)?.name ?? t.participantSid.slice(0, 8));
+    const video =
+      t.kind === 'video'
+        ? `${t.frameWidth ?? 0}×${t.frameHeight ?? 0} ${Math.round(t.framesPerSecond ?? 0)}fps ${t.framesDecoded ?? t.framesEncoded ?? 0}f`
+        : '';
+    return [who, `${t.direction === 'outbound' ? '↑' : '↓'} ${t.kind}`, kbps(t.bitrate), video, `lost ${t.packetsLost}`];
+  });
+  $('stats').replaceChildren(
+    ...rows.map((cells) => {
+      const tr = document.createElement('tr');
+      for (const c of cells) {
+        const td = document.createElement('td');
+        td.textContent = c;
+        tr.append(td);
+      }
+      return tr;
+    }),
+  );
+}
+
+function kbps(bps: number): string {
+  return bps >= 1e6 ? `${(bps / 1e6).toFixed(1)} Mbps` : `${Math.round(bps / 1000)} kbps`;
+}
+
+function describe(err: unknown): string {
+  if (err instanceof PetrelError) return err.message;
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

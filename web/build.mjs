@@ -1,0 +1,18 @@
+// Bundles the SDK and the app into dist/, which the Go binary embeds (embed.go).
+// Type checking is a separate step (`tsc --noEmit` in `npm run build`): esbuild
+// only strips types.
+import { build } from 'esbuild';
+import { copyFile, mkdir, readdir, rm } from 'node:fs/promises';
+
+const dist = new URL('./dist/', import.meta.url);
+
+// Clear old bundles but keep .gitkeep, which keeps the embed directory in git.
+await mkdir(dist, { recursive: true });
+for (const f of await readdir(dist)) if (f !== '.gitkeep') await rm(new URL(f, dist), { recursive: true });
+
+const common = { bundle: true, format: 'esm', target: ['chrome110', 'firefox115', 'safari16'], sourcemap: true, logLevel: 'info' };
+
+await build({ ...common, entryPoints: ['app/main.ts'], outfile: 'dist/app.js', minify: true });
+await build({ ...common, entryPoints: ['sdk/index.ts'], outfile: 'dist/petrel-sdk.js' });
+await copyFile(new URL('./app/index.html', import.meta.url), new URL('index.html', dist));
+await copyFile(new URL('./app/app.css', import.meta.url), new URL('app.css', dist));

@@ -1,0 +1,26 @@
+// Petrel browser SDK: join a Petrel room (protocol v1), publish and subscribe to
+// media, exchange data messages. See docs/protocol.md for the wire protocol.
+export {
+  Room,
+  RemoteParticipant,
+  RemoteTrackPublication,
+  LocalTrackPublication,
+  wsUrl,
+  type ConnectOptions,
+  type ConnectionState,
+  type DataMessage,
+  type PublishOptions,
+  type RoomEvents,
+  type SendDataOptions,
+} from './room.js';
+export type { ConnectionQuality, StatsSummary, TrackStats, CandidatePairStats } from './stats.js';
+export { encodeData, decodeData, type DataHeader } from './data.js';
+export {
+  PetrelError,
+  PROTOCOL_VERSION,
+  type ParticipantInfo,
+  type RoomInfo,
+  type TrackInfo,
+  type TrackKind,
+  type TrackSource,
+} from './protocol.js';
