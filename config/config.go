@@ -1,0 +1,290 @@
+// Package config holds Petrel's settings and loads them from, in increasing order of
+// precedence, embedded defaults, an optional YAML file, PETREL_* environment variables
+// and command-line flags. docs/configuration.md documents every key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole server configuration.
+type Config struct {
+	// HTTP is the listen address of the web app, signaling, WHIP/WHEP, REST API and metrics.
+	HTTP string `yaml:"http" flag:"http" usage:"HTTP listen address"`
+	// APIKey and APISecret sign and verify tokens. Empty means development mode: a
+	// generated secret kept in the user's config directory.
+	APIKey    string `yaml:"api_key" flag:"api-key" usage:"API key that signs tokens"`
+	APISecret string `yaml:"api_secret" flag:"api-secret" usage:"API secret (prefer PETREL_API_SECRET)"`
+	LogLevel  string `yaml:"log_level" flag:"log-level" usage:"debug, info, warn or error"`
+	// Loopback binds every socket and offers ICE candidates on 127.0.0.1 only. Tests use it.
+	Loopback bool `yaml:"loopback" flag:"loopback" usage:"bind and offer candidates on 127.0.0.1 only"`
+
+	RTC    RTC    `yaml:"rtc"`
+	TURN   TURN   `yaml:"turn"`
+	Limits Limits `yaml:"limits"`
+	Admin  Admin  `yaml:"admin"`
+}
+
+// RTC configures the WebRTC media plane.
+type RTC struct {
+	UDPPort      int           `yaml:"udp_port" flag:"rtc-udp-port" usage:"UDP port shared by all peers (ICE UDP mux)"`
+	TCPPort      int           `yaml:"tcp_port" flag:"rtc-tcp-port" usage:"ICE-TCP port (0 disables)"`
+	NodeIP       string        `yaml:"node_ip" flag:"node-ip" usage:"public IP offered as host candidate (1:1 NAT)"`
+	ResumeWindow time.Duration `yaml:"resume_window" flag:"resume-window" usage:"how long a disconnected participant is kept for resumption"`
+	// PacketCache is the number of packets kept per video track for NACK answers.
+	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
+}
+
+// TURN configures the embedded TURN server.
+type TURN struct {
+	Enabled bool   `yaml:"enabled" flag:"turn" usage:"run the embedded TURN server"`
+	Port    int    `yaml:"port" flag:"turn-port" usage:"TURN port (UDP and TCP)"`
+	Realm   string `yaml:"realm" flag:"turn-realm" usage:"TURN realm"`
+	// Host is the name or address clients use to reach TURN; empty means the host the
+	// client used for the HTTP request.
+	Host string `yaml:"host" flag:"turn-host" usage:"TURN host handed to clients (default: the request's host)"`
+	// RelayIP is the address relayed traffic leaves from.
+	RelayIP       string        `yaml:"relay_ip" flag:"turn-relay-ip" usage:"relay address (default: node-ip, or 127.0.0.1 with --loopback)"`
+	Secret        string        `yaml:"secret" flag:"turn-secret" usage:"shared secret for TURN REST credentials (default: derived from the API secret)"`
+	CredentialTTL time.Duration `yaml:"credential_ttl" flag:"turn-ttl" usage:"lifetime of TURN credentials"`
+	// External TURN servers (coturn with use-auth-secret) handed to clients as well.
+	External []string `yaml:"external"`
+}
+
+// Limits protect the server from clients that misbehave.
+type Limits struct {
+	MaxParticipantsPerRoom  int `yaml:"max_participants_per_room" flag:"max-participants" usage:"participants per room"`
+	MaxTracksPerParticipant int `yaml:"max_tracks_per_participant" flag:"max-tracks" usage:"published tracks per participant"`
+	MaxMessageBytes         int `yaml:"max_message_bytes" flag:"max-message-bytes" usage:"largest signaling message"`
+	MessagesPerSecond       int `yaml:"messages_per_second" flag:"messages-per-second" usage:"signaling messages per second per participant"`
+	MaxDataBytes            int `yaml:"max_data_bytes" flag:"max-data-bytes" usage:"largest data-channel message"`
+	DataMessagesPerSecond   int `yaml:"data_messages_per_second" flag:"data-messages-per-second" usage:"data messages per second per participant"`
+	JoinsPerSecond          int `yaml:"joins_per_second" flag:"joins-per-second" usage:"joins per second for the whole server"`
+	MaxRooms                int `yaml:"max_rooms" flag:"max-rooms" usage:"rooms on this server"`
+	MaxSDPBytes             int `yaml:"max_sdp_bytes" flag:"max-sdp-bytes" usage:"largest SDP accepted"`
+}
+
+// Admin controls the REST admin API and /metrics.
+type Admin struct {
+	AllowRemote bool `yaml:"allow_remote" flag:"admin-allow-remote" usage:"serve the admin API and /metrics to non-loopback clients"`
+}
+
+// Default is the embedded configuration: everything works with no file and no flags.
+func Default() Config {
+	return Config{
+		HTTP:     ":7880",
+		LogLevel: "info",
+		RTC: RTC{
+			UDPPort:      7882,
+			TCPPort:      7881,
+			ResumeWindow: 20 * time.Second,
+			PacketCache:  1024,
+		},
+		TURN: TURN{
+			Enabled:       true,
+			Port:          3478,
+			Realm:         "petrel",
+			CredentialTTL: time.Hour,
+		},
+		Limits: Limits{
+			MaxParticipantsPerRoom:  100,
+			MaxTracksPerParticipant: 16,
+			MaxMessageBytes:         64 << 10,
+			MessagesPerSecond:       50,
+			MaxDataBytes:            64 << 10,
+			DataMessagesPerSecond:   200,
+			JoinsPerSecond:          50,
+			MaxRooms:                1000,
+			MaxSDPBytes:             64 << 10,
+		},
+	}
+}
+
+// Load builds the configuration from defaults, the YAML file named by --config or
+// PETREL_CONFIG, the environment and the flags in args.
+func Load(name string, args []string) (Config, error) {
+	cfg := Default()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	file := fs.String("config", os.Getenv("PETREL_CONFIG"), "YAML configuration file")
+	bindFlags(fs, reflect.ValueOf(&cfg).Elem())
+	// Parse once to learn the file, then apply file, env and flags in order.
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fresh := Default()
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return cfg, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fresh); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config file %s: %w", *file, err)
+		}
+	}
+	if err := applyEnv(reflect.ValueOf(&fresh).Elem()); err != nil {
+		return cfg, err
+	}
+	// Flags given explicitly win over file and environment.
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		if err := setByFlag(reflect.ValueOf(&fresh).Elem(), f.Name, f.Value.String()); err != nil {
+			ferr = err
+		}
+	})
+	if ferr != nil {
+		return cfg, ferr
+	}
+	fresh.applyModes()
+	return fresh, fresh.Validate()
+}
+
+// applyModes fills the values that depend on other values.
+func (c *Config) applyModes() {
+	if c.Loopback && strings.HasPrefix(c.HTTP, ":") {
+		c.HTTP = "127.0.0.1" + c.HTTP
+	}
+	if c.TURN.RelayIP == "" {
+		switch {
+		case c.Loopback:
+			c.TURN.RelayIP = "127.0.0.1"
+		case c.RTC.NodeIP != "":
+			c.TURN.RelayIP = c.RTC.NodeIP
+		}
+	}
+}
+
+// Validate reports settings that cannot work.
+func (c *Config) Validate() error {
+	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < 0 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
+		return errors.New("ports must be between 0 and 65535")
+	}
+	if c.APIKey != "" && len(c.APISecret) < 32 {
+		return errors.New("api_secret must be at least 32 characters")
+	}
+	if c.APIKey == "" && c.APISecret != "" {
+		return errors.New("api_secret given without api_key")
+	}
+	if c.Limits.MaxMessageBytes < 1024 {
+		return errors.New("limits.max_message_bytes must be at least 1024")
+	}
+	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
+		return errors.New("rtc.packet_cache must be a power of two >= 64")
+	}
+	return nil
+}
+
+func bindFlags(fs *flag.FlagSet, v reflect.Value) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		fv := v.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			bindFlags(fs, fv)
+			continue
+		}
+		name := f.Tag.Get("flag")
+		if name == "" {
+			continue
+		}
+		usage := f.Tag.Get("usage")
+		switch p := fv.Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, name, *p, usage)
+		case *int:
+			fs.IntVar(p, name, *p, usage)
+		case *bool:
+			fs.BoolVar(p, name, *p, usage)
+		case *time.Duration:
+			fs.DurationVar(p, name, *p, usage)
+		}
+	}
+}
+
+func setByFlag(v reflect.Value, name, value string) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		fv := v.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			if err := setByFlag(fv, name, value); err != nil {
+				return err
+			}
+			continue
+		}
+		if f.Tag.Get("flag") == name {
+			return setValue(fv, value, "--"+name)
+		}
+	}
+	return nil
+}
+
+// applyEnv maps PETREL_<FLAG NAME> (dashes as underscores, upper case) onto fields.
+func applyEnv(v reflect.Value) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		fv := v.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			if err := applyEnv(fv); err != nil {
+				return err
+			}
+			continue
+		}
+		name := f.Tag.Get("flag")
+		if name == "" {
+			continue
+		}
+		env := "PETREL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if s, ok := os.LookupEnv(env); ok {
+			if err := setValue(fv, s, env); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func setValue(fv reflect.Value, s, from string) error {
+	switch fv.Interface().(type) {
+	case string:
+		fv.SetString(s)
+	case int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		fv.SetInt(int64(n))
+	case bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		fv.SetBool(b)
+	case time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		fv.SetInt(int64(d))
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+// Package protocol defines the JSON messages of the room protocol (docs/protocol.md)
+// and how they are parsed. Everything here treats its input as hostile.
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// Version is the protocol version this server speaks.
+const Version = 1
+
+// Error codes (docs/protocol.md lists them with their meaning).
+const (
+	CodeInvalidJSON     = "invalid_json"
+	CodeBadRequest      = "bad_request"
+	CodeUnknownType     = "unknown_type"
+	CodeProtocolVersion = "protocol_version"
+	CodeTooLarge        = "message_too_large"
+	CodeRateLimited     = "rate_limited"
+	CodeUnauthorized    = "unauthorized"
+	CodeTokenExpired    = "token_expired"
+	CodeForbidden       = "forbidden"
+	CodeRoomFull        = "room_full"
+	CodeTooManyTracks   = "too_many_tracks"
+	CodeNotJoined       = "not_joined"
+	CodeNotFound        = "not_found"
+	CodeSDPInvalid      = "sdp_invalid"
+	CodeJoinTimeout     = "join_timeout"
+	CodeServerBusy      = "server_busy"
+	CodeInternal        = "internal"
+)
+
+// Error is a protocol error: a code for programs and a message for people.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf makes an *Error.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err, or internal.
+func CodeOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CodeInternal
+}
+
+// Grants mirror the token's grants in ParticipantInfo.
+type Grants struct {
+	Publish     bool `json:"publish"`
+	Subscribe   bool `json:"subscribe"`
+	PublishData bool `json:"publishData"`
+	Admin       bool `json:"admin"`
+}
+
+// RoomInfo describes a room.
+type RoomInfo struct {
+	Sid             string `json:"sid"`
+	Name            string `json:"name"`
+	Metadata        string `json:"metadata"`
+	NumParticipants int    `json:"numParticipants"`
+	MaxParticipants int    `json:"maxParticipants"`
+	CreatedAt       int64  `json:"createdAt"`
+}
+
+// ParticipantInfo describes a participant.
+type ParticipantInfo struct {
+	Sid         string      `json:"sid"`
+	Identity    string      `json:"identity"`
+	Name        string      `json:"name"`
+	Metadata    string      `json:"metadata"`
+	JoinedAt    int64       `json:"joinedAt"`
+	Permissions Grants      `json:"permissions"`
+	Tracks      []TrackInfo `json:"tracks"`
+}
+
+// TrackInfo describes a published track.
+type TrackInfo struct {
+	Sid       string `json:"sid"`
+	Cid       string `json:"cid,omitempty"`
+	Kind      string `json:"kind"`
+	Source    string `json:"source"`
+	Name      string `json:"name,omitempty"`
+	MimeType  string `json:"mimeType,omitempty"`
+	Muted     bool   `json:"muted"`
+	Width     int    `json:"width,omitempty"`
+	Height    int    `json:"height,omitempty"`
+	SSRC      uint32 `json:"ssrc,omitempty"`
+	Simulcast bool   `json:"simulcast"`
+}
+
+// ICEServer is handed to clients in joined.
+type ICEServer struct {
+	URLs       []string `json:"urls"`
+	Username   string   `json:"username,omitempty"`
+	Credential string   `json:"credential,omitempty"`
+}
+
+// Resume identifies a participant to take over after a lost WebSocket.
+type Resume struct {
+	ParticipantSid string `json:"participantSid"`
+	ResumeToken    string `json:"resumeToken"`
+}
+
+// Request is any client message. Fields not used by a type stay zero; Parse
+// checks that the ones a type needs are present.
+type Request struct {
+	Type string `json:"type"`
+	ID   *int64 `json:"id,omitempty"`
+
+	// join
+	Token         string  `json:"token,omitempty"`
+	Protocol      int     `json:"protocol,omitempty"`
+	Metadata      *string `json:"metadata,omitempty"`
+	Name          *string `json:"name,omitempty"`
+	AutoSubscribe *bool   `json:"autoSubscribe,omitempty"`
+	Resume        *Resume `json:"resume,omitempty"`
+
+	// offer, answer
+	SDP string `json:"sdp,omitempty"`
+
+	// trickle
+	Target    string                   `json:"target,omitempty"`
+	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+
+	// publishTrack
+	Cid    string `json:"cid,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+	Source string `json:"source,omitempty"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+
+	// unpublishTrack, muteTrack, subscribe
+	TrackSid  string   `json:"trackSid,omitempty"`
+	Muted     *bool    `json:"muted,omitempty"`
+	TrackSids []string `json:"trackSids,omitempty"`
+	Subscribe *bool    `json:"subscribe,omitempty"`
+
+	// ping
+	T *float64 `json:"t,omitempty"`
+}
+
+// Limits on fields, so that a parsed request is safe to keep and broadcast.
+const (
+	maxNameLen     = 256
+	maxMetadataLen = 16 << 10
+	maxIDLen       = 128
+	maxTrackSids   = 256
+)
+
+var sources = map[string]bool{"camera": true, "microphone": true, "screen": true, "screen_audio": true, "unknown": true, "": true}
+
+// Parse decodes and validates one client frame.
+func Parse(b []byte) (*Request, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, Errorf(CodeInvalidJSON, "a message must be a JSON object")
+	}
+	var r Request
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, Errorf(CodeBadRequest, "field %q has the wrong type", te.Field)
+		}
+		return nil, Errorf(CodeInvalidJSON, "%v", err)
+	}
+	if dec.More() {
+		return nil, Errorf(CodeInvalidJSON, "trailing data after the JSON object")
+	}
+	return &r, r.validate()
+}
+
+func (r *Request) validate() error {
+	bad := func(f string, a ...any) error { return Errorf(CodeBadRequest, f, a...) }
+	if r.Name != nil && len(*r.Name) > maxNameLen {
+		return bad("name longer than %d bytes", maxNameLen)
+	}
+	if r.Metadata != nil && len(*r.Metadata) > maxMetadataLen {
+		return bad("metadata longer than %d bytes", maxMetadataLen)
+	}
+	switch r.Type {
+	case "join":
+		if r.Token == "" {
+			return Errorf(CodeUnauthorized, "join needs a token")
+		}
+		if r.Resume != nil && (r.Resume.ParticipantSid == "" || r.Resume.ResumeToken == "") {
+			return bad("resume needs participantSid and resumeToken")
+		}
+	case "offer", "answer":
+		if r.SDP == "" {
+			return bad("%s needs sdp", r.Type)
+		}
+	case "trickle":
+		if r.Target != "publisher" && r.Target != "subscriber" {
+			return bad("trickle target must be publisher or subscriber")
+		}
+	case "publishTrack":
+		if r.Cid == "" || len(r.Cid) > maxIDLen {
+			return bad("publishTrack needs cid (at most %d bytes)", maxIDLen)
+		}
+		if r.Kind != "audio" && r.Kind != "video" {
+			return bad("kind must be audio or video")
+		}
+		if !sources[r.Source] {
+			return bad("unknown source %q", r.Source)
+		}
+		if r.Width < 0 || r.Height < 0 || r.Width > 16384 || r.Height > 16384 {
+			return bad("width and height must be between 0 and 16384")
+		}
+	case "unpublishTrack":
+		if r.TrackSid == "" {
+			return bad("unpublishTrack needs trackSid")
+		}
+	case "muteTrack":
+		if r.TrackSid == "" || r.Muted == nil {
+			return bad("muteTrack needs trackSid and muted")
+		}
+	case "subscribe":
+		if len(r.TrackSids) == 0 || len(r.TrackSids) > maxTrackSids || r.Subscribe == nil {
+			return bad("subscribe needs 1 to %d trackSids and subscribe", maxTrackSids)
+		}
+	case "updateMetadata", "restartIce", "ping", "leave":
+	case "":
+		return bad("message has no type")
+	default:
+		return Errorf(CodeUnknownType, "unknown message type %q", truncate(r.Type, 64))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// Msg is a server message: a type and its fields, marshalled flat.
+type Msg map[string]any
+
+// ErrorMsg is the server's error message, answering request id when not nil.
+func ErrorMsg(id *int64, err error) Msg {
+	m := Msg{"type": "error", "code": CodeOf(err), "message": err.Error()}
+	var pe *Error
+	if errors.As(err, &pe) {
+		m["message"] = pe.Message
+	}
+	if id != nil {
+		m["id"] = *id
+	}
+	return m
+}
+
+// Response is the success reply to request id (nil: no reply needed).
+func Response(id *int64, fields Msg) Msg {
+	if id == nil {
+		return nil
+	}
+	m := Msg{"type": "response", "id": *id}
+	for k, v := range fields {
+		m[k] = v
+	}
+	return m
+}

@@ -1,0 +1,216 @@
+// Package rtc sets up Pion for Petrel: the shared sockets (one UDP port for every
+// peer, one ICE-TCP port), the codecs and header extensions negotiated, the
+// interceptors that run per connection, and the embedded TURN server.
+package rtc
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/pion/ice/v4"
+	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/nack"
+	"github.com/pion/interceptor/pkg/report"
+	"github.com/pion/interceptor/pkg/twcc"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/config"
+)
+
+// Engine builds peer connections. Publisher connections (media into the server)
+// and subscriber connections (media out of it) get different interceptors: the
+// server terminates RTCP per hop itself on the subscriber side, so Pion's generic
+// per-packet machinery runs only where it is needed.
+type Engine struct {
+	pubAPI, subAPI *webrtc.API
+	cert           webrtc.Certificate
+	udp            net.PacketConn
+	tcp            net.Listener
+	udpMux         ice.UDPMux
+	tcpMux         ice.TCPMux
+	// LocalIPs are the addresses offered as host candidates; the TURN server relays
+	// only to them.
+	LocalIPs []net.IP
+	UDPPort  int
+	TCPPort  int
+}
+
+// NewEngine opens the shared media sockets and prepares the Pion APIs.
+func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
+	e := &Engine{}
+	bindIP := "0.0.0.0"
+	if cfg.Loopback {
+		bindIP = "127.0.0.1"
+	}
+	udp, err := net.ListenPacket("udp4", net.JoinHostPort(bindIP, strconv.Itoa(cfg.RTC.UDPPort)))
+	if err != nil {
+		return nil, fmt.Errorf("rtc udp port: %w", err)
+	}
+	e.udp = udp
+	e.UDPPort = udp.LocalAddr().(*net.UDPAddr).Port
+	// Large socket buffers absorb bursts from many peers sharing one socket.
+	if uc, ok := udp.(*net.UDPConn); ok {
+		_ = uc.SetReadBuffer(8 << 20)
+		_ = uc.SetWriteBuffer(8 << 20)
+	}
+	if cfg.RTC.TCPPort > 0 || cfg.Loopback {
+		tcp, err := net.Listen("tcp4", net.JoinHostPort(bindIP, strconv.Itoa(cfg.RTC.TCPPort)))
+		if err != nil {
+			udp.Close()
+			return nil, fmt.Errorf("rtc tcp port: %w", err)
+		}
+		e.tcp = tcp
+		e.TCPPort = tcp.Addr().(*net.TCPAddr).Port
+	}
+
+	if cfg.Loopback {
+		e.LocalIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+		e.udpMux = webrtc.NewICEUDPMux(nil, udp)
+	} else {
+		// One socket on the unspecified address; the mux learns each interface's
+		// address so that host candidates name real addresses.
+		e.udpMux = ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: udp})
+		e.LocalIPs = interfaceIPs()
+		if cfg.RTC.NodeIP != "" {
+			ip := net.ParseIP(cfg.RTC.NodeIP)
+			if ip == nil {
+				return nil, fmt.Errorf("rtc node_ip %q is not an IP address", cfg.RTC.NodeIP)
+			}
+			e.LocalIPs = append(e.LocalIPs, ip)
+		}
+	}
+	if e.tcp != nil {
+		e.tcpMux = webrtc.NewICETCPMux(nil, e.tcp, 32)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := webrtc.GenerateCertificate(key)
+	if err != nil {
+		return nil, err
+	}
+	e.cert = *cert
+
+	se := e.settingEngine(cfg)
+	if e.pubAPI, err = newAPI(se, true); err != nil {
+		return nil, err
+	}
+	if e.subAPI, err = newAPI(se, false); err != nil {
+		return nil, err
+	}
+	log.Info("media sockets", "udp", udp.LocalAddr().String(), "tcp", e.TCPPort, "loopback", cfg.Loopback)
+	return e, nil
+}
+
+func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
+	var se webrtc.SettingEngine
+	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	se.SetICEUDPMux(e.udpMux)
+	types := []webrtc.NetworkType{webrtc.NetworkTypeUDP4}
+	if e.tcpMux != nil {
+		se.SetICETCPMux(e.tcpMux)
+		types = append(types, webrtc.NetworkTypeTCP4)
+	}
+	se.SetNetworkTypes(types)
+	if cfg.Loopback {
+		se.SetIncludeLoopbackCandidate(true)
+		se.SetInterfaceFilter(func(name string) bool { return name == "lo" })
+		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	} else if cfg.RTC.NodeIP != "" {
+		se.SetNAT1To1IPs([]string{cfg.RTC.NodeIP}, webrtc.ICECandidateTypeHost)
+	}
+	// Clients on flaky networks come back through ICE restart; a disconnected
+	// transport is declared failed soon enough for the SDK to act.
+	se.SetICETimeouts(5*time.Second, 15*time.Second, 2*time.Second)
+	se.SetReceiveMTU(1500)
+	// Lite would be enough for a server with public addresses, but full ICE lets
+	// the server work behind NAT and with ICE-TCP active candidates.
+	return se
+}
+
+func newAPI(se webrtc.SettingEngine, publisher bool) (*webrtc.API, error) {
+	m := &webrtc.MediaEngine{}
+	if err := RegisterCodecs(m); err != nil {
+		return nil, err
+	}
+	ir := &interceptor.Registry{}
+	if publisher {
+		// Ask publishers for what the server lost, report reception, and give their
+		// congestion controllers transport-wide feedback so they ramp up.
+		gen, err := nack.NewGeneratorInterceptor(nack.GeneratorSize(1024), nack.GeneratorInterval(20*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		ir.Add(gen)
+		rr, err := report.NewReceiverInterceptor(report.ReceiverInterval(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		ir.Add(rr)
+		tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(50 * time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		ir.Add(tw)
+	}
+	// Subscriber connections run no generic interceptor: sfu.DownTrack answers NACKs
+	// from the shared packet cache and writes its own sender reports.
+	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir)), nil
+}
+
+// Configuration is the per-connection configuration: the shared certificate (no
+// key generation per join) and bundled, multiplexed transports.
+func (e *Engine) Configuration(policy webrtc.ICETransportPolicy) webrtc.Configuration {
+	return webrtc.Configuration{
+		Certificates:       []webrtc.Certificate{e.cert},
+		BundlePolicy:       webrtc.BundlePolicyMaxBundle,
+		RTCPMuxPolicy:      webrtc.RTCPMuxPolicyRequire,
+		ICETransportPolicy: policy,
+		SDPSemantics:       webrtc.SDPSemanticsUnifiedPlan,
+	}
+}
+
+// NewPublisherPC makes a connection that receives media from a client.
+func (e *Engine) NewPublisherPC() (*webrtc.PeerConnection, error) {
+	return e.pubAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
+}
+
+// NewSubscriberPC makes a connection that sends media to a client.
+func (e *Engine) NewSubscriberPC() (*webrtc.PeerConnection, error) {
+	return e.subAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
+}
+
+// Close releases the shared sockets.
+func (e *Engine) Close() error {
+	var errs []error
+	if e.udpMux != nil {
+		errs = append(errs, e.udpMux.Close())
+	}
+	if e.tcpMux != nil {
+		errs = append(errs, e.tcpMux.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func interfaceIPs() []net.IP {
+	var ips []net.IP
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
+}
