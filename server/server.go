@@ -1,0 +1,110 @@
+// Package server assembles a running Petrel: media engine, rooms, TURN and the
+// HTTP edge. `petrel serve` and the integration tests start it the same way.
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/rtc"
+	"github.com/petrel-sfu/petrel/sfu"
+	"github.com/petrel-sfu/petrel/signal"
+	"github.com/petrel-sfu/petrel/web"
+)
+
+// Server is a running Petrel.
+type Server struct {
+	Config   config.Config
+	Keys     auth.Keys
+	APIKey   string
+	Dev      bool
+	Engine   *rtc.Engine
+	Manager  *sfu.Manager
+	HTTPAddr string
+	TURNPort int
+
+	turn *rtc.TURNServer
+	http *http.Server
+	errc chan error
+}
+
+// Start opens every socket and starts serving. keys with apiKey sign and verify
+// tokens; dev enables development tokens for the web app.
+func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog.Logger) (*Server, error) {
+	s := &Server{Config: cfg, Keys: keys, APIKey: apiKey, Dev: dev, errc: make(chan error, 1)}
+	var err error
+	if s.Engine, err = rtc.NewEngine(cfg, log); err != nil {
+		return nil, err
+	}
+	s.Manager = sfu.NewManager(cfg, s.Engine, log)
+	turnSecret := cfg.TURN.Secret
+	if turnSecret == "" {
+		// Derived, so that the API secret itself never reaches a TURN server.
+		m := hmac.New(sha256.New, []byte(keys[apiKey]))
+		m.Write([]byte("petrel turn"))
+		turnSecret = hex.EncodeToString(m.Sum(nil))
+	}
+	if cfg.TURN.Enabled {
+		bind := "0.0.0.0"
+		if cfg.Loopback {
+			bind = "127.0.0.1"
+		}
+		relay := net.ParseIP(cfg.TURN.RelayIP)
+		if relay == nil {
+			for _, ip := range s.Engine.LocalIPs {
+				if !ip.IsLoopback() {
+					relay = ip
+					break
+				}
+			}
+		}
+		if relay == nil {
+			log.Warn("turn disabled: no relay address (set turn.relay_ip or rtc.node_ip)")
+		} else {
+			if s.turn, err = rtc.StartTURN(bind, cfg.TURN.Port, cfg.TURN.Realm, turnSecret, relay, s.Engine.LocalIPs, log); err != nil {
+				s.Engine.Close()
+				return nil, err
+			}
+			s.TURNPort = s.turn.Port
+		}
+	}
+	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev,
+		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log})
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		s.closeMedia()
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	s.HTTPAddr = ln.Addr().String()
+	s.http = &http.Server{Handler: edge.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	go func() { s.errc <- s.http.Serve(ln) }()
+	log.Info("listening", "http", s.HTTPAddr, "rtc_udp", s.Engine.UDPPort, "rtc_tcp", s.Engine.TCPPort, "turn", s.TURNPort, "dev", dev)
+	return s, nil
+}
+
+// Err reports the HTTP server's failure.
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Shutdown tells every participant to leave, then stops.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.Manager.Shutdown()
+	err := s.http.Shutdown(ctx)
+	s.closeMedia()
+	return err
+}
+
+func (s *Server) closeMedia() {
+	if s.turn != nil {
+		s.turn.Close()
+	}
+	s.Engine.Close()
+}

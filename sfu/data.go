@@ -1,0 +1,185 @@
+package sfu
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/metrics"
+)
+
+// Room data messages travel on two data channels of the publisher connection:
+// _reliable (ordered, reliable) and _lossy (unordered, no retransmission). The
+// framing is in docs/protocol.md: version byte, 16-bit header length, JSON
+// header, payload.
+const (
+	labelReliable = "_reliable"
+	labelLossy    = "_lossy"
+	dataVersion   = 1
+	maxDataHeader = 4096
+	// A receiver whose channel has this much queued loses messages rather than
+	// holding up the room.
+	maxBufferedData = 4 << 20
+)
+
+// DataHeader is the JSON header of a room data message.
+type DataHeader struct {
+	To      []string `json:"to,omitempty"`
+	Topic   string   `json:"topic,omitempty"`
+	Text    bool     `json:"text"`
+	From    string   `json:"from,omitempty"`
+	FromSid string   `json:"fromSid,omitempty"`
+}
+
+var errBadData = errors.New("malformed data message")
+
+// ParseData splits a framed data message into its header and payload.
+func ParseData(b []byte) (DataHeader, []byte, error) {
+	var h DataHeader
+	if len(b) < 3 || b[0] != dataVersion {
+		return h, nil, errBadData
+	}
+	n := int(binary.BigEndian.Uint16(b[1:3]))
+	if n > maxDataHeader || 3+n > len(b) {
+		return h, nil, errBadData
+	}
+	if err := json.Unmarshal(b[3:3+n], &h); err != nil {
+		return h, nil, errBadData
+	}
+	if len(h.To) > 256 || len(h.Topic) > 256 {
+		return h, nil, errBadData
+	}
+	return h, b[3+n:], nil
+}
+
+// EncodeData frames a data message.
+func EncodeData(h DataHeader, payload []byte) []byte {
+	hb, _ := json.Marshal(h)
+	out := make([]byte, 3+len(hb)+len(payload))
+	out[0] = dataVersion
+	binary.BigEndian.PutUint16(out[1:3], uint16(len(hb)))
+	copy(out[3:], hb)
+	copy(out[3+len(hb):], payload)
+	return out
+}
+
+// dataLimiter is a token bucket on a participant's data messages.
+type dataLimiter struct {
+	mu       sync.Mutex
+	tokens   float64
+	last     time.Time
+	lastWarn time.Time
+}
+
+func (l *dataLimiter) allow(rate int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := time.Now()
+	if l.last.IsZero() {
+		l.tokens = float64(2 * rate)
+	} else {
+		l.tokens = min(float64(2*rate), l.tokens+t.Sub(l.last).Seconds()*float64(rate))
+	}
+	l.last = t
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}
+
+// warnOnce returns true at most once every ten seconds, to keep logs quiet under a flood.
+func (l *dataLimiter) warnOnce() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.lastWarn) < 10*time.Second {
+		return false
+	}
+	l.lastWarn = time.Now()
+	return true
+}
+
+func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
+	label := dc.Label()
+	if label != labelReliable && label != labelLossy {
+		p.log.Info("ignoring unknown data channel", "label", label)
+		return
+	}
+	dc.SetBufferedAmountLowThreshold(maxBufferedData / 2)
+	p.mu.Lock()
+	p.dcs[label] = dc
+	p.mu.Unlock()
+	dc.OnMessage(func(m webrtc.DataChannelMessage) { p.onData(label, m.Data) })
+}
+
+func (p *Participant) onData(label string, b []byte) {
+	lim := p.room.mgr.cfg.Limits
+	drop := func(why string) {
+		metrics.DataMessages.WithLabelValues(why).Inc()
+		if p.data.warnOnce() {
+			p.log.Warn("data message dropped", "why", why, "bytes", len(b))
+		}
+	}
+	if !p.grants.PublishData {
+		drop("forbidden")
+		return
+	}
+	if len(b) > lim.MaxDataBytes+maxDataHeader {
+		drop("too_large")
+		return
+	}
+	if !p.data.allow(lim.DataMessagesPerSecond) {
+		drop("rate_limited")
+		return
+	}
+	h, payload, err := ParseData(b)
+	if err != nil {
+		drop("malformed")
+		return
+	}
+	if len(payload) > lim.MaxDataBytes {
+		drop("too_large")
+		return
+	}
+	to := h.To
+	h.To = nil
+	h.From = p.identity
+	h.FromSid = p.sid
+	frame := EncodeData(h, payload)
+	for _, r := range p.room.recipients(p, to) {
+		r.mu.Lock()
+		dc := r.dcs[label]
+		r.mu.Unlock()
+		if dc == nil || dc.ReadyState() != webrtc.DataChannelStateOpen {
+			continue
+		}
+		if dc.BufferedAmount() > maxBufferedData {
+			drop("receiver_slow")
+			continue
+		}
+		if err := dc.Send(frame); err != nil {
+			drop("send_failed")
+			continue
+		}
+		metrics.DataMessages.WithLabelValues("forwarded").Inc()
+	}
+}
+
+// SendData sends a server-originated message (from is empty) to the participant.
+func (p *Participant) SendData(reliable bool, h DataHeader, payload []byte) error {
+	label := labelLossy
+	if reliable {
+		label = labelReliable
+	}
+	p.mu.Lock()
+	dc := p.dcs[label]
+	p.mu.Unlock()
+	if dc == nil {
+		return errors.New("no data channel")
+	}
+	return dc.Send(EncodeData(h, payload))
+}

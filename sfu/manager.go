@@ -1,0 +1,355 @@
+package sfu
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/rtc"
+)
+
+// Manager owns the rooms of this server.
+type Manager struct {
+	cfg    config.Config
+	engine *rtc.Engine
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	rooms map[string]*Room
+}
+
+// NewManager returns a manager that builds connections with engine.
+func NewManager(cfg config.Config, engine *rtc.Engine, log *slog.Logger) *Manager {
+	return &Manager{cfg: cfg, engine: engine, log: log, rooms: map[string]*Room{}}
+}
+
+// Room returns the named room or nil.
+func (m *Manager) Room(name string) *Room {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rooms[name]
+}
+
+// Rooms lists open rooms by name.
+func (m *Manager) Rooms() []*Room {
+	m.mu.Lock()
+	out := make([]*Room, 0, len(m.rooms))
+	for _, r := range m.rooms {
+		out = append(out, r)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// CreateRoom opens a room that stays open when empty (rooms otherwise come and go
+// with their participants).
+func (m *Manager) CreateRoom(name string, maxParticipants int, metadata string) (*Room, error) {
+	r, err := m.getOrCreate(name)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.explicit = true
+	if maxParticipants > 0 {
+		r.maxParticipants = maxParticipants
+	}
+	r.metadata = metadata
+	r.mu.Unlock()
+	return r, nil
+}
+
+func (m *Manager) getOrCreate(name string) (*Room, error) {
+	if name == "" || len(name) > 128 {
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "room name must be 1 to 128 bytes")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.rooms[name]; ok {
+		return r, nil
+	}
+	if len(m.rooms) >= m.cfg.Limits.MaxRooms {
+		return nil, protocol.Errorf(protocol.CodeServerBusy, "this server holds its maximum of %d rooms", m.cfg.Limits.MaxRooms)
+	}
+	r := &Room{
+		sid: newSid("RM_"), name: name, mgr: m, createdAt: time.Now(),
+		participants: map[string]*Participant{}, maxParticipants: m.cfg.Limits.MaxParticipantsPerRoom,
+	}
+	m.rooms[name] = r
+	metrics.Rooms.Inc()
+	m.log.Info("room opened", "room", name)
+	return r, nil
+}
+
+func (m *Manager) dropIfEmpty(r *Room) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.mu.RLock()
+	empty := len(r.participants) == 0 && !r.explicit
+	r.mu.RUnlock()
+	if empty && m.rooms[r.name] == r {
+		delete(m.rooms, r.name)
+		metrics.Rooms.Dec()
+		m.log.Info("room closed", "room", r.name, "why", "empty")
+	}
+}
+
+func (m *Manager) forget(r *Room) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rooms[r.name] == r {
+		delete(m.rooms, r.name)
+		metrics.Rooms.Dec()
+		m.log.Info("room closed", "room", r.name)
+	}
+}
+
+// JoinOptions are what a client asks for when joining.
+type JoinOptions struct {
+	Name          *string
+	Metadata      *string
+	AutoSubscribe bool
+}
+
+// Join admits the holder of claims into its room as a full participant
+// (publisher and subscriber connections, data channels).
+func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participant, error) {
+	p, err := m.newParticipant(c, false)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Name != nil {
+		p.name = *opt.Name
+	}
+	if opt.Metadata != nil {
+		p.metadata = *opt.Metadata
+	}
+	p.autoSubscribe = opt.AutoSubscribe
+	p.out = out
+	pub, err := m.engine.NewPublisherPC()
+	if err != nil {
+		return nil, fmt.Errorf("publisher connection: %w", err)
+	}
+	p.setupPublisher(pub)
+	sub, err := m.engine.NewSubscriberPC()
+	if err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("subscriber connection: %w", err)
+	}
+	p.setupSubscriber(sub)
+	if old := p.room.ByIdentity(p.identity); old != nil {
+		old.Kick("duplicate_identity", "the same identity joined again")
+	}
+	if err := p.room.add(p); err != nil {
+		_ = pub.Close()
+		_ = sub.Close()
+		return nil, err
+	}
+	p.log.Info("participant joined")
+	return p, nil
+}
+
+// Start subscribes a newly joined participant to what is already published. It
+// runs after the joined message, so the client knows the room before offers come.
+func (p *Participant) Start() { p.room.subscribeExisting(p) }
+
+func (m *Manager) newParticipant(c *auth.Claims, hidden bool) (*Participant, error) {
+	room, err := m.getOrCreate(c.Room)
+	if err != nil {
+		return nil, err
+	}
+	sid := newSid("PA_")
+	p := &Participant{
+		sid: sid, identity: c.Identity(), room: room, grants: c.Grants,
+		joinedAt: time.Now(), resumeToken: newSid(""), hidden: hidden,
+		name: c.Name, metadata: c.Metadata,
+		published: map[string]*Publication{}, announced: map[string]protocol.TrackInfo{},
+		subs: map[string]*DownTrack{}, dcs: map[string]*webrtc.DataChannel{},
+		pending: map[*webrtc.PeerConnection][]webrtc.ICECandidateInit{},
+	}
+	p.log = m.log.With("room", room.name, "participant", sid, "identity", c.Identity())
+	return p, nil
+}
+
+// Resume finds the participant a reconnecting client left behind.
+func (m *Manager) Resume(c *auth.Claims, participantSid, resumeToken string) (*Participant, error) {
+	r := m.Room(c.Room)
+	if r == nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "room %q no longer exists", c.Room)
+	}
+	p := r.BySid(participantSid)
+	if p == nil || p.identity != c.Identity() || !p.ResumeTokenMatches(resumeToken) {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no participant to resume")
+	}
+	return p, nil
+}
+
+// PublishWHIP admits a WHIP publisher: one client-offered connection, no
+// signaling channel. It returns the participant and the answer.
+func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, string, error) {
+	if !c.Grants.Publish {
+		return nil, "", protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
+	}
+	p, err := m.newParticipant(c, false)
+	if err != nil {
+		return nil, "", err
+	}
+	pc, err := m.engine.NewPublisherPC()
+	if err != nil {
+		return nil, "", err
+	}
+	p.setupPublisher(pc)
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
+			p.Close("disconnected")
+		}
+	})
+	if old := p.room.ByIdentity(p.identity); old != nil {
+		old.Kick("duplicate_identity", "the same identity joined again")
+	}
+	if err := p.room.add(p); err != nil {
+		_ = pc.Close()
+		return nil, "", err
+	}
+	answer, err := p.HandleOffer(offer)
+	if err != nil {
+		p.Close("negotiation_failed")
+		return nil, "", err
+	}
+	p.log.Info("whip session started")
+	return p, answer, nil
+}
+
+// PlayWHEP admits a WHEP viewer: a hidden participant whose client-offered
+// connection receives the selected tracks (by participant identity and/or track
+// sid; by default the newest video and audio in the room).
+func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []string) (*Participant, string, error) {
+	if !c.Grants.Subscribe {
+		return nil, "", protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing")
+	}
+	room := m.Room(c.Room)
+	if room == nil {
+		return nil, "", protocol.Errorf(protocol.CodeNotFound, "room %q has no publisher", c.Room)
+	}
+	tracks := selectTracks(room, identity, trackSids)
+	if len(tracks) == 0 {
+		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
+	}
+	p, err := m.newParticipant(c, true)
+	if err != nil {
+		return nil, "", err
+	}
+	pc, err := m.engine.NewSubscriberPC()
+	if err != nil {
+		return nil, "", err
+	}
+	// The viewer's connection is client-offered, so it is this participant's
+	// subscriber connection without server renegotiation.
+	p.sub = pc
+	p.setupWHEP(pc)
+	if err := p.room.add(p); err != nil {
+		_ = pc.Close()
+		return nil, "", err
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		p.Close("negotiation_failed")
+		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
+	}
+	for _, t := range tracks {
+		if err := p.subscribeNoNegotiate(t); err != nil {
+			p.Close("negotiation_failed")
+			return nil, "", err
+		}
+	}
+	answer, err := pc.CreateAnswer(nil)
+	if err != nil {
+		p.Close("negotiation_failed")
+		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
+	}
+	sdp, err := setLocalAndGather(pc, answer)
+	if err != nil {
+		p.Close("negotiation_failed")
+		return nil, "", err
+	}
+	p.log.Info("whep session started", "tracks", len(tracks))
+	return p, sdp, nil
+}
+
+func (p *Participant) setupWHEP(pc *webrtc.PeerConnection) {
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
+			p.Close("disconnected")
+		}
+	})
+	go p.reportLoop(pc)
+}
+
+func (p *Participant) subscribeNoNegotiate(t *Publication) error {
+	d := newDownTrack(t, p)
+	sender, err := p.sub.AddTrack(d)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeSDPInvalid, "the offer cannot receive %s: %v", t.kind, err)
+	}
+	d.sender = sender
+	p.mu.Lock()
+	p.subs[t.sid] = d
+	p.mu.Unlock()
+	metrics.Subscriptions.Inc()
+	t.addDown(d)
+	go d.readRTCP()
+	return nil
+}
+
+func selectTracks(room *Room, identity string, sids []string) []*Publication {
+	var out []*Publication
+	if len(sids) > 0 {
+		for _, sid := range sids {
+			if t := room.findTrack(sid); t != nil {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	var video, audio *Publication
+	var vAt, aAt time.Time
+	for _, p := range room.Participants() {
+		if identity != "" && p.identity != identity {
+			continue
+		}
+		p.mu.Lock()
+		for _, t := range p.published {
+			at := p.joinedAt
+			if t.kind == webrtc.RTPCodecTypeVideo && (video == nil || at.After(vAt)) {
+				video, vAt = t, at
+			}
+			if t.kind == webrtc.RTPCodecTypeAudio && (audio == nil || at.After(aAt)) {
+				audio, aAt = t, at
+			}
+		}
+		p.mu.Unlock()
+	}
+	if video != nil {
+		out = append(out, video)
+	}
+	if audio != nil {
+		out = append(out, audio)
+	}
+	return out
+}
+
+// Shutdown tells every participant the server is going away and closes them.
+func (m *Manager) Shutdown() {
+	for _, r := range m.Rooms() {
+		for _, p := range r.all() {
+			p.Kick("server_shutdown", "the server is shutting down")
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package sfu
+
+import (
+	"strings"
+
+	"github.com/pion/rtp"
+)
+
+// Packet is one RTP packet from a publisher, parsed once and shared read-only by
+// every subscriber's DownTrack. Payload points into the packet cache slot.
+type Packet struct {
+	Header   rtp.Header
+	Payload  []byte
+	Keyframe bool
+	// Arrival is the monotonic arrival time in nanoseconds (see now()).
+	Arrival int64
+}
+
+// codecKind identifies the payload format for keyframe detection.
+type codecKind uint8
+
+const (
+	codecOther codecKind = iota
+	codecVP8
+	codecVP9
+	codecH264
+	codecAV1
+	codecH265
+)
+
+func codecOf(mime string) codecKind {
+	switch strings.ToLower(mime) {
+	case "video/vp8":
+		return codecVP8
+	case "video/vp9":
+		return codecVP9
+	case "video/h264":
+		return codecH264
+	case "video/av1":
+		return codecAV1
+	case "video/h265":
+		return codecH265
+	}
+	return codecOther
+}
+
+// isKeyframe reports whether payload starts or carries a keyframe. It looks only at
+// the payload descriptor and the first bytes of the frame; it never decodes.
+func isKeyframe(c codecKind, p []byte) bool {
+	switch c {
+	case codecVP8:
+		return vp8Keyframe(p)
+	case codecVP9:
+		// I|P|L|F|B|E|V|Z: not inter-predicted (P=0) and the start of a frame (B=1).
+		return len(p) > 0 && p[0]&0x40 == 0 && p[0]&0x08 != 0
+	case codecH264:
+		return h264Keyframe(p)
+	case codecAV1:
+		// Aggregation header Z|Y|W|W|N|-|-|-: N starts a new coded video sequence.
+		return len(p) > 0 && p[0]&0x08 != 0
+	case codecH265:
+		return h265Keyframe(p)
+	}
+	return false
+}
+
+func vp8Keyframe(p []byte) bool {
+	if len(p) < 1 {
+		return false
+	}
+	x := p[0]&0x80 != 0
+	s := p[0]&0x10 != 0
+	pid := p[0] & 0x07
+	if !s || pid != 0 {
+		return false
+	}
+	i := 1
+	if x {
+		if len(p) < 2 {
+			return false
+		}
+		ext := p[1]
+		i = 2
+		if ext&0x80 != 0 { // picture id
+			if len(p) <= i {
+				return false
+			}
+			if p[i]&0x80 != 0 {
+				i += 2
+			} else {
+				i++
+			}
+		}
+		if ext&0x40 != 0 { // tl0picidx
+			i++
+		}
+		if ext&0x30 != 0 { // tid / keyidx
+			i++
+		}
+	}
+	// Frame tag: bit 0 is the inverse key frame flag.
+	return len(p) > i && p[i]&0x01 == 0
+}
+
+func h264Keyframe(p []byte) bool {
+	if len(p) < 1 {
+		return false
+	}
+	switch t := p[0] & 0x1f; {
+	case t == 5 || t == 7:
+		return true
+	case t == 24: // STAP-A: 16-bit sizes then NAL units
+		for i := 1; i+2 < len(p); {
+			n := int(p[i])<<8 | int(p[i+1])
+			i += 2
+			if i >= len(p) {
+				break
+			}
+			if nt := p[i] & 0x1f; nt == 5 || nt == 7 {
+				return true
+			}
+			i += n
+		}
+	case t == 28: // FU-A: start bit and the inner type
+		return len(p) > 1 && p[1]&0x80 != 0 && (p[1]&0x1f == 5 || p[1]&0x1f == 7)
+	}
+	return false
+}
+
+func h265Keyframe(p []byte) bool {
+	if len(p) < 3 {
+		return false
+	}
+	irap := func(t byte) bool { return (t >= 16 && t <= 21) || t == 32 || t == 33 || t == 34 }
+	switch t := (p[0] >> 1) & 0x3f; {
+	case irap(t):
+		return true
+	case t == 48: // aggregation packet: check the first unit
+		return len(p) > 4 && irap((p[4]>>1)&0x3f)
+	case t == 49: // fragmentation unit
+		return p[2]&0x80 != 0 && irap(p[2]&0x3f)
+	}
+	return false
+}

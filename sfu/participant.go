@@ -1,0 +1,700 @@
+package sfu
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pion/rtcp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// Sender delivers server messages to one client. Send never blocks: a client that
+// cannot keep up is disconnected by the implementation.
+type Sender interface {
+	Send(protocol.Msg)
+	// Close ends the signaling connection after the messages already queued.
+	Close(code, message string)
+}
+
+// Participant is one member of a room. It has a publisher connection (the client
+// offers; media and data flow in) and, for room participants, a subscriber
+// connection (the server offers; media flows out). Each connection has exactly one
+// offerer, so renegotiation never collides.
+type Participant struct {
+	sid         string
+	identity    string
+	room        *Room
+	log         *slog.Logger
+	grants      auth.Grants
+	joinedAt    time.Time
+	resumeToken string
+	// hidden participants (WHEP viewers) are not announced to the room.
+	hidden        bool
+	autoSubscribe bool
+
+	mu        sync.Mutex
+	name      string
+	metadata  string
+	out       Sender
+	pub       *webrtc.PeerConnection
+	sub       *webrtc.PeerConnection
+	published map[string]*Publication
+	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
+	subs      map[string]*DownTrack         // by publication sid
+	dcs       map[string]*webrtc.DataChannel
+	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
+	closed    bool
+	dropTimer *time.Timer
+	onClose   []func()
+
+	// subscriber-connection negotiation state
+	negotiating  bool
+	renegotiate  bool
+	iceRestart   bool
+	negotiateSet bool
+
+	data dataLimiter
+}
+
+func newSid(prefix string) string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Sid, Identity and the other accessors are safe from any goroutine.
+func (p *Participant) Sid() string      { return p.sid }
+func (p *Participant) Identity() string { return p.identity }
+func (p *Participant) Room() *Room      { return p.room }
+func (p *Participant) Hidden() bool     { return p.hidden }
+func (p *Participant) Grants() auth.Grants {
+	return p.grants
+}
+
+// Info describes the participant and its tracks.
+func (p *Participant) Info() protocol.ParticipantInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.infoLocked()
+}
+
+func (p *Participant) infoLocked() protocol.ParticipantInfo {
+	tracks := make([]protocol.TrackInfo, 0, len(p.published))
+	for _, t := range p.published {
+		tracks = append(tracks, t.Info())
+	}
+	return protocol.ParticipantInfo{
+		Sid: p.sid, Identity: p.identity, Name: p.name, Metadata: p.metadata,
+		JoinedAt: p.joinedAt.UnixMilli(),
+		Permissions: protocol.Grants{
+			Publish: p.grants.Publish, Subscribe: p.grants.Subscribe,
+			PublishData: p.grants.PublishData, Admin: p.grants.Admin,
+		},
+		Tracks: tracks,
+	}
+}
+
+// send delivers m to the client if it is connected; messages to a client that is
+// away (between WebSocket loss and resume) are dropped: resume sends fresh state.
+func (p *Participant) send(m protocol.Msg) {
+	p.mu.Lock()
+	out := p.out
+	p.mu.Unlock()
+	if out != nil {
+		out.Send(m)
+	}
+}
+
+// Send is send for the signaling layer.
+func (p *Participant) Send(m protocol.Msg) { p.send(m) }
+
+func (p *Participant) writeRTCP(pkts []rtcp.Packet) {
+	p.mu.Lock()
+	pc := p.pub
+	p.mu.Unlock()
+	if pc != nil {
+		_ = pc.WriteRTCP(pkts)
+	}
+}
+
+// setupPublisher creates the publisher connection.
+func (p *Participant) setupPublisher(pc *webrtc.PeerConnection) {
+	p.pub = pc
+	pc.OnTrack(p.onTrack)
+	pc.OnDataChannel(p.onDataChannel)
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		p.log.Debug("publisher connection", "state", s.String())
+	})
+}
+
+func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
+	p.sub = pc
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		p.log.Debug("subscriber connection", "state", s.String())
+	})
+	go p.reportLoop(pc)
+}
+
+// HandleOffer applies a publisher offer (first one, renegotiation or ICE
+// restart) and returns the answer, with the server's candidates in it.
+func (p *Participant) HandleOffer(sdp string) (string, error) {
+	p.mu.Lock()
+	pc := p.pub
+	p.mu.Unlock()
+	if pc == nil {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "no publisher connection")
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: sdp}); err != nil {
+		return "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
+	}
+	p.flushCandidates(pc)
+	answer, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
+	}
+	return setLocalAndGather(pc, answer)
+}
+
+func setLocalAndGather(pc *webrtc.PeerConnection, desc webrtc.SessionDescription) (string, error) {
+	done := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(desc); err != nil {
+		return "", protocol.Errorf(protocol.CodeSDPInvalid, "local description: %v", err)
+	}
+	// Host candidates on the shared sockets are known at once; waiting for them
+	// puts every candidate in the SDP, which WHIP/WHEP clients need and which
+	// saves a round of trickle for the others.
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	return pc.LocalDescription().SDP, nil
+}
+
+// HandleAnswer applies the client's answer to the server's subscriber offer.
+func (p *Participant) HandleAnswer(sdp string) error {
+	p.mu.Lock()
+	pc := p.sub
+	p.mu.Unlock()
+	if pc == nil {
+		return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
+	}
+	if pc.SignalingState() != webrtc.SignalingStateHaveLocalOffer {
+		return protocol.Errorf(protocol.CodeBadRequest, "no offer is waiting for an answer")
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: sdp}); err != nil {
+		// The subscriber connection is unusable in an undefined state; ask again.
+		p.mu.Lock()
+		p.negotiating = false
+		p.mu.Unlock()
+		return protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
+	}
+	p.flushCandidates(pc)
+	p.mu.Lock()
+	p.negotiating = false
+	again := p.renegotiate
+	p.renegotiate = false
+	p.mu.Unlock()
+	if again {
+		p.negotiate(false)
+	}
+	return nil
+}
+
+// AddCandidate applies a trickled candidate; candidates that arrive before the
+// remote description are kept until it is set.
+func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) error {
+	p.mu.Lock()
+	pc := p.pub
+	if target == "subscriber" {
+		pc = p.sub
+	}
+	if pc == nil {
+		p.mu.Unlock()
+		return protocol.Errorf(protocol.CodeBadRequest, "no %s connection", target)
+	}
+	if c == nil { // end of candidates
+		p.mu.Unlock()
+		return nil
+	}
+	if pc.RemoteDescription() == nil {
+		if len(p.pending[pc]) < 64 {
+			p.pending[pc] = append(p.pending[pc], *c)
+		}
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	if err := pc.AddICECandidate(*c); err != nil {
+		return protocol.Errorf(protocol.CodeBadRequest, "candidate: %v", err)
+	}
+	return nil
+}
+
+func (p *Participant) flushCandidates(pc *webrtc.PeerConnection) {
+	p.mu.Lock()
+	cs := p.pending[pc]
+	delete(p.pending, pc)
+	p.mu.Unlock()
+	for _, c := range cs {
+		_ = pc.AddICECandidate(c)
+	}
+}
+
+// negotiate sends a new subscriber offer soon. Calls close together are batched,
+// and a call while an offer is outstanding is done after its answer.
+func (p *Participant) negotiate(iceRestart bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sub == nil || p.closed {
+		return
+	}
+	if iceRestart {
+		p.iceRestart = true
+	}
+	if p.negotiateSet {
+		return
+	}
+	p.negotiateSet = true
+	time.AfterFunc(15*time.Millisecond, p.doNegotiate)
+}
+
+func (p *Participant) doNegotiate() {
+	p.mu.Lock()
+	p.negotiateSet = false
+	if p.closed || p.sub == nil {
+		p.mu.Unlock()
+		return
+	}
+	if p.negotiating {
+		p.renegotiate = true
+		p.mu.Unlock()
+		return
+	}
+	if p.out == nil {
+		// The client is away; negotiate again when it resumes.
+		p.renegotiate = true
+		p.mu.Unlock()
+		return
+	}
+	p.negotiating = true
+	restart := p.iceRestart
+	p.iceRestart = false
+	pc := p.sub
+	p.mu.Unlock()
+
+	offer, err := pc.CreateOffer(&webrtc.OfferOptions{ICERestart: restart})
+	if err == nil {
+		var sdp string
+		sdp, err = setLocalAndGather(pc, offer)
+		if err == nil {
+			p.send(protocol.Msg{"type": "offer", "sdp": sdp})
+			return
+		}
+	}
+	p.log.Warn("subscriber offer failed", "err", err)
+	p.mu.Lock()
+	p.negotiating = false
+	p.mu.Unlock()
+}
+
+// PublishTrack records a track the client is about to send; media arriving with
+// the same msid track id becomes this track.
+func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, error) {
+	if !p.grants.Publish {
+		return protocol.TrackInfo{}, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.published)+len(p.announced) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
+		return protocol.TrackInfo{}, protocol.Errorf(protocol.CodeTooManyTracks, "at most %d tracks per participant", p.room.mgr.cfg.Limits.MaxTracksPerParticipant)
+	}
+	if ti, ok := p.announced[r.Cid]; ok {
+		return ti, nil
+	}
+	src := r.Source
+	if src == "" {
+		src = "unknown"
+	}
+	ti := protocol.TrackInfo{Sid: newSid("TR_"), Cid: r.Cid, Kind: r.Kind, Source: src, Width: r.Width, Height: r.Height}
+	if r.Name != nil {
+		ti.Name = *r.Name
+	}
+	if r.Muted != nil {
+		ti.Muted = *r.Muted
+	}
+	p.announced[r.Cid] = ti
+	return ti, nil
+}
+
+func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver) {
+	p.mu.Lock()
+	if p.closed || !p.grants.Publish {
+		p.mu.Unlock()
+		return
+	}
+	if remote.RID() != "" {
+		for _, t := range p.published {
+			if t.remote.ID() == remote.ID() {
+				// Simulcast layers beyond the first are not forwarded yet.
+				p.mu.Unlock()
+				p.log.Info("ignoring extra simulcast layer", "rid", remote.RID())
+				return
+			}
+		}
+	}
+	ti, ok := p.announced[remote.ID()]
+	if ok {
+		delete(p.announced, remote.ID())
+	} else {
+		if len(p.published) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
+			p.mu.Unlock()
+			p.log.Warn("track refused: too many tracks")
+			return
+		}
+		src := "camera"
+		if remote.Kind() == webrtc.RTPCodecTypeAudio {
+			src = "microphone"
+		}
+		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: remote.ID(), Kind: remote.Kind().String(), Source: src}
+	}
+	t := newPublication(p, ti, remote, receiver, p.room.mgr.cfg.RTC.PacketCache)
+	p.published[t.sid] = t
+	p.mu.Unlock()
+
+	metrics.Tracks.Inc()
+	p.log.Info("track published", "track", t.sid, "kind", ti.Kind, "codec", t.codec.MimeType, "source", ti.Source)
+	go t.readRTCP()
+	go func() {
+		t.forward()
+		p.unpublish(t, "ended")
+	}()
+	p.room.trackPublished(p, t)
+}
+
+// UnpublishTrack stops forwarding a track at the client's request.
+func (p *Participant) UnpublishTrack(sid string) error {
+	p.mu.Lock()
+	t, ok := p.published[sid]
+	p.mu.Unlock()
+	if !ok {
+		return protocol.Errorf(protocol.CodeNotFound, "no published track %q", sid)
+	}
+	p.unpublish(t, "unpublished")
+	return nil
+}
+
+func (p *Participant) unpublish(t *Publication, why string) {
+	p.mu.Lock()
+	if _, ok := p.published[t.sid]; !ok {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.published, t.sid)
+	p.mu.Unlock()
+	metrics.Tracks.Dec()
+	for _, d := range t.Subscribers() {
+		d.sub.unsubscribe(t, true)
+	}
+	if why != "ended" {
+		// Stop the reader: the transceiver keeps its track until renegotiation.
+		_ = t.receiver.Stop()
+	}
+	p.log.Info("track unpublished", "track", t.sid, "why", why)
+	p.room.broadcast(protocol.Msg{"type": "trackUnpublished", "participantSid": p.sid, "trackSid": t.sid}, p)
+}
+
+// MuteTrack changes a track's mute state and tells the room (the owner too, so an
+// admin mute reaches the publisher's UI).
+func (p *Participant) MuteTrack(sid string, muted bool) error {
+	p.mu.Lock()
+	t, ok := p.published[sid]
+	p.mu.Unlock()
+	if !ok {
+		return protocol.Errorf(protocol.CodeNotFound, "no published track %q", sid)
+	}
+	t.setMuted(muted)
+	p.room.broadcast(protocol.Msg{"type": "trackMuted", "participantSid": p.sid, "trackSid": sid, "muted": muted}, nil)
+	return nil
+}
+
+// Subscribe starts receiving t.
+func (p *Participant) Subscribe(t *Publication) error {
+	if !p.grants.Subscribe {
+		return protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing")
+	}
+	if t.owner == p {
+		return nil
+	}
+	p.mu.Lock()
+	if p.closed || p.sub == nil {
+		p.mu.Unlock()
+		return nil
+	}
+	if _, ok := p.subs[t.sid]; ok {
+		p.mu.Unlock()
+		return nil
+	}
+	d := newDownTrack(t, p)
+	sender, err := p.sub.AddTrack(d)
+	if err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("subscribe %s: %w", t.sid, err)
+	}
+	d.sender = sender
+	p.subs[t.sid] = d
+	p.mu.Unlock()
+	metrics.Subscriptions.Inc()
+	t.addDown(d)
+	go d.readRTCP()
+	p.send(protocol.Msg{"type": "trackSubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
+	p.negotiate(false)
+	return nil
+}
+
+// unsubscribe stops receiving t; renegotiate is false when the connection is
+// being closed anyway.
+func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
+	p.mu.Lock()
+	d, ok := p.subs[t.sid]
+	if ok {
+		delete(p.subs, t.sid)
+	}
+	sub := p.sub
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	metrics.Subscriptions.Dec()
+	t.removeDown(d)
+	d.close()
+	if sub != nil && renegotiate {
+		_ = sub.RemoveTrack(d.sender)
+		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
+		p.negotiate(false)
+	}
+}
+
+// SetSubscribed subscribes to or unsubscribes from tracks by sid.
+func (p *Participant) SetSubscribed(sids []string, on bool) error {
+	for _, sid := range sids {
+		t := p.room.findTrack(sid)
+		if t == nil {
+			return protocol.Errorf(protocol.CodeNotFound, "no track %q in this room", sid)
+		}
+		if on {
+			if err := p.Subscribe(t); err != nil {
+				return err
+			}
+		} else {
+			p.unsubscribe(t, true)
+		}
+	}
+	return nil
+}
+
+// UpdateMetadata changes name and/or metadata and tells the room.
+func (p *Participant) UpdateMetadata(name, metadata *string) {
+	p.mu.Lock()
+	if name != nil {
+		p.name = *name
+	}
+	if metadata != nil {
+		p.metadata = *metadata
+	}
+	info := p.infoLocked()
+	p.mu.Unlock()
+	p.room.broadcast(protocol.Msg{"type": "participantUpdated", "participant": info}, nil)
+}
+
+// RestartICE renegotiates the subscriber connection with new ICE credentials.
+func (p *Participant) RestartICE() { p.negotiate(true) }
+
+// Attach connects a (new) signaling connection, as on join or resume.
+func (p *Participant) Attach(out Sender) {
+	p.mu.Lock()
+	p.out = out
+	if p.dropTimer != nil {
+		p.dropTimer.Stop()
+		p.dropTimer = nil
+	}
+	again := p.renegotiate && !p.negotiating
+	if p.negotiating {
+		// The offer sent before the loss may never have arrived: offer again.
+		p.negotiating = false
+		again = true
+	}
+	p.renegotiate = false
+	p.mu.Unlock()
+	if again {
+		p.negotiate(false)
+	}
+}
+
+// Detach is called when the signaling connection out is lost. The participant
+// stays for the resume window, then leaves.
+func (p *Participant) Detach(out Sender, window time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.out != out || p.closed {
+		return
+	}
+	p.out = nil
+	p.log.Info("signaling lost, waiting for resume", "window", window)
+	p.dropTimer = time.AfterFunc(window, func() { p.Close("disconnected") })
+}
+
+// ResumeTokenMatches checks a resume attempt in constant time.
+func (p *Participant) ResumeTokenMatches(tok string) bool {
+	return constantTimeEqual(p.resumeToken, tok)
+}
+
+// ResumeToken is handed to the client in joined.
+func (p *Participant) ResumeToken() string { return p.resumeToken }
+
+// Kick tells the client why and removes it.
+func (p *Participant) Kick(reason, message string) {
+	p.mu.Lock()
+	out := p.out
+	p.mu.Unlock()
+	if out != nil {
+		out.Send(protocol.Msg{"type": "leave", "reason": reason, "message": message})
+		out.Close(reason, message)
+	}
+	p.Close(reason)
+}
+
+// Close removes the participant: its tracks are unpublished, its subscriptions
+// and connections closed, and the room told.
+func (p *Participant) Close(reason string) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	if p.dropTimer != nil {
+		p.dropTimer.Stop()
+	}
+	pubs := make([]*Publication, 0, len(p.published))
+	for _, t := range p.published {
+		pubs = append(pubs, t)
+	}
+	subs := make([]*Publication, 0, len(p.subs))
+	for _, d := range p.subs {
+		subs = append(subs, d.pub)
+	}
+	pub, sub := p.pub, p.sub
+	p.mu.Unlock()
+
+	for _, t := range pubs {
+		p.unpublish(t, "left")
+	}
+	for _, t := range subs {
+		p.unsubscribe(t, false)
+	}
+	if pub != nil {
+		_ = pub.Close()
+	}
+	if sub != nil {
+		_ = sub.Close()
+	}
+	p.room.remove(p, reason)
+	p.log.Info("participant left", "reason", reason)
+	p.mu.Lock()
+	fs := p.onClose
+	p.onClose = nil
+	p.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// reportLoop sends sender reports for every subscribed track once a second.
+func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var pkts []rtcp.Packet
+	for range tick.C {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		wall := time.Now()
+		pkts = pkts[:0]
+		for _, d := range p.subs {
+			if sr := d.senderReport(wall); sr != nil {
+				pkts = append(pkts, sr)
+			}
+		}
+		p.mu.Unlock()
+		if len(pkts) > 0 {
+			_ = pc.WriteRTCP(pkts)
+		}
+	}
+}
+
+// Stats summarises what the participant sends and receives, for the API.
+func (p *Participant) Stats() map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var subs []map[string]any
+	for sid, d := range p.subs {
+		subs = append(subs, map[string]any{
+			"trackSid": sid, "packets": d.packets.Load(), "nacks": d.nacks.Load(),
+			"retransmits": d.retransmits.Load(), "plis": d.plis.Load(),
+			"rttMs": float64(d.rtt.Load()) / 1e6, "fractionLost": float64(d.lossFrac.Load()) / 256,
+		})
+	}
+	var pubs []map[string]any
+	for sid, t := range p.published {
+		pubs = append(pubs, map[string]any{"trackSid": sid, "packets": t.packets.Load(), "bytes": t.bytes.Load(), "subscribers": len(t.Subscribers())})
+	}
+	return map[string]any{"published": pubs, "subscribed": subs}
+}
+
+func constantTimeEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var v byte
+	for i := 0; i < len(a); i++ {
+		v |= a[i] ^ b[i]
+	}
+	return v == 0
+}
+
+// PublisherPC and SubscriberPC expose the connections to the WHIP/WHEP layer.
+func (p *Participant) PublisherPC() *webrtc.PeerConnection {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pub
+}
+
+func (p *Participant) SubscriberPC() *webrtc.PeerConnection {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sub
+}
+
+// OnClose registers f to run once the participant has left.
+func (p *Participant) OnClose(f func()) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.onClose = append(p.onClose, f)
+	}
+	p.mu.Unlock()
+	if closed {
+		f()
+	}
+}

@@ -1,0 +1,220 @@
+package sfu
+
+import (
+	"sync"
+	"time"
+
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// Room is a set of participants that see each other's tracks. Its lock guards
+// membership only; no packet ever takes it.
+type Room struct {
+	sid       string
+	name      string
+	mgr       *Manager
+	createdAt time.Time
+
+	mu              sync.RWMutex
+	participants    map[string]*Participant // by sid
+	metadata        string
+	maxParticipants int
+	closed          bool
+	// explicit rooms (created through the API) stay open when empty.
+	explicit bool
+}
+
+// Name is the room's name.
+func (r *Room) Name() string { return r.name }
+
+// Info describes the room.
+func (r *Room) Info() protocol.RoomInfo {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, p := range r.participants {
+		if !p.hidden {
+			n++
+		}
+	}
+	return protocol.RoomInfo{Sid: r.sid, Name: r.name, Metadata: r.metadata, NumParticipants: n, MaxParticipants: r.maxParticipants, CreatedAt: r.createdAt.Unix()}
+}
+
+// Participants returns the visible participants.
+func (r *Room) Participants() []*Participant {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*Participant, 0, len(r.participants))
+	for _, p := range r.participants {
+		if !p.hidden {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (r *Room) all() []*Participant {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*Participant, 0, len(r.participants))
+	for _, p := range r.participants {
+		out = append(out, p)
+	}
+	return out
+}
+
+// ByIdentity finds a visible participant.
+func (r *Room) ByIdentity(identity string) *Participant {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, p := range r.participants {
+		if p.identity == identity && !p.hidden {
+			return p
+		}
+	}
+	return nil
+}
+
+// BySid finds a participant.
+func (r *Room) BySid(sid string) *Participant {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.participants[sid]
+}
+
+// add admits p, enforcing the size limit.
+func (r *Room) add(p *Participant) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return protocol.Errorf(protocol.CodeNotFound, "room %q is closed", r.name)
+	}
+	visible := 0
+	for _, q := range r.participants {
+		if !q.hidden {
+			visible++
+		}
+	}
+	if !p.hidden && visible >= r.maxParticipants {
+		r.mu.Unlock()
+		return protocol.Errorf(protocol.CodeRoomFull, "room %q is full (%d participants)", r.name, r.maxParticipants)
+	}
+	r.participants[p.sid] = p
+	r.mu.Unlock()
+	metrics.Participants.Inc()
+	if !p.hidden {
+		r.broadcast(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
+	}
+	return nil
+}
+
+func (r *Room) remove(p *Participant, reason string) {
+	r.mu.Lock()
+	if _, ok := r.participants[p.sid]; !ok {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.participants, p.sid)
+	empty := len(r.participants) == 0 && !r.explicit
+	r.mu.Unlock()
+	metrics.Participants.Dec()
+	if !p.hidden {
+		r.broadcast(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)
+	}
+	if empty {
+		r.mgr.dropIfEmpty(r)
+	}
+}
+
+// broadcast sends m to every visible participant except skip.
+func (r *Room) broadcast(m protocol.Msg, skip *Participant) {
+	for _, p := range r.all() {
+		if p != skip && !p.hidden {
+			p.send(m)
+		}
+	}
+}
+
+// trackPublished announces t and subscribes those who subscribe automatically.
+func (r *Room) trackPublished(owner *Participant, t *Publication) {
+	info := t.Info()
+	for _, p := range r.all() {
+		if p == owner {
+			continue
+		}
+		if !p.hidden {
+			p.send(protocol.Msg{"type": "trackPublished", "participantSid": owner.sid, "track": info})
+		}
+		if p.autoSubscribe && p.grants.Subscribe {
+			if err := p.Subscribe(t); err != nil {
+				p.log.Warn("auto-subscribe failed", "track", t.sid, "err", err)
+			}
+		}
+	}
+}
+
+// subscribeExisting subscribes a newcomer to the tracks already published.
+func (r *Room) subscribeExisting(p *Participant) {
+	if !p.autoSubscribe || !p.grants.Subscribe {
+		return
+	}
+	for _, q := range r.all() {
+		if q == p {
+			continue
+		}
+		q.mu.Lock()
+		pubs := make([]*Publication, 0, len(q.published))
+		for _, t := range q.published {
+			pubs = append(pubs, t)
+		}
+		q.mu.Unlock()
+		for _, t := range pubs {
+			_ = p.Subscribe(t)
+		}
+	}
+}
+
+func (r *Room) findTrack(sid string) *Publication {
+	for _, p := range r.all() {
+		p.mu.Lock()
+		t := p.published[sid]
+		p.mu.Unlock()
+		if t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+// recipients are the participants a data message from p to identities goes to.
+func (r *Room) recipients(from *Participant, identities []string) []*Participant {
+	var out []*Participant
+	for _, p := range r.all() {
+		if p == from || p.hidden {
+			continue
+		}
+		if len(identities) == 0 {
+			out = append(out, p)
+			continue
+		}
+		for _, id := range identities {
+			if p.identity == id {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Close removes everyone with the given reason.
+func (r *Room) Close(reason string) {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	for _, p := range r.all() {
+		p.Kick(reason, "the room was closed")
+	}
+	r.mgr.forget(r)
+}

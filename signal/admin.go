@@ -1,0 +1,128 @@
+package signal
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// The REST admin API: rooms and participants, for tokens with the admin grant,
+// from loopback unless admin.allow_remote.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	h := func(pattern string, f func(http.ResponseWriter, *http.Request) (any, error)) {
+		mux.Handle(pattern, s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := s.verify(bearer(r))
+			if err != nil {
+				s.log.Info("admin request refused", "err", err, "remote", r.RemoteAddr)
+				httpError(w, err)
+				return
+			}
+			if !c.Grants.Admin {
+				httpError(w, protocol.Errorf(protocol.CodeForbidden, "the token has no admin grant"))
+				return
+			}
+			v, err := f(w, r)
+			if err != nil {
+				httpError(w, err)
+				return
+			}
+			s.log.Info("admin request", "method", r.Method, "path", r.URL.Path, "identity", c.Identity())
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(v)
+		})))
+	}
+	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		out := []protocol.RoomInfo{}
+		for _, room := range s.mgr.Rooms() {
+			out = append(out, room.Info())
+		}
+		return out, nil
+	})
+	h("POST /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		var req struct {
+			Name            string `json:"name"`
+			MaxParticipants int    `json:"maxParticipants"`
+			Metadata        string `json:"metadata"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			return nil, protocol.Errorf(protocol.CodeBadRequest, "body must be {name, maxParticipants?, metadata?}: %v", err)
+		}
+		room, err := s.mgr.CreateRoom(req.Name, req.MaxParticipants, req.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		return room.Info(), nil
+	})
+	h("DELETE /v1/admin/rooms/{room}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		room, err := s.room(r)
+		if err != nil {
+			return nil, err
+		}
+		room.Close("room_closed")
+		return map[string]bool{"closed": true}, nil
+	})
+	h("GET /v1/admin/rooms/{room}/participants", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		room, err := s.room(r)
+		if err != nil {
+			return nil, err
+		}
+		out := []protocol.ParticipantInfo{}
+		for _, p := range room.Participants() {
+			out = append(out, p.Info())
+		}
+		return out, nil
+	})
+	h("GET /v1/admin/rooms/{room}/participants/{identity}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		p, err := s.participant(r)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"participant": p.Info(), "stats": p.Stats()}, nil
+	})
+	h("DELETE /v1/admin/rooms/{room}/participants/{identity}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		p, err := s.participant(r)
+		if err != nil {
+			return nil, err
+		}
+		p.Kick("kicked", "removed by an administrator")
+		return map[string]bool{"kicked": true}, nil
+	})
+	h("POST /v1/admin/rooms/{room}/participants/{identity}/tracks/{track}/mute", func(w http.ResponseWriter, r *http.Request) (any, error) {
+		p, err := s.participant(r)
+		if err != nil {
+			return nil, err
+		}
+		var req struct {
+			Muted *bool `json:"muted"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Muted == nil {
+			return nil, protocol.Errorf(protocol.CodeBadRequest, "body must be {muted: bool}")
+		}
+		if err := p.MuteTrack(r.PathValue("track"), *req.Muted); err != nil {
+			return nil, err
+		}
+		return map[string]bool{"muted": *req.Muted}, nil
+	})
+}
+
+func (s *Server) room(r *http.Request) (*sfu.Room, error) {
+	room := s.mgr.Room(r.PathValue("room"))
+	if room == nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no room %q", r.PathValue("room"))
+	}
+	return room, nil
+}
+
+func (s *Server) participant(r *http.Request) (*sfu.Participant, error) {
+	room, err := s.room(r)
+	if err != nil {
+		return nil, err
+	}
+	p := room.ByIdentity(r.PathValue("identity"))
+	if p == nil {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no participant %q in room %q", r.PathValue("identity"), room.Name())
+	}
+	return p, nil
+}

@@ -1,0 +1,236 @@
+// Package signal is Petrel's edge: the WebSocket room protocol, WHIP and WHEP, the
+// REST admin API, metrics and health, and the embedded web app, all on one HTTP
+// port. Every request is parsed as hostile input and answered with a protocol
+// error code.
+package signal
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// Server serves the HTTP port.
+type Server struct {
+	cfg        config.Config
+	mgr        *sfu.Manager
+	keys       auth.Keys
+	apiKey     string // the key dev tokens are signed with
+	dev        bool
+	log        *slog.Logger
+	turnSecret string
+	turnPort   int
+	web        fs.FS
+	joins      *rate.Limiter
+
+	mu       sync.Mutex
+	sessions map[string]*httpSession // WHIP/WHEP sessions by id
+}
+
+// Options are the parts of Server that come from outside.
+type Options struct {
+	Config     config.Config
+	Manager    *sfu.Manager
+	Keys       auth.Keys
+	APIKey     string
+	Dev        bool
+	TURNPort   int // 0: no TURN
+	TURNSecret string
+	Web        fs.FS
+	Log        *slog.Logger
+}
+
+// New makes the HTTP server.
+func New(o Options) *Server {
+	return &Server{
+		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
+		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web,
+		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
+		sessions: map[string]*httpSession{},
+	}
+}
+
+// Handler routes every HTTP request.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})))
+	mux.HandleFunc("GET /v1/rtc", s.serveWS)
+	mux.HandleFunc("POST /v1/dev/token", s.devToken)
+
+	mux.HandleFunc("POST /whip/{room}", s.whipPost)
+	mux.HandleFunc("POST /whep/{room}", s.whepPost)
+	mux.HandleFunc("PATCH /whip/{room}/{session}", s.sessionPatch)
+	mux.HandleFunc("PATCH /whep/{room}/{session}", s.sessionPatch)
+	mux.HandleFunc("DELETE /whip/{room}/{session}", s.sessionDelete)
+	mux.HandleFunc("DELETE /whep/{room}/{session}", s.sessionDelete)
+	mux.HandleFunc("OPTIONS /whip/{room}", s.whipOptions)
+	mux.HandleFunc("OPTIONS /whep/{room}", s.whipOptions)
+
+	s.adminRoutes(mux)
+	if s.web != nil {
+		mux.Handle("GET /", s.webHandler())
+	}
+	return s.cors(mux)
+}
+
+// cors lets WHIP/WHEP players on other origins use the standard endpoints.
+func (s *Server) cors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/whip/") || strings.HasPrefix(r.URL.Path, "/whep/") {
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			w.Header().Set("Access-Control-Allow-Methods", "POST, PATCH, DELETE, OPTIONS")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, If-Match")
+			w.Header().Set("Access-Control-Expose-Headers", "Location, ETag, Link")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) webHandler() http.Handler {
+	files := http.FileServerFS(s.web)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := fs.Stat(s.web, "index.html"); err != nil {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("Petrel is running, but this binary was built without the web app (run `make run`).\n"))
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+}
+
+// httpError writes a protocol error as JSON with the status that fits its code.
+func httpError(w http.ResponseWriter, err error) {
+	code := protocol.CodeOf(err)
+	status := map[string]int{
+		protocol.CodeBadRequest: 400, protocol.CodeInvalidJSON: 400, protocol.CodeSDPInvalid: 400,
+		protocol.CodeUnauthorized: 401, protocol.CodeTokenExpired: 401, protocol.CodeForbidden: 403,
+		protocol.CodeNotFound: 404, protocol.CodeTooLarge: 413, protocol.CodeRateLimited: 429,
+		protocol.CodeRoomFull: 429, protocol.CodeServerBusy: 503, protocol.CodeTooManyTracks: 429,
+	}[code]
+	if status == 0 {
+		status = 500
+	}
+	metrics.SignalErrors.WithLabelValues(code).Inc()
+	msg := err.Error()
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})
+}
+
+// verify checks a token and maps its failure to a protocol error.
+func (s *Server) verify(token string) (*auth.Claims, error) {
+	c, err := s.keys.Verify(token)
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, auth.ErrExpired):
+		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%v", err)
+	default:
+		return nil, protocol.Errorf(protocol.CodeUnauthorized, "%v", err)
+	}
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// isLoopback reports whether the request comes from this machine.
+func isLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.Admin.AllowRemote && !isLoopback(r) {
+			httpError(w, protocol.Errorf(protocol.CodeForbidden, "admin endpoints answer only loopback clients (admin.allow_remote)"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// iceServers lists TURN for a client that reached us at host.
+func (s *Server) iceServers(r *http.Request, identity string) []protocol.ICEServer {
+	var out []protocol.ICEServer
+	user, pass := auth.TURNCredentials(s.turnSecret, identity, s.cfg.TURN.CredentialTTL, time.Now())
+	if s.turnPort > 0 {
+		host := s.cfg.TURN.Host
+		if host == "" {
+			host = r.Host
+			if h, _, err := net.SplitHostPort(r.Host); err == nil {
+				host = h
+			}
+			if s.cfg.Loopback || host == "localhost" {
+				host = "127.0.0.1"
+			}
+		}
+		hp := net.JoinHostPort(host, strconv.Itoa(s.turnPort))
+		out = append(out, protocol.ICEServer{
+			URLs:     []string{"turn:" + hp + "?transport=udp", "turn:" + hp + "?transport=tcp"},
+			Username: user, Credential: pass,
+		})
+	}
+	for _, u := range s.cfg.TURN.External {
+		out = append(out, protocol.ICEServer{URLs: []string{u}, Username: user, Credential: pass})
+	}
+	return out
+}
+
+// devToken hands out tokens to the web app in development mode, on loopback only.
+func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
+	if !s.dev || !isLoopback(r) {
+		httpError(w, protocol.Errorf(protocol.CodeForbidden, "development tokens are off (API keys are configured) or the client is not on loopback"))
+		return
+	}
+	var req struct {
+		Room     string `json:"room"`
+		Identity string `json:"identity"`
+		Name     string `json:"name"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Room == "" || req.Identity == "" {
+		httpError(w, protocol.Errorf(protocol.CodeBadRequest, "body must be {room, identity, name?}"))
+		return
+	}
+	c := auth.Claims{Room: req.Room, Name: req.Name, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
+	c.Subject = req.Identity
+	tok, err := s.keys.Sign(s.apiKey, c, 6*time.Hour)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"token": tok})
+}

@@ -1,0 +1,296 @@
+package signal
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// httpSession is a WHIP publisher or WHEP viewer.
+type httpSession struct {
+	id    string
+	kind  string // whip or whep
+	room  string
+	token string // hash of the bearer token that created it: only it may modify it
+	p     *sfu.Participant
+	pc    func() *webrtc.PeerConnection
+	etag  string
+}
+
+// WHIP and WHEP (RFC 9725 and its playback counterpart): SDP offer in, SDP answer
+// out, candidates in the answer; PATCH for trickle and ICE restart; DELETE ends.
+
+func (s *Server) readSDP(w http.ResponseWriter, r *http.Request) (string, error) {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "application/sdp" {
+		return "", &statusError{415, protocol.Errorf(protocol.CodeBadRequest, "Content-Type must be application/sdp")}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.Limits.MaxSDPBytes)))
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
+	}
+	sdp := string(b)
+	if !strings.HasPrefix(strings.TrimSpace(sdp), "v=0") {
+		return "", protocol.Errorf(protocol.CodeSDPInvalid, "the body is not an SDP offer")
+	}
+	return sdp, nil
+}
+
+type statusError struct {
+	status int
+	err    error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+func writeErr(w http.ResponseWriter, err error) {
+	if se, ok := err.(*statusError); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(se.status)
+		fmt.Fprintf(w, "{\"code\":%q,\"message\":%q}\n", protocol.CodeOf(se.err), se.err.Error())
+		return
+	}
+	httpError(w, err)
+}
+
+func (s *Server) tokenFor(r *http.Request) (*auth.Claims, error) {
+	c, err := s.verify(bearer(r))
+	if err != nil {
+		return nil, err
+	}
+	room := r.PathValue("room")
+	if c.Room != room {
+		return nil, protocol.Errorf(protocol.CodeForbidden, "the token is for room %q, not %q", c.Room, room)
+	}
+	return c, nil
+}
+
+func hashToken(t string) string {
+	h := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(h[:])
+}
+
+func (s *Server) whipPost(w http.ResponseWriter, r *http.Request) {
+	s.startSession(w, r, "whip")
+}
+
+func (s *Server) whepPost(w http.ResponseWriter, r *http.Request) {
+	s.startSession(w, r, "whep")
+}
+
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind string) {
+	c, err := s.tokenFor(r)
+	if err != nil {
+		s.log.Info(kind+" refused", "err", err, "remote", r.RemoteAddr)
+		writeErr(w, err)
+		return
+	}
+	offer, err := s.readSDP(w, r)
+	if err != nil {
+		s.log.Info(kind+" refused", "err", err, "remote", r.RemoteAddr)
+		writeErr(w, err)
+		return
+	}
+	if !s.joins.Allow() {
+		writeErr(w, protocol.Errorf(protocol.CodeServerBusy, "too many sessions starting, try again shortly"))
+		return
+	}
+	var p *sfu.Participant
+	var answer string
+	if kind == "whip" {
+		p, answer, err = s.mgr.PublishWHIP(c, offer)
+	} else {
+		q := r.URL.Query()
+		p, answer, err = s.mgr.PlayWHEP(c, offer, q.Get("participant"), q["track"])
+	}
+	if err != nil {
+		s.log.Info(kind+" failed", "err", err, "room", c.Room)
+		writeErr(w, err)
+		return
+	}
+	sess := &httpSession{id: p.Sid(), kind: kind, room: c.Room, token: hashToken(bearer(r)), p: p, etag: etagOf(answer)}
+	if kind == "whip" {
+		sess.pc = p.PublisherPC
+	} else {
+		sess.pc = p.SubscriberPC
+	}
+	s.mu.Lock()
+	s.sessions[sess.id] = sess
+	s.mu.Unlock()
+	p.OnClose(func() {
+		s.mu.Lock()
+		delete(s.sessions, sess.id)
+		s.mu.Unlock()
+	})
+	loc := "/" + kind + "/" + r.PathValue("room") + "/" + sess.id
+	w.Header().Set("Location", loc)
+	w.Header().Set("ETag", sess.etag)
+	w.Header().Set("Content-Type", "application/sdp")
+	for _, ice := range s.iceServers(r, c.Identity()) {
+		for _, u := range ice.URLs {
+			w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
+		}
+	}
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, answer)
+}
+
+func etagOf(sdp string) string {
+	for _, l := range strings.Split(sdp, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=ice-ufrag:"); ok {
+			return `"` + v + `"`
+		}
+	}
+	return `"0"`
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) *httpSession {
+	s.mu.Lock()
+	sess := s.sessions[r.PathValue("session")]
+	s.mu.Unlock()
+	if sess == nil || sess.room != r.PathValue("room") || !strings.HasPrefix(r.URL.Path, "/"+sess.kind+"/") {
+		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "no such session"))
+		return nil
+	}
+	if hashToken(bearer(r)) != sess.token {
+		writeErr(w, protocol.Errorf(protocol.CodeUnauthorized, "use the token that created the session"))
+		return nil
+	}
+	return sess
+}
+
+func (s *Server) sessionDelete(w http.ResponseWriter, r *http.Request) {
+	sess := s.session(w, r)
+	if sess == nil {
+		return
+	}
+	sess.p.Close("left")
+	w.WriteHeader(http.StatusOK)
+}
+
+// sessionPatch applies a trickle-ice-sdpfrag: new candidates, or new ICE
+// credentials (an ICE restart), answered with the server's new credentials.
+func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
+	sess := s.session(w, r)
+	if sess == nil {
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "application/trickle-ice-sdpfrag" {
+		writeErr(w, &statusError{415, protocol.Errorf(protocol.CodeBadRequest, "Content-Type must be application/trickle-ice-sdpfrag")})
+		return
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
+	if err != nil {
+		writeErr(w, protocol.Errorf(protocol.CodeTooLarge, "sdpfrag over 16 KiB"))
+		return
+	}
+	frag := parseFrag(string(b))
+	pc := sess.pc()
+	if pc == nil || pc.RemoteDescription() == nil {
+		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "session is closed"))
+		return
+	}
+	cur := pc.RemoteDescription().SDP
+	if frag.ufrag != "" && !strings.Contains(cur, "a=ice-ufrag:"+frag.ufrag) {
+		if sess.kind != "whip" {
+			writeErr(w, &statusError{405, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
+			return
+		}
+		// ICE restart: the same offer with new credentials, answered anew.
+		offer := replaceICE(cur, frag.ufrag, frag.pwd)
+		answer, err := sess.p.HandleOffer(offer)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		for _, c := range frag.candidates {
+			_ = pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &frag.mid})
+		}
+		sess.etag = etagOf(answer)
+		w.Header().Set("Content-Type", "application/trickle-ice-sdpfrag")
+		w.Header().Set("ETag", sess.etag)
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, answerFrag(answer))
+		return
+	}
+	for _, c := range frag.candidates {
+		mid := frag.mid
+		if err := pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &mid}); err != nil {
+			writeErr(w, protocol.Errorf(protocol.CodeBadRequest, "candidate %q: %v", c, err))
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type sdpFrag struct {
+	ufrag, pwd, mid string
+	candidates      []string
+}
+
+func parseFrag(s string) sdpFrag {
+	var f sdpFrag
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(l, "a=ice-ufrag:"):
+			f.ufrag = strings.TrimPrefix(l, "a=ice-ufrag:")
+		case strings.HasPrefix(l, "a=ice-pwd:"):
+			f.pwd = strings.TrimPrefix(l, "a=ice-pwd:")
+		case strings.HasPrefix(l, "a=mid:") && f.mid == "":
+			f.mid = strings.TrimPrefix(l, "a=mid:")
+		case strings.HasPrefix(l, "a=candidate:"):
+			if len(f.candidates) < 64 {
+				f.candidates = append(f.candidates, strings.TrimPrefix(l, "a="))
+			}
+		}
+	}
+	return f
+}
+
+func replaceICE(sdp, ufrag, pwd string) string {
+	lines := strings.Split(sdp, "\r\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "a=ice-ufrag:"):
+			lines[i] = "a=ice-ufrag:" + ufrag
+		case strings.HasPrefix(l, "a=ice-pwd:"):
+			lines[i] = "a=ice-pwd:" + pwd
+		}
+	}
+	return strings.Join(lines, "\r\n")
+}
+
+// answerFrag extracts the ICE lines of an answer as an sdpfrag.
+func answerFrag(sdp string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, l := range strings.Split(sdp, "\r\n") {
+		if strings.HasPrefix(l, "a=ice-ufrag:") || strings.HasPrefix(l, "a=ice-pwd:") || strings.HasPrefix(l, "a=candidate:") {
+			if !seen[l] {
+				seen[l] = true
+				b.WriteString(l + "\r\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Accept-Post", "application/sdp")
+	w.WriteHeader(http.StatusNoContent)
+}

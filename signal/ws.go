@@ -1,0 +1,319 @@
+package signal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
+
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+const (
+	joinTimeout   = 10 * time.Second
+	outQueue      = 512
+	pingInterval  = 15 * time.Second
+	maxRateErrors = 10
+)
+
+// wsConn is one client's signaling WebSocket. Reads happen on the handler
+// goroutine; writes go through a queue drained by one writer goroutine, so that
+// sending never blocks the room.
+type wsConn struct {
+	c      *websocket.Conn
+	out    chan protocol.Msg
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	closeC websocket.StatusCode
+	closeR string
+}
+
+// Send queues m; a client that lets its queue fill up is disconnected.
+func (w *wsConn) Send(m protocol.Msg) {
+	if m == nil {
+		return
+	}
+	select {
+	case w.out <- m:
+	case <-w.ctx.Done():
+	default:
+		w.Close("slow_client", "the client does not read its messages")
+	}
+}
+
+// Close ends the connection after what is queued has been written.
+func (w *wsConn) Close(code, message string) {
+	status := websocket.StatusNormalClosure
+	switch code {
+	case protocol.CodeTooLarge:
+		status = websocket.StatusMessageTooBig
+	case protocol.CodeUnauthorized, protocol.CodeTokenExpired, protocol.CodeProtocolVersion, protocol.CodeNotJoined, protocol.CodeJoinTimeout, protocol.CodeRateLimited, "slow_client":
+		status = websocket.StatusPolicyViolation
+	case protocol.CodeServerBusy:
+		status = websocket.StatusTryAgainLater
+	}
+	w.once.Do(func() {
+		w.closeC, w.closeR = status, code
+		close(w.out)
+	})
+}
+
+func (w *wsConn) writer() {
+	defer w.cancel()
+	for {
+		select {
+		case m, ok := <-w.out:
+			if !ok {
+				_ = w.c.Close(w.closeC, w.closeR)
+				return
+			}
+			b, err := json.Marshal(m)
+			if err != nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+			err = w.c.Write(ctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return
+			}
+		case <-time.After(pingInterval):
+			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+			err := w.c.Ping(ctx)
+			cancel()
+			if err != nil {
+				return
+			}
+		case <-w.ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
+		// Authentication is by token in the join message, not by origin: any
+		// page holding a valid token may connect.
+		InsecureSkipVerify: true,
+	})
+	if err != nil {
+		return
+	}
+	limit := s.cfg.Limits.MaxMessageBytes
+	c.SetReadLimit(int64(4 * limit))
+	ctx, cancel := context.WithCancel(r.Context())
+	w := &wsConn{c: c, out: make(chan protocol.Msg, outQueue), ctx: ctx, cancel: cancel}
+	go w.writer()
+	defer cancel()
+	log := s.log.With("remote", r.RemoteAddr)
+
+	fail := func(id *int64, err error) {
+		metrics.SignalErrors.WithLabelValues(protocol.CodeOf(err)).Inc()
+		w.Send(protocol.ErrorMsg(id, err))
+	}
+
+	var p *sfu.Participant
+	defer func() {
+		if p != nil {
+			p.Detach(w, s.cfg.RTC.ResumeWindow)
+		}
+	}()
+	limiter := rate.NewLimiter(rate.Limit(s.cfg.Limits.MessagesPerSecond), 2*s.cfg.Limits.MessagesPerSecond)
+	rateErrors := 0
+	joinDeadline := time.AfterFunc(joinTimeout, func() {
+		fail(nil, protocol.Errorf(protocol.CodeJoinTimeout, "no join within %s", joinTimeout))
+		w.Close(protocol.CodeJoinTimeout, "join timeout")
+	})
+	defer joinDeadline.Stop()
+
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+				log.Warn("signaling message over the read limit")
+			}
+			return
+		}
+		if len(b) > limit {
+			log.Warn("signaling message too large", "bytes", len(b))
+			fail(nil, protocol.Errorf(protocol.CodeTooLarge, "message of %d bytes is over the %d-byte limit", len(b), limit))
+			w.Close(protocol.CodeTooLarge, "message too large")
+			return
+		}
+		if !limiter.Allow() {
+			rateErrors++
+			fail(nil, protocol.Errorf(protocol.CodeRateLimited, "more than %d messages per second", s.cfg.Limits.MessagesPerSecond))
+			if rateErrors >= maxRateErrors {
+				log.Warn("signaling flood, closing")
+				w.Close(protocol.CodeRateLimited, "message flood")
+				return
+			}
+			continue
+		}
+		rateErrors = 0
+		if typ != websocket.MessageText {
+			fail(nil, protocol.Errorf(protocol.CodeBadRequest, "binary frames are not part of the protocol"))
+			continue
+		}
+		req, err := protocol.Parse(b)
+		if err != nil {
+			var id *int64
+			if req != nil {
+				id = req.ID
+			}
+			log.Info("bad signaling message", "err", err)
+			fail(id, err)
+			if p == nil && protocol.CodeOf(err) == protocol.CodeUnauthorized {
+				w.Close(protocol.CodeUnauthorized, "no token")
+				return
+			}
+			continue
+		}
+		if p == nil {
+			if req.Type != "join" {
+				fail(req.ID, protocol.Errorf(protocol.CodeNotJoined, "the first message must be join"))
+				w.Close(protocol.CodeNotJoined, "not joined")
+				return
+			}
+			joinDeadline.Stop()
+			p, err = s.join(r, w, req)
+			if err != nil {
+				metrics.Joins.WithLabelValues(protocol.CodeOf(err)).Inc()
+				log.Info("join refused", "code", protocol.CodeOf(err), "err", err)
+				fail(req.ID, err)
+				w.Close(protocol.CodeOf(err), "join refused")
+				return
+			}
+			metrics.Joins.WithLabelValues("ok").Inc()
+			continue
+		}
+		if req.Type == "leave" {
+			w.Close("", "leave")
+			p.Close("left")
+			p = nil
+			return
+		}
+		if reply, err := s.handle(p, req); err != nil {
+			if protocol.CodeOf(err) == protocol.CodeInternal {
+				log.Error("request failed", "type", req.Type, "err", err)
+			} else {
+				log.Info("request refused", "type", req.Type, "err", err)
+			}
+			fail(req.ID, err)
+		} else {
+			w.Send(reply)
+		}
+	}
+}
+
+func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.Participant, error) {
+	if req.Protocol != protocol.Version {
+		return nil, protocol.Errorf(protocol.CodeProtocolVersion, "this server speaks protocol %d, not %d", protocol.Version, req.Protocol)
+	}
+	if !s.joins.Allow() {
+		return nil, protocol.Errorf(protocol.CodeServerBusy, "too many joins, try again shortly")
+	}
+	claims, err := s.verify(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	if claims.Room == "" {
+		return nil, protocol.Errorf(protocol.CodeUnauthorized, "the token names no room")
+	}
+	var p *sfu.Participant
+	resumed := false
+	if req.Resume != nil {
+		p, err = s.mgr.Resume(claims, req.Resume.ParticipantSid, req.Resume.ResumeToken)
+		if err != nil {
+			return nil, err
+		}
+		resumed = true
+	} else {
+		auto := req.AutoSubscribe == nil || *req.AutoSubscribe
+		p, err = s.mgr.Join(claims, sfu.JoinOptions{Name: req.Name, Metadata: req.Metadata, AutoSubscribe: auto}, w)
+		if err != nil {
+			return nil, err
+		}
+	}
+	others := []any{}
+	for _, q := range p.Room().Participants() {
+		if q != p {
+			others = append(others, q.Info())
+		}
+	}
+	w.Send(protocol.Msg{
+		"type": "joined", "protocol": protocol.Version, "id": req.ID,
+		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
+		"iceServers": s.iceServers(r, claims.Identity()), "resumeToken": p.ResumeToken(), "resumed": resumed,
+	})
+	if resumed {
+		p.Attach(w)
+	} else {
+		p.Start()
+	}
+	return p, nil
+}
+
+// handle answers one request of a joined participant.
+func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, error) {
+	switch r.Type {
+	case "join":
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "already joined")
+	case "offer":
+		if len(r.SDP) > s.cfg.Limits.MaxSDPBytes {
+			return nil, protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
+		}
+		sdp, err := p.HandleOffer(r.SDP)
+		if err != nil {
+			return nil, err
+		}
+		m := protocol.Msg{"type": "answer", "sdp": sdp}
+		if r.ID != nil {
+			m["id"] = *r.ID
+		}
+		return m, nil
+	case "answer":
+		if len(r.SDP) > s.cfg.Limits.MaxSDPBytes {
+			return nil, protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
+		}
+		return protocol.Response(r.ID, nil), p.HandleAnswer(r.SDP)
+	case "trickle":
+		return protocol.Response(r.ID, nil), p.AddCandidate(r.Target, r.Candidate)
+	case "publishTrack":
+		ti, err := p.PublishTrack(r)
+		if err != nil {
+			return nil, err
+		}
+		return protocol.Response(r.ID, protocol.Msg{"track": ti}), nil
+	case "unpublishTrack":
+		return protocol.Response(r.ID, nil), p.UnpublishTrack(r.TrackSid)
+	case "muteTrack":
+		return protocol.Response(r.ID, nil), p.MuteTrack(r.TrackSid, *r.Muted)
+	case "subscribe":
+		return protocol.Response(r.ID, nil), p.SetSubscribed(r.TrackSids, *r.Subscribe)
+	case "updateMetadata":
+		p.UpdateMetadata(r.Name, r.Metadata)
+		return protocol.Response(r.ID, nil), nil
+	case "restartIce":
+		p.RestartICE()
+		return protocol.Response(r.ID, nil), nil
+	case "ping":
+		m := protocol.Msg{"type": "pong", "serverTime": time.Now().UnixMilli()}
+		if r.T != nil {
+			m["t"] = *r.T
+		}
+		if r.ID != nil {
+			m["id"] = *r.ID
+		}
+		return m, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownType, "unknown message type %q", r.Type)
+}
