@@ -31,9 +31,11 @@ type wsConn struct {
 	out    chan protocol.Msg
 	ctx    context.Context
 	cancel context.CancelFunc
-	once   sync.Once
+	mu     sync.Mutex // guards shut and sends on out
+	shut   bool
 	closeC websocket.StatusCode
 	closeR string
+	done   chan struct{} // closed when the writer has finished
 }
 
 // Send queues m; a client that lets its queue fill up is disconnected.
@@ -41,11 +43,15 @@ func (w *wsConn) Send(m protocol.Msg) {
 	if m == nil {
 		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.shut {
+		return
+	}
 	select {
 	case w.out <- m:
-	case <-w.ctx.Done():
 	default:
-		w.Close("slow_client", "the client does not read its messages")
+		w.closeLocked("slow_client")
 	}
 }
 
@@ -60,18 +66,34 @@ func (w *wsConn) Close(code, message string) {
 	case protocol.CodeServerBusy:
 		status = websocket.StatusTryAgainLater
 	}
-	w.once.Do(func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.shut {
 		w.closeC, w.closeR = status, code
+		w.shut = true
 		close(w.out)
-	})
+	}
+}
+
+func (w *wsConn) closeLocked(code string) {
+	if !w.shut {
+		w.closeC, w.closeR = websocket.StatusPolicyViolation, code
+		w.shut = true
+		close(w.out)
+	}
 }
 
 func (w *wsConn) writer() {
+	defer close(w.done)
+	// A failed write means the client is gone: stop the reader too.
 	defer w.cancel()
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
 	for {
 		select {
 		case m, ok := <-w.out:
 			if !ok {
+				// Everything queued before Close has been written.
 				_ = w.c.Close(w.closeC, w.closeR)
 				return
 			}
@@ -85,15 +107,13 @@ func (w *wsConn) writer() {
 			if err != nil {
 				return
 			}
-		case <-time.After(pingInterval):
+		case <-ping.C:
 			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 			err := w.c.Ping(ctx)
 			cancel()
 			if err != nil {
 				return
 			}
-		case <-w.ctx.Done():
-			return
 		}
 	}
 }
@@ -109,10 +129,20 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	}
 	limit := s.cfg.Limits.MaxMessageBytes
 	c.SetReadLimit(int64(4 * limit))
-	ctx, cancel := context.WithCancel(r.Context())
-	w := &wsConn{c: c, out: make(chan protocol.Msg, outQueue), ctx: ctx, cancel: cancel}
+	// Not the request's context: the writer must outlive the handler long enough
+	// to flush a final error and the close frame.
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &wsConn{c: c, out: make(chan protocol.Msg, outQueue), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go w.writer()
-	defer cancel()
+	defer func() {
+		w.Close("", "")
+		select {
+		case <-w.done:
+		case <-time.After(5 * time.Second):
+		}
+		cancel()
+		_ = c.CloseNow()
+	}()
 	log := s.log.With("remote", r.RemoteAddr)
 
 	fail := func(id *int64, err error) {

@@ -1,0 +1,433 @@
+// Package client is a Go client of the Petrel room protocol (docs/protocol.md),
+// built on Pion. The integration tests, the benchmarks and the load generator use
+// it; it is also a reference for writing clients in other languages.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/pion/ice/v4"
+	"github.com/pion/interceptor"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/rtc"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// Options tune a client.
+type Options struct {
+	Name          string
+	Metadata      string
+	AutoSubscribe *bool
+	// API builds the peer connections; nil means LoopbackAPI().
+	API *webrtc.API
+	// Relay forces TURN (iceTransportPolicy relay).
+	Relay bool
+}
+
+// LoopbackAPI is a Pion API that gathers on 127.0.0.1 only, for tests and
+// benchmarks on one machine.
+func LoopbackAPI(tune ...func(*webrtc.SettingEngine)) *webrtc.API {
+	var se webrtc.SettingEngine
+	se.SetIncludeLoopbackCandidate(true)
+	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
+	se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	for _, f := range tune {
+		f(&se)
+	}
+	m := &webrtc.MediaEngine{}
+	if err := rtc.RegisterCodecs(m); err != nil {
+		panic(err)
+	}
+	ir := &interceptor.Registry{}
+	if err := webrtc.RegisterDefaultInterceptors(m, ir); err != nil {
+		panic(err)
+	}
+	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir))
+}
+
+// Track is a remote track received on the subscriber connection.
+type Track struct {
+	Remote         *webrtc.TrackRemote
+	Receiver       *webrtc.RTPReceiver
+	ParticipantSid string
+	TrackSid       string
+}
+
+// Data is a room data message received.
+type Data struct {
+	Header   sfu.DataHeader
+	Payload  []byte
+	Reliable bool
+}
+
+// Client is one participant.
+type Client struct {
+	ws     *websocket.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	Pub    *webrtc.PeerConnection
+	Sub    *webrtc.PeerConnection
+
+	// Joined is the server's joined message.
+	Joined protocol.Msg
+	// Events receives every server message other than SDP and replies.
+	Events chan protocol.Msg
+	// Tracks receives subscribed tracks as they arrive.
+	Tracks chan Track
+	// DataIn receives room data messages.
+	DataIn chan Data
+
+	reliable, lossy *webrtc.DataChannel
+	dcOpen          chan struct{}
+
+	nextID  atomic.Int64
+	mu      sync.Mutex
+	waiters map[int64]chan protocol.Msg
+	pubMu   sync.Mutex // one publisher negotiation at a time
+	wmu     sync.Mutex
+	closed  chan struct{}
+	err     error
+}
+
+// Join connects to url (ws://host:port/v1/rtc) with token and waits for joined and
+// for the publisher connection (with its data channels) to be negotiated.
+func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
+	api := o.API
+	if api == nil {
+		api = LoopbackAPI()
+	}
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	ws.SetReadLimit(1 << 20)
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		ws: ws, ctx: cctx, cancel: cancel,
+		Events: make(chan protocol.Msg, 256), Tracks: make(chan Track, 64), DataIn: make(chan Data, 256),
+		waiters: map[int64]chan protocol.Msg{}, closed: make(chan struct{}), dcOpen: make(chan struct{}),
+	}
+	join := protocol.Msg{"type": "join", "token": token, "protocol": protocol.Version}
+	if o.Name != "" {
+		join["name"] = o.Name
+	}
+	if o.Metadata != "" {
+		join["metadata"] = o.Metadata
+	}
+	if o.AutoSubscribe != nil {
+		join["autoSubscribe"] = *o.AutoSubscribe
+	}
+	joined, err := c.request(ctx, join, true)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.Joined = joined
+	cfg := webrtc.Configuration{ICEServers: iceServers(joined)}
+	if o.Relay {
+		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
+	}
+	if c.Pub, err = api.NewPeerConnection(cfg); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.Sub, err = api.NewPeerConnection(cfg); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.Sub.OnTrack(func(t *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
+		select {
+		case c.Tracks <- Track{Remote: t, Receiver: r, ParticipantSid: t.StreamID(), TrackSid: t.ID()}:
+		default:
+		}
+	})
+	c.Sub.OnICECandidate(func(cand *webrtc.ICECandidate) { c.trickle("subscriber", cand) })
+	c.Pub.OnICECandidate(func(cand *webrtc.ICECandidate) { c.trickle("publisher", cand) })
+	ordered := false
+	zero := uint16(0)
+	if c.reliable, err = c.Pub.CreateDataChannel("_reliable", nil); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.lossy, err = c.Pub.CreateDataChannel("_lossy", &webrtc.DataChannelInit{Ordered: &ordered, MaxRetransmits: &zero}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var once sync.Once
+	c.reliable.OnOpen(func() { once.Do(func() { close(c.dcOpen) }) })
+	c.reliable.OnMessage(func(m webrtc.DataChannelMessage) { c.onData(m.Data, true) })
+	c.lossy.OnMessage(func(m webrtc.DataChannelMessage) { c.onData(m.Data, false) })
+	if err := c.NegotiatePublisher(ctx, false); err != nil {
+		c.Close()
+		return nil, err
+	}
+	select {
+	case <-c.dcOpen:
+	case <-ctx.Done():
+		c.Close()
+		return nil, fmt.Errorf("data channel did not open: %w", ctx.Err())
+	}
+	return c, nil
+}
+
+func iceServers(joined protocol.Msg) []webrtc.ICEServer {
+	var out []webrtc.ICEServer
+	raw, _ := json.Marshal(joined["iceServers"])
+	var list []protocol.ICEServer
+	_ = json.Unmarshal(raw, &list)
+	for _, s := range list {
+		out = append(out, webrtc.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
+	}
+	return out
+}
+
+func (c *Client) trickle(target string, cand *webrtc.ICECandidate) {
+	if cand == nil {
+		return
+	}
+	init := cand.ToJSON()
+	_ = c.Send(protocol.Msg{"type": "trickle", "target": target, "candidate": init})
+}
+
+// Send writes a message without waiting for a reply.
+func (c *Client) Send(m protocol.Msg) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return c.SendRaw(b)
+}
+
+// SendRaw writes a raw text frame (tests use it for malformed input).
+func (c *Client) SendRaw(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// Request sends m with a fresh id and waits for the reply with that id. An error
+// reply becomes a *protocol.Error.
+func (c *Client) Request(ctx context.Context, m protocol.Msg) (protocol.Msg, error) {
+	return c.request(ctx, m, false)
+}
+
+func (c *Client) request(ctx context.Context, m protocol.Msg, first bool) (protocol.Msg, error) {
+	id := c.nextID.Add(1)
+	m["id"] = id
+	ch := make(chan protocol.Msg, 1)
+	c.mu.Lock()
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiters, id)
+		c.mu.Unlock()
+	}()
+	if err := c.Send(m); err != nil {
+		return nil, err
+	}
+	if first {
+		go c.readLoop()
+	}
+	select {
+	case r := <-ch:
+		if r["type"] == "error" {
+			code, _ := r["code"].(string)
+			msg, _ := r["message"].(string)
+			return r, &protocol.Error{Code: code, Message: msg}
+		}
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closed:
+		return nil, c.closeErr()
+	}
+}
+
+func (c *Client) closeErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return errors.New("connection closed")
+}
+
+func (c *Client) readLoop() {
+	defer close(c.closed)
+	for {
+		_, b, err := c.ws.Read(c.ctx)
+		if err != nil {
+			c.mu.Lock()
+			c.err = err
+			c.mu.Unlock()
+			return
+		}
+		var m protocol.Msg
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		if id, ok := m["id"].(float64); ok {
+			c.mu.Lock()
+			ch := c.waiters[int64(id)]
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m
+				continue
+			}
+		}
+		switch m["type"] {
+		case "offer":
+			sdp, _ := m["sdp"].(string)
+			go c.answerSubscriber(sdp)
+			continue
+		case "trickle":
+			raw, _ := json.Marshal(m["candidate"])
+			var ci webrtc.ICECandidateInit
+			if json.Unmarshal(raw, &ci) == nil && ci.Candidate != "" {
+				if m["target"] == "publisher" {
+					_ = c.Pub.AddICECandidate(ci)
+				} else {
+					_ = c.Sub.AddICECandidate(ci)
+				}
+			}
+			continue
+		}
+		select {
+		case c.Events <- m:
+		default:
+		}
+	}
+}
+
+func (c *Client) answerSubscriber(sdp string) {
+	if err := c.Sub.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: sdp}); err != nil {
+		return
+	}
+	ans, err := c.Sub.CreateAnswer(nil)
+	if err != nil {
+		return
+	}
+	if err := c.Sub.SetLocalDescription(ans); err != nil {
+		return
+	}
+	_ = c.Send(protocol.Msg{"type": "answer", "sdp": c.Sub.LocalDescription().SDP})
+}
+
+// NegotiatePublisher sends a publisher offer and applies the answer.
+func (c *Client) NegotiatePublisher(ctx context.Context, iceRestart bool) error {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	offer, err := c.Pub.CreateOffer(&webrtc.OfferOptions{ICERestart: iceRestart})
+	if err != nil {
+		return err
+	}
+	if err := c.Pub.SetLocalDescription(offer); err != nil {
+		return err
+	}
+	ans, err := c.Request(ctx, protocol.Msg{"type": "offer", "sdp": c.Pub.LocalDescription().SDP})
+	if err != nil {
+		return err
+	}
+	sdp, _ := ans["sdp"].(string)
+	return c.Pub.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: sdp})
+}
+
+// Publish announces and sends track, returning the server's track sid.
+func (c *Client) Publish(ctx context.Context, track webrtc.TrackLocal, source string) (string, *webrtc.RTPSender, error) {
+	r, err := c.Request(ctx, protocol.Msg{"type": "publishTrack", "cid": track.ID(), "kind": track.Kind().String(), "source": source})
+	if err != nil {
+		return "", nil, err
+	}
+	ti, _ := r["track"].(map[string]any)
+	sid, _ := ti["sid"].(string)
+	sender, err := c.Pub.AddTrack(track)
+	if err != nil {
+		return "", nil, err
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			if _, _, err := sender.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return sid, sender, c.NegotiatePublisher(ctx, false)
+}
+
+// SendData sends a room data message to identities (none: everyone).
+func (c *Client) SendData(payload []byte, text, reliable bool, to ...string) error {
+	dc := c.lossy
+	if reliable {
+		dc = c.reliable
+	}
+	return dc.Send(sfu.EncodeData(sfu.DataHeader{To: to, Text: text}, payload))
+}
+
+// SendDataRaw sends bytes as they are on the reliable channel (for bad-input tests).
+func (c *Client) SendDataRaw(b []byte) error { return c.reliable.Send(b) }
+
+func (c *Client) onData(b []byte, reliable bool) {
+	h, p, err := sfu.ParseData(b)
+	if err != nil {
+		return
+	}
+	select {
+	case c.DataIn <- Data{Header: h, Payload: append([]byte(nil), p...), Reliable: reliable}:
+	default:
+	}
+}
+
+// WaitEvent returns the next event of type typ (others are discarded).
+func (c *Client) WaitEvent(ctx context.Context, typ string) (protocol.Msg, error) {
+	for {
+		select {
+		case m := <-c.Events:
+			if m["type"] == typ {
+				return m, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s: %w", typ, ctx.Err())
+		case <-c.closed:
+			return nil, fmt.Errorf("waiting for %s: %w", typ, c.closeErr())
+		}
+	}
+}
+
+// Done is closed when the signaling connection ends.
+func (c *Client) Done() <-chan struct{} { return c.closed }
+
+// CloseWS drops the signaling connection only, as a network change would.
+func (c *Client) CloseWS() { _ = c.ws.CloseNow() }
+
+// Close leaves: tells the server, then closes the signaling and both connections.
+func (c *Client) Close() {
+	select {
+	case <-c.closed:
+	default:
+		_ = c.Send(protocol.Msg{"type": "leave"})
+	}
+	c.cancel()
+	_ = c.ws.CloseNow()
+	if c.Pub != nil {
+		_ = c.Pub.Close()
+	}
+	if c.Sub != nil {
+		_ = c.Sub.Close()
+	}
+}
