@@ -103,6 +103,9 @@ type Options struct {
 	// MaxPackets bounds buffers in flight per direction (default 32768,
 	// 64 MiB): enough for 1 Gbit/s × 250 ms.
 	MaxPackets int
+	// NoRealtime keeps the forwarding threads at normal priority. By
+	// default they run SCHED_FIFO, as kernel netem runs ahead of processes.
+	NoRealtime bool
 }
 
 // Lab is two network namespaces joined by the emulator.
@@ -205,6 +208,13 @@ func NewLab(o Options) (_ *Lab, err error) {
 	}
 	if l.ba, err = newDirection("b->a", tun[1], tun[0], o.Spec.BA, o.Seed+1, o.MaxPackets, base); err != nil {
 		return nil, err
+	}
+	l.ab.realtime, l.ba.realtime = !o.NoRealtime, !o.NoRealtime
+	// Each forwarding goroutine is locked to its thread; when it returns
+	// from ppoll it needs a P at once, not after the rest of the process
+	// has had its turn.
+	if want := runtime.NumCPU() + 2; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
 	}
 	go l.ab.run()
 	go l.ba.run()

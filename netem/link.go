@@ -29,6 +29,9 @@ type Stats struct {
 	PoolDrop  uint64 // dropped because every buffer was in flight
 	Dups      uint64 // extra copies made by duplication
 	WriteErr  uint64 // delivery to the receiving TUN failed
+	// LateNs sums how late packets left compared with their due time
+	// (the emulator's own timing error); LateMaxNs is the worst case.
+	LateNs, LateMaxNs uint64
 }
 
 // link is the impairment model of one direction, free of I/O and clocks so it

@@ -27,6 +27,7 @@ type direction struct {
 	base    time.Time
 	closed  atomic.Bool
 	done    chan struct{}
+	realtime bool
 	statsMu sync.Mutex
 	stats   Stats
 }
@@ -74,6 +75,14 @@ func (d *direction) run() {
 	defer runtime.UnlockOSThread()
 	// The default 50 µs timer slack would blur sub-millisecond delays.
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	if d.realtime {
+		// Kernel netem runs in softirq context, ahead of every process;
+		// a real-time thread is the userspace equivalent, so endpoints
+		// that saturate the CPUs do not add their scheduling delay to
+		// the emulated link. The loop always blocks in ppoll, and the
+		// kernel's RT throttling keeps a share for everyone else.
+		unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 10}, 0)
+	}
 
 	l := d.link
 	var scratch [bufSize]byte
@@ -110,6 +119,10 @@ func (d *direction) run() {
 			if _, err := unix.Write(d.out, pkt.buf[:pkt.n]); err != nil {
 				l.stats.WriteErr++
 			} else {
+				if late := now - pkt.due; late > 0 {
+					l.stats.LateNs += uint64(late)
+					l.stats.LateMaxNs = max(l.stats.LateMaxNs, uint64(late))
+				}
 				l.stats.Out++
 				l.stats.Bytes += uint64(pkt.n)
 			}
