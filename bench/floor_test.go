@@ -1,0 +1,259 @@
+// Package bench holds Petrel's benchmarks. This file measures the machine's
+// forwarding floor: what one forwarded packet costs with nothing but the
+// unavoidable work (one SRTP protect and one UDP send, or one UDP receive and one
+// SRTP unprotect), so that the SFU's cost per packet can be read as a ratio to it.
+//
+//	go test -run '^$' -bench Floor -benchmem ./bench/
+package bench
+
+import (
+	"crypto/rand"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/srtp/v3"
+)
+
+// floorPayload is the payload size that, with a 12-byte header, makes a 1200-byte
+// RTP packet: Pion's default outbound MTU, so a full video packet.
+const floorPayload = 1200 - 12
+
+var floorProfiles = []struct {
+	name    string
+	profile srtp.ProtectionProfile
+}{
+	{"AES128GCM", srtp.ProtectionProfileAeadAes128Gcm},
+	{"AES128CM_SHA1_80", srtp.ProtectionProfileAes128CmHmacSha1_80},
+	// What two Pion peers (client and Petrel) negotiate by default: Pion offers
+	// AES-256-GCM first. The fan-out benchmark's ratio uses this one.
+	{"AES256GCM", srtp.ProtectionProfileAeadAes256Gcm},
+}
+
+func srtpContext(tb testing.TB, p srtp.ProtectionProfile) *srtp.Context {
+	tb.Helper()
+	kl, err := p.KeyLen()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sl, err := p.SaltLen()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key := make([]byte, kl)
+	salt := make([]byte, sl)
+	_, _ = rand.Read(key)
+	_, _ = rand.Read(salt)
+	c, err := srtp.CreateContext(key, salt, p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// connectedPair returns a sender connected to a receiver, both on 127.0.0.1.
+func connectedPair(tb testing.TB) (tx, rx *net.UDPConn) {
+	tb.Helper()
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tx, err = net.DialUDP("udp4", nil, rx.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_ = rx.SetReadBuffer(4 << 20)
+	_ = tx.SetWriteBuffer(4 << 20)
+	tb.Cleanup(func() { tx.Close(); rx.Close() })
+	return tx, rx
+}
+
+// drainer reads and discards everything rx receives, on its own goroutine (the
+// other core), as a subscriber's kernel and application would.
+func drainer(tb testing.TB, rx *net.UDPConn) *atomic.Int64 {
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			if _, err := rx.Read(buf); err != nil {
+				return
+			}
+			n.Add(1)
+		}
+	}()
+	tb.Cleanup(func() { rx.Close(); <-done })
+	return &n
+}
+
+func floorHeader() rtp.Header {
+	return rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd}
+}
+
+// BenchmarkFloorEncrypt is SRTP protect of a 1200-byte packet alone.
+func BenchmarkFloorEncrypt(b *testing.B) {
+	for _, fp := range floorProfiles {
+		b.Run(fp.name, func(b *testing.B) {
+			ctx := srtpContext(b, fp.profile)
+			h := floorHeader()
+			payload := make([]byte, floorPayload)
+			plain := make([]byte, 0, 1500)
+			dst := make([]byte, 1500)
+			b.SetBytes(1200)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				h.SequenceNumber++
+				pkt, _ := h.MarshalTo(plain[:cap(plain)])
+				plain = append(plain[:pkt], payload...)
+				out, err := ctx.EncryptRTP(dst, plain, &h)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dst = out[:cap(out)]
+			}
+		})
+	}
+}
+
+// BenchmarkFloorSend is the forwarding floor: marshal the rewritten header, SRTP
+// protect, and one send(2) of the 1200-byte packet on a connected loopback socket
+// to a reader on another goroutine. On loopback the send includes delivering to
+// the receiver's socket queue, as it does for a Petrel subscriber on 127.0.0.1.
+func BenchmarkFloorSend(b *testing.B) {
+	for _, fp := range floorProfiles {
+		b.Run(fp.name, func(b *testing.B) {
+			benchSend(b, fp.profile, func(tx *net.UDPConn, to *net.UDPAddr, p []byte) error {
+				_, err := tx.Write(p)
+				return err
+			}, true)
+		})
+	}
+}
+
+// BenchmarkFloorSendTo is the same with sendto(2) on an unconnected socket, which
+// is what a shared ICE UDP mux (Pion's, Petrel's) does for every packet: the
+// kernel looks the route up per packet.
+func BenchmarkFloorSendTo(b *testing.B) {
+	fp := floorProfiles[2]
+	b.Run(fp.name, func(b *testing.B) {
+		benchSend(b, fp.profile, func(tx *net.UDPConn, to *net.UDPAddr, p []byte) error {
+			_, err := tx.WriteToUDP(p, to)
+			return err
+		}, false)
+	})
+}
+
+func benchSend(b *testing.B, p srtp.ProtectionProfile, send func(*net.UDPConn, *net.UDPAddr, []byte) error, connected bool) {
+	ctx := srtpContext(b, p)
+	var tx, rx *net.UDPConn
+	if connected {
+		tx, rx = connectedPair(b)
+	} else {
+		var err error
+		if rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); err != nil {
+			b.Fatal(err)
+		}
+		if tx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); err != nil {
+			b.Fatal(err)
+		}
+		_ = rx.SetReadBuffer(4 << 20)
+		_ = tx.SetWriteBuffer(4 << 20)
+		b.Cleanup(func() { tx.Close(); rx.Close() })
+	}
+	to := rx.LocalAddr().(*net.UDPAddr)
+	got := drainer(b, rx)
+	h := floorHeader()
+	payload := make([]byte, floorPayload)
+	plain := make([]byte, 0, 1500)
+	dst := make([]byte, 1500)
+	b.SetBytes(1200)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.SequenceNumber++
+		n, _ := h.MarshalTo(plain[:cap(plain)])
+		plain = append(plain[:n], payload...)
+		out, err := ctx.EncryptRTP(dst, plain, &h)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst = out[:cap(out)]
+		if err := send(tx, to, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	// Loopback drops what the reader could not keep up with; the sender paid
+	// for those packets all the same, so the figure stands, but say so.
+	time.Sleep(10 * time.Millisecond)
+	b.ReportMetric(float64(got.Load())/float64(b.N), "delivered/op")
+}
+
+// BenchmarkFloorReceive is the receive floor the load generator's subscribers
+// pay: one recv(2) of a 1200-byte SRTP packet and SRTP unprotect. The packets are
+// queued on the socket while the timer is stopped, so the figure is the
+// receiver's cost alone, not the speed of a sender racing it.
+func BenchmarkFloorReceive(b *testing.B) {
+	for _, fp := range floorProfiles {
+		b.Run(fp.name, func(b *testing.B) {
+			// Sender and receiver contexts from one key and salt.
+			kl, _ := fp.profile.KeyLen()
+			sl, _ := fp.profile.SaltLen()
+			key := make([]byte, kl)
+			salt := make([]byte, sl)
+			_, _ = rand.Read(key)
+			_, _ = rand.Read(salt)
+			enc, err := srtp.CreateContext(key, salt, fp.profile)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dec, err := srtp.CreateContext(key, salt, fp.profile, srtp.SRTPReplayProtection(64))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tx, rx := connectedPair(b)
+			// A lost datagram would block Read forever: fail instead.
+			_ = rx.SetReadDeadline(time.Now().Add(10 * time.Minute))
+			// A batch that fits the receive buffer (truesize per 1200-byte
+			// datagram on loopback is about 2.3 KB).
+			const batch = 256
+			h := floorHeader()
+			payload := make([]byte, floorPayload)
+			packets := make([][]byte, batch)
+			buf := make([]byte, 1500)
+			plainOut := make([]byte, 1500)
+			var rh rtp.Header
+			b.SetBytes(1200)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				b.StopTimer()
+				k := min(batch, b.N-done)
+				for i := 0; i < k; i++ {
+					h.SequenceNumber++
+					plain, _ := h.Marshal()
+					plain = append(plain, payload...)
+					packets[i], _ = enc.EncryptRTP(packets[i][:0], plain, &h)
+					if _, err := tx.Write(packets[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				for i := 0; i < k; i++ {
+					n, err := rx.Read(buf)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := dec.DecryptRTP(plainOut, buf[:n], &rh); err != nil {
+						b.Fatal(err)
+					}
+				}
+				done += k
+			}
+		})
+	}
+}
