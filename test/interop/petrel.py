@@ -1,0 +1,81 @@
+"""The server side of the interop tests: where the Petrel started by run.sh is,
+how to get tokens from it, and the WHIP/WHEP HTTP exchange as a user's client
+does it (standard library only, so the GStreamer viewer can share it under the
+system Python)."""
+
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+
+def env(name):
+    v = os.environ.get(name)
+    if not v:
+        raise RuntimeError(f"{name} is not set: run the interop tests with test/interop/run.sh")
+    return v
+
+
+def base_url():
+    return env("PETREL_INTEROP_URL").rstrip("/")
+
+
+def token(room, identity, publish=False, subscribe=False):
+    """A join token made by `petrel token`, the way an operator makes one."""
+    args = [env("PETREL_BIN"), "token", "--room", room, "--identity", identity]
+    if publish:
+        args.append("--publish")
+    if subscribe:
+        args.append("--subscribe")
+    out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=10)
+    return out.stdout.strip()
+
+
+@dataclass
+class Response:
+    status: int
+    headers: object  # http.client.HTTPMessage: case-insensitive, as HTTP headers are
+    body: str
+    link: list = field(default_factory=list)
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def request(method, url, body=None, headers=None, timeout=10):
+    """One HTTP request that returns the response whatever its status."""
+    data = body.encode() if isinstance(body, str) else body
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return Response(r.status, r.headers, r.read().decode(), r.headers.get_all("Link") or [])
+    except urllib.error.HTTPError as e:
+        return Response(e.code, e.headers, e.read().decode(), e.headers.get_all("Link") or [])
+
+
+def post_sdp(kind, room, tok, offer, content_type="application/sdp", query=""):
+    """POST /whip/{room} or /whep/{room} with an SDP offer."""
+    headers = {"Content-Type": content_type}
+    if tok is not None:
+        headers["Authorization"] = "Bearer " + tok
+    return request("POST", f"{base_url()}/{kind}/{room}{query}", offer, headers)
+
+
+def delete(location, tok):
+    url = location if location.startswith("http") else base_url() + location
+    return request("DELETE", url, None, {"Authorization": "Bearer " + tok})
+
+
+def candidates(sdp):
+    """The a=candidate lines of an SDP, as lists of fields."""
+    out = []
+    for line in sdp.splitlines():
+        if line.startswith("a=candidate:"):
+            out.append(line[len("a=candidate:"):].split())
+    return out
+
+
+def candidate_addresses(sdp):
+    return sorted({c[4] for c in candidates(sdp)})
