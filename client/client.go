@@ -404,7 +404,18 @@ func (c *Client) WaitEvent(ctx context.Context, typ string) (protocol.Msg, error
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for %s: %w", typ, ctx.Err())
 		case <-c.closed:
-			return nil, fmt.Errorf("waiting for %s: %w", typ, c.closeErr())
+			// Messages that arrived before the close come first.
+			for {
+				select {
+				case m := <-c.Events:
+					if m["type"] == typ {
+						return m, nil
+					}
+					continue
+				default:
+				}
+				return nil, fmt.Errorf("waiting for %s: %w", typ, c.closeErr())
+			}
 		}
 	}
 }

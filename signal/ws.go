@@ -151,8 +151,15 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	}
 
 	var p *sfu.Participant
+	// A client closed for breaking the rules leaves at once; one that merely lost
+	// its connection is kept for the resume window.
+	var violation string
 	defer func() {
-		if p != nil {
+		switch {
+		case p == nil:
+		case violation != "":
+			p.Close(violation)
+		default:
 			p.Detach(w, s.cfg.RTC.ResumeWindow)
 		}
 	}()
@@ -176,6 +183,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			log.Warn("signaling message too large", "bytes", len(b))
 			fail(nil, protocol.Errorf(protocol.CodeTooLarge, "message of %d bytes is over the %d-byte limit", len(b), limit))
 			w.Close(protocol.CodeTooLarge, "message too large")
+			violation = protocol.CodeTooLarge
 			return
 		}
 		if !limiter.Allow() {
@@ -184,6 +192,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			if rateErrors >= maxRateErrors {
 				log.Warn("signaling flood, closing")
 				w.Close(protocol.CodeRateLimited, "message flood")
+				violation = protocol.CodeRateLimited
 				return
 			}
 			continue
