@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -57,9 +59,16 @@ func (e *statusError) Unwrap() error { return e.err }
 
 func writeErr(w http.ResponseWriter, err error) {
 	if se, ok := err.(*statusError); ok {
+		// The same body as httpError: the message without the code prefix, and
+		// JSON encoding (Go's %q escapes are not all valid JSON).
+		msg := se.err.Error()
+		var pe *protocol.Error
+		if errors.As(se.err, &pe) {
+			msg = pe.Message
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(se.status)
-		fmt.Fprintf(w, "{\"code\":%q,\"message\":%q}\n", protocol.CodeOf(se.err), se.err.Error())
+		_ = json.NewEncoder(w).Encode(map[string]string{"code": protocol.CodeOf(se.err), "message": msg})
 		return
 	}
 	httpError(w, err)
