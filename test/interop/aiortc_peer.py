@@ -118,6 +118,7 @@ class WhipPublisher:
         # aiortc gathers all candidates in setLocalDescription: the offer is complete.
         await self.pc.setLocalDescription(await self.pc.createOffer())
         self.offer = self.pc.localDescription.sdp
+        petrel.require_loopback(self.offer, "aiortc publisher's offer")
         r = await asyncio.to_thread(petrel.post_sdp, "whip", self.room, self.token, self.offer)
         if r.status != 201:
             raise AssertionError(f"WHIP POST: {r.status} {r.body}")
@@ -176,6 +177,7 @@ class WhepViewer:
         self.pc.addTransceiver("video", direction="recvonly")
         self.pc.addTransceiver("audio", direction="recvonly")
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        petrel.require_loopback(self.pc.localDescription.sdp, "aiortc viewer's offer")
         r = await asyncio.to_thread(petrel.post_sdp, "whep", self.room, self.token, self.pc.localDescription.sdp)
         if r.status != 201:
             raise AssertionError(f"WHEP POST: {r.status} {r.body}")

@@ -170,8 +170,9 @@ class Viewer:
             if time.monotonic() > deadline:
                 raise TimeoutError("ICE gathering did not complete")
             self.poll_bus(0.05)
-        sdp = self.webrtc.get_property("local-description").sdp.as_text()
-        return add_candidates(sdp, self.candidates)
+        sdp = add_candidates(self.webrtc.get_property("local-description").sdp.as_text(), self.candidates)
+        petrel.require_loopback(sdp, "webrtcbin's offer")
+        return sdp
 
     def answer(self, sdp):
         res, msg = GstSdp.SDPMessage.new_from_text(sdp)

@@ -79,3 +79,15 @@ def candidates(sdp):
 
 def candidate_addresses(sdp):
     return sorted({c[4] for c in candidates(sdp)})
+
+
+def require_loopback(sdp, what):
+    """Refuse to signal an SDP offering anything but 127.0.0.0/8: the tests must
+    send nothing to the machine's other addresses, so this is checked before the
+    offer leaves, not after the call."""
+    addrs = candidate_addresses(sdp)
+    if not addrs:
+        raise RuntimeError(f"{what} has no ICE candidates")
+    others = [a for a in addrs if not a.startswith("127.")]
+    if others:
+        raise RuntimeError(f"{what} offers non-loopback candidates {others}")

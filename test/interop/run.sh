@@ -5,7 +5,7 @@
 #
 #   test/interop/run.sh [pytest args…]
 #
-# Needs what install.sh installs. PYTHON (default python3) must import aiortc
+# Needs what install.sh installs. PETREL_BIN=/path/to/petrel skips the build. PYTHON (default python3) must import aiortc
 # and pytest; GST_PYTHON (default /usr/bin/python3) must import gi (python3-gi).
 set -euo pipefail
 
@@ -42,8 +42,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-(cd "$root" && go build -o bin/petrel ./cmd/petrel)
-export PETREL_BIN="$root/bin/petrel"
+# PETREL_BIN=/path/to/petrel tests a binary built elsewhere (no build).
+if [ -z "${PETREL_BIN:-}" ]; then
+  (cd "$root" && go build -o bin/petrel ./cmd/petrel)
+  PETREL_BIN="$root/bin/petrel"
+fi
+export PETREL_BIN
 
 # Four ports free on 127.0.0.1 for both TCP and UDP (TURN uses the same number for
 # both); the kernel picks them, so parallel runs do not collide.

@@ -244,6 +244,8 @@ def test_whip_with_a_wrong_content_type_is_415(room):
     r = petrel.post_sdp("whip", room, tok, OFFER_STUB, content_type="application/json")
     body = check_json_error(r, 415, "bad_request")
     assert "application/sdp" in body["message"]
+    # The message is for a person: the code is in its own field, not repeated.
+    assert not body["message"].startswith("bad_request"), body
 
 
 def test_whip_with_a_token_that_cannot_publish_is_forbidden(room):
