@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/petrel-sfu/petrel/lab"
+)
+
+func init() { register("lab", "data channels vs TCP in a netem lab", labMain) }
+
+func labMain(args []string) int {
+	if len(args) > 0 && args[0] == "peer" {
+		return lab.PeerMain(args[1:])
+	}
+	if len(args) == 0 || args[0] != "bench" {
+		fmt.Fprintln(os.Stderr, `usage: petrel lab bench [flags]   measure data channels against TCP
+       petrel lab peer [flags]    one side of a run (started by bench)`)
+		return 2
+	}
+	fs := flag.NewFlagSet("lab bench", flag.ExitOnError)
+	profiles := fs.String("profiles", "lan,long,mobile", "netem profiles")
+	cases := fs.String("cases", "tcp/ordered,pion/ordered,pion-tuned/ordered,pion-tuned/unordered,pion-tuned/partial", "stack/probe pairs")
+	dur := fs.Duration("duration", 10*time.Second, "measuring window per run")
+	repeat := fs.Int("repeat", 3, "repetitions (medians are reported)")
+	out := fs.String("out", "", "write the report section into this Markdown file (e.g. docs/benchmarks.md)")
+	plots := fs.String("plots", "docs/img", "directory for PNG plots (needs gnuplot)")
+	verbose := fs.Bool("v", false, "show the peers' stderr")
+	fs.Parse(args[1:])
+	cs, err := lab.ParseCases(*cases)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "petrel lab:", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	h := &lab.Harness{}
+	if *verbose {
+		h.Stderr = os.Stderr
+	}
+	rows, err := h.Bench(ctx, lab.BenchConfig{
+		Profiles: strings.Split(*profiles, ","), Cases: cs, Duration: *dur, Repeat: *repeat,
+		Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "petrel lab:", err)
+		return 1
+	}
+	rep := lab.Report{Rows: rows, Duration: *dur, Repeat: *repeat, PlotDir: *plots}
+	md, err := rep.Markdown()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "petrel lab: plots:", err)
+	}
+	fmt.Print(md)
+	if *out != "" {
+		if err := lab.WriteSection(*out, "## Data channels vs TCP", md); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel lab:", err)
+			return 1
+		}
+	}
+	return 0
+}

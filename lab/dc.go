@@ -1,0 +1,200 @@
+package lab
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/pion/ice/v4"
+	"github.com/pion/webrtc/v4"
+)
+
+// newAPI builds a Pion API whose ICE uses only this host's lab address:
+// no mDNS, no STUN, no other interface.
+func newAPI(local net.IP, t SCTPTuning) *webrtc.API {
+	var se webrtc.SettingEngine
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	se.SetIPFilter(func(ip net.IP) bool { return ip.Equal(local) })
+	t.Apply(&se)
+	return webrtc.NewAPI(webrtc.WithSettingEngine(se))
+}
+
+func tuningFor(c PeerConfig) SCTPTuning {
+	t := DefaultTuning
+	if c.Tuned {
+		t = PetrelTuning
+	}
+	if c.MsgSize > 0 {
+		t.MessageSize = c.MsgSize
+	}
+	return t
+}
+
+func probeInit(mode string) *webrtc.DataChannelInit {
+	f, t := false, true
+	var zero uint16
+	switch mode {
+	case "unordered":
+		return &webrtc.DataChannelInit{Ordered: &f}
+	case "partial":
+		return &webrtc.DataChannelInit{Ordered: &f, MaxRetransmits: &zero}
+	}
+	return &webrtc.DataChannelInit{Ordered: &t}
+}
+
+func stackName(c PeerConfig) string {
+	if c.Tuned {
+		return "pion-tuned"
+	}
+	return "pion"
+}
+
+// dcAnswer is host b: it takes the offer over a TCP signaling connection
+// across the emulated link, answers, and measures what arrives.
+func dcAnswer(c PeerConfig) (Result, error) {
+	ln, err := net.Listen("tcp4", c.Addr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ln.Close()
+	sig, err := ln.Accept()
+	if err != nil {
+		return Result{}, err
+	}
+	defer sig.Close()
+	m := newMeter(c.Duration)
+	local := sig.LocalAddr().(*net.TCPAddr).IP
+	pc, err := newAPI(local, tuningFor(c)).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return Result{}, err
+	}
+	defer pc.Close()
+	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+		switch dc.Label() {
+		case "bulk":
+			dc.OnMessage(func(msg webrtc.DataChannelMessage) { m.bulk(len(msg.Data)) })
+		case "probe":
+			dc.OnMessage(func(msg webrtc.DataChannelMessage) { m.probe(msg.Data) })
+		}
+	})
+	r := bufio.NewReader(sig)
+	var offer webrtc.SessionDescription
+	if err := readJSON(r, &offer); err != nil {
+		return Result{}, fmt.Errorf("read offer: %w", err)
+	}
+	if err := pc.SetRemoteDescription(offer); err != nil {
+		return Result{}, err
+	}
+	answer, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return Result{}, err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(answer); err != nil {
+		return Result{}, err
+	}
+	<-gathered
+	if err := json.NewEncoder(sig).Encode(pc.LocalDescription()); err != nil {
+		return Result{}, err
+	}
+	select {
+	case <-m.done:
+	case <-time.After(c.Duration + 30*time.Second):
+		return m.result(stackName(c), c.Probe), errors.New("no bulk data within 30 s")
+	}
+	res := m.result(stackName(c), c.Probe)
+	sig.Write([]byte("\"done\"\n"))
+	return res, nil
+}
+
+// dcOffer is host a: it offers a reliable ordered "bulk" channel and a
+// "probe" channel, then keeps the bulk channel's buffer between the
+// watermarks until the receiver says the window is over.
+func dcOffer(c PeerConfig) error {
+	var sig net.Conn
+	var err error
+	for i := 0; i < 50; i++ {
+		if sig, err = net.Dial("tcp4", c.Addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	defer sig.Close()
+	t := tuningFor(c)
+	local := sig.LocalAddr().(*net.TCPAddr).IP
+	pc, err := newAPI(local, t).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	bulk, err := pc.CreateDataChannel("bulk", nil)
+	if err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	if c.Probe != "none" {
+		probe, err := pc.CreateDataChannel("probe", probeInit(c.Probe))
+		if err != nil {
+			return err
+		}
+		probe.OnOpen(func() { go prober(probe.Send, stop) })
+	}
+	bulk.SetBufferedAmountLowThreshold(t.SendLow)
+	ready := make(chan struct{}, 1)
+	bulk.OnBufferedAmountLow(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	bulk.OnOpen(func() {
+		go func() {
+			buf := make([]byte, t.MessageSize)
+			for {
+				for bulk.BufferedAmount() < t.SendHigh {
+					if err := bulk.Send(buf); err != nil {
+						return
+					}
+				}
+				select {
+				case <-ready:
+				case <-stop:
+					return
+				}
+			}
+		}()
+	})
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		return err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		return err
+	}
+	<-gathered
+	if err := json.NewEncoder(sig).Encode(pc.LocalDescription()); err != nil {
+		return err
+	}
+	r := bufio.NewReader(sig)
+	var answer webrtc.SessionDescription
+	if err := readJSON(r, &answer); err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	if err := pc.SetRemoteDescription(answer); err != nil {
+		return err
+	}
+	// Wait for the receiver's "done" (or its exit) before closing.
+	sig.SetReadDeadline(time.Now().Add(c.Duration + 60*time.Second))
+	var done string
+	readJSON(r, &done)
+	return nil
+}

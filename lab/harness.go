@@ -1,0 +1,240 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/petrel-sfu/petrel/netem"
+)
+
+// Harness starts peers in the hosts of a lab.
+type Harness struct {
+	// Argv starts a peer; PeerMain's flags are appended. Default: this
+	// executable with "lab peer".
+	Argv []string
+	// Env is added to the peers' environment.
+	Env []string
+	// Stderr receives the peers' diagnostics (default: discarded).
+	Stderr io.Writer
+}
+
+// RunSpec is one measurement.
+type RunSpec struct {
+	Stack    string // tcp, pion, pion-tuned
+	Probe    string // ordered, unordered, partial, none
+	Duration time.Duration
+	MsgSize  int // 0: the tuning's default
+}
+
+func (h *Harness) argv() ([]string, error) {
+	if len(h.Argv) > 0 {
+		return h.Argv, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return []string{exe, "lab", "peer"}, nil
+}
+
+// Run measures one RunSpec between host a (sender) and host b (receiver).
+func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, error) {
+	argv, err := h.argv()
+	if err != nil {
+		return Result{}, err
+	}
+	if rs.Probe == "" {
+		rs.Probe = "ordered"
+	}
+	recvRole, sendRole := "dc-answer", "dc-offer"
+	if rs.Stack == "tcp" {
+		recvRole, sendRole = "tcp-recv", "tcp-send"
+	}
+	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
+		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned")}
+	if rs.MsgSize > 0 {
+		common = append(common, "-msgsize", strconv.Itoa(rs.MsgSize))
+	}
+	ctx, cancel := context.WithTimeout(ctx, rs.Duration+90*time.Second)
+	defer cancel()
+	stderr := h.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	start := func(host *netem.Host, role string) *execCmd {
+		args := append(append([]string{}, argv[1:]...), append([]string{"-role", role}, common...)...)
+		cmd := host.Command(ctx, argv[0], args...)
+		cmd.Env = append(cmd.Env, h.Env...)
+		cmd.Stderr = stderr
+		return &execCmd{cmd}
+	}
+	recv := start(l.B, recvRole)
+	var out bytes.Buffer
+	recv.Stdout = &out
+	if err := recv.Start(); err != nil {
+		return Result{}, err
+	}
+	send := start(l.A, sendRole)
+	if err := send.Start(); err != nil {
+		recv.Cancel()
+		recv.Wait()
+		return Result{}, err
+	}
+	recvErr := recv.Wait()
+	// The sender ends when the receiver closes; do not wait long for it.
+	go func() { time.Sleep(5 * time.Second); send.Cancel() }()
+	send.Wait()
+	var res Result
+	line := bytes.TrimSpace(out.Bytes())
+	if err := json.Unmarshal(line, &res); err != nil {
+		return Result{}, fmt.Errorf("%s receiver: %v (output %q, exit %v)", rs.Stack, err, line, recvErr)
+	}
+	res.Stack = rs.Stack
+	if res.Error != "" {
+		return res, fmt.Errorf("%s receiver: %s", rs.Stack, res.Error)
+	}
+	return res, nil
+}
+
+// Row is the median of repeated runs of one (profile, stack, probe).
+type Row struct {
+	Profile string
+	Stack   string
+	Probe   string
+	Runs    []Result
+	Mbps    float64 // median
+	P50Ms   float64 // median of the runs' p50
+	P99Ms   float64 // median of the runs' p99
+	Lost    float64 // probe loss fraction, median
+	Series  []float64
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func summarize(profile, stack, probe string, runs []Result) Row {
+	r := Row{Profile: profile, Stack: stack, Probe: probe, Runs: runs}
+	var mb, p50, p99, lost []float64
+	for _, x := range runs {
+		mb = append(mb, x.Mbps)
+		p50 = append(p50, x.P50Ms)
+		p99 = append(p99, x.P99Ms)
+		if x.ProbeSent > 0 {
+			lost = append(lost, 1-float64(x.ProbeGot)/float64(x.ProbeSent))
+		}
+	}
+	r.Mbps, r.P50Ms, r.P99Ms, r.Lost = median(mb), median(p50), median(p99), median(lost)
+	// The series of the run closest to the median, for plots.
+	best := -1
+	for i, x := range runs {
+		if best < 0 || abs(x.Mbps-r.Mbps) < abs(runs[best].Mbps-r.Mbps) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		r.Series = runs[best].Series
+	}
+	return r
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// BenchConfig is a full benchmark.
+type BenchConfig struct {
+	Profiles []string
+	// Cases are (stack, probe) pairs; all run in every profile, interleaved
+	// within each repetition so that the host's noise hits them alike.
+	Cases    [][2]string
+	Duration time.Duration
+	Repeat   int
+	Log      func(format string, args ...any)
+}
+
+// DefaultCases: throughput of every stack with an ordered probe, and the
+// probe variants for the tuned stack.
+var DefaultCases = [][2]string{
+	{"tcp", "ordered"}, {"pion", "ordered"}, {"pion-tuned", "ordered"},
+	{"pion-tuned", "unordered"}, {"pion-tuned", "partial"},
+}
+
+// Bench runs the matrix and returns one Row per (profile, case).
+func (h *Harness) Bench(ctx context.Context, bc BenchConfig) ([]Row, error) {
+	logf := bc.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	var rows []Row
+	for _, prof := range bc.Profiles {
+		p, err := netem.LookupProfile(prof)
+		if err != nil {
+			return rows, err
+		}
+		l, err := netem.NewLab(netem.Options{Spec: p.Spec})
+		if err != nil {
+			return rows, err
+		}
+		runs := make([][]Result, len(bc.Cases))
+		for rep := 0; rep < bc.Repeat; rep++ {
+			for i, cs := range bc.Cases {
+				res, err := h.Run(ctx, l, RunSpec{Stack: cs[0], Probe: cs[1], Duration: bc.Duration})
+				if err != nil {
+					logf("%s %s/%s run %d: %v", prof, cs[0], cs[1], rep+1, err)
+					continue
+				}
+				logf("%s %s/%s run %d: %.1f Mbit/s, probe p50 %.1f ms p99 %.1f ms (%d/%d)", prof, cs[0], cs[1], rep+1,
+					res.Mbps, res.P50Ms, res.P99Ms, res.ProbeGot, res.ProbeSent)
+				runs[i] = append(runs[i], res)
+			}
+		}
+		l.Close()
+		for i, cs := range bc.Cases {
+			rows = append(rows, summarize(prof, cs[0], cs[1], runs[i]))
+		}
+	}
+	return rows, nil
+}
+
+// ParseCases reads "tcp/ordered,pion-tuned/partial".
+func ParseCases(s string) ([][2]string, error) {
+	var out [][2]string
+	for _, c := range strings.Split(s, ",") {
+		st, pr, ok := strings.Cut(strings.TrimSpace(c), "/")
+		if !ok {
+			pr = "ordered"
+		}
+		switch st {
+		case "tcp", "pion", "pion-tuned":
+		default:
+			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned)", st)
+		}
+		switch pr {
+		case "ordered", "unordered", "partial", "none":
+		default:
+			return nil, fmt.Errorf("unknown probe %q (ordered, unordered, partial, none)", pr)
+		}
+		out = append(out, [2]string{st, pr})
+	}
+	return out, nil
+}
