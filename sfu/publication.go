@@ -159,16 +159,24 @@ func (t *Publication) forward() {
 		if t.muted.Load() {
 			continue
 		}
-		for _, d := range *t.downs.Load() {
-			if d.writeRTP(&pkt) {
-				outPackets++
-				outBytes += n
-			}
-		}
+		sent := t.fanout(&pkt)
+		outPackets += sent
+		outBytes += sent * n
 		if inPackets >= 128 {
 			flush()
 		}
 	}
+}
+
+// fanout hands pkt to every subscriber and returns how many sent it.
+func (t *Publication) fanout(pkt *Packet) int {
+	sent := 0
+	for _, d := range *t.downs.Load() {
+		if d.writeRTP(pkt) {
+			sent++
+		}
+	}
+	return sent
 }
 
 // parse fills pkt from raw, storing raw in the cache. It rejects what is not RTP.
