@@ -55,17 +55,20 @@ class PatternVideoTrack(VideoStreamTrack):
 
 
 class ToneAudioTrack(MediaStreamTrack):
-    """A 400 Hz tone in 20 ms frames at 48 kHz (400 Hz fits 8 whole periods in a
-    frame, so one precomputed frame repeats seamlessly)."""
+    """A pure tone in 20 ms frames at 48 kHz. The frequency is a multiple of
+    50 Hz, so a frame holds whole periods and one precomputed frame repeats
+    seamlessly; a listener can tell two publishers apart by their tones."""
 
     kind = "audio"
     RATE = 48000
     SAMPLES = 960
 
-    def __init__(self):
+    def __init__(self, hz=400):
         super().__init__()
+        assert hz % 50 == 0
+        self.hz = hz
         self._pcm = b"".join(
-            struct.pack("<h", int(8000 * math.sin(2 * math.pi * 400 * i / self.RATE))) for i in range(self.SAMPLES)
+            struct.pack("<h", int(8000 * math.sin(2 * math.pi * hz * i / self.RATE))) for i in range(self.SAMPLES)
         )
         self._start = None
         self._pts = 0
@@ -100,13 +103,13 @@ async def wait_for(predicate, timeout, what):
 
 
 class WhipPublisher:
-    def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8"):
+    def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400):
         self.room = room
         self.token = petrel.token(room, identity, publish=True)
         self.video_codec = video_codec
         self.pc = RTCPeerConnection(NO_ICE_SERVERS)
         self.video = PatternVideoTrack()
-        self.audio = ToneAudioTrack()
+        self.audio = ToneAudioTrack(tone_hz)
         self.location = None
         self.offer = self.answer = None
 
@@ -151,6 +154,7 @@ class WhepViewer:
         self.audio_frames = 0
         self.video_size = None
         self.luma_means = []
+        self.tones = []
         self.tasks = []
         self.location = None
 
@@ -166,10 +170,15 @@ class WhepViewer:
                     self.video_frames += 1
                     self.video_size = (f.width, f.height)
                     if self.video_frames % 10 == 1:
-                        y = bytes(f.planes[0])[:: 7]
-                        self.luma_means.append(sum(y) / max(1, len(y)))
+                        # Rows of the luma plane without their padding (line_size > width).
+                        plane, ls = bytes(f.planes[0]), f.planes[0].line_size
+                        y = b"".join(plane[r * ls : r * ls + f.width : 7] for r in range(0, f.height, 3))
+                        self.luma_means.append(round(sum(y) / max(1, len(y)), 1))
                 else:
                     self.audio_frames += 1
+                    if self.audio_frames % 10 == 5 and f.format.name == "s16":
+                        channels = len(f.layout.channels)
+                        self.tones.append(petrel.tone(bytes(f.planes[0])[: f.samples * channels * 2], f.sample_rate, channels))
         except MediaStreamError:
             pass
 

@@ -62,6 +62,7 @@ class Viewer:
             "errors": [],
             "luma_means": [],  # of sampled decoded pictures
             "fingerprints": [],  # of sampled decoded pictures: differ when the picture moves
+            "tones": [],  # [Hz, RMS] of sampled decoded audio buffers
             "first_frame_s": None,  # from applying the answer to the first decoded picture
         }
         self.t_answer = time.monotonic()
@@ -120,7 +121,7 @@ class Viewer:
         else:
             self.stats["audio_codec"] = enc
             pad.add_probe(Gst.PadProbeType.BUFFER, self._count("audio_rtp"))
-            dec.add_probe(Gst.PadProbeType.BUFFER, self._count("audio_buffers"))
+            dec.add_probe(Gst.PadProbeType.BUFFER, self._on_audio)
 
     def _on_frame(self, pad, info):
         with self.lock:
@@ -134,6 +135,26 @@ class Viewer:
                 self.stats["video_size"] = [st.get_int("width")[1], st.get_int("height")[1]]
             if n % 10 == 1 and self.stats["video_size"]:
                 self._sample_luma(info.get_buffer())
+        return Gst.PadProbeReturn.OK
+
+    def _on_audio(self, pad, info):
+        with self.lock:
+            self.stats["audio_buffers"] += 1
+            n = self.stats["audio_buffers"]
+        if n % 10 == 5:
+            c = pad.get_current_caps()
+            st = c.get_structure(0) if c else None
+            if st and st.get_string("format") == "S16LE":
+                buf = info.get_buffer()
+                ok, m = buf.map(Gst.MapFlags.READ)
+                if ok:
+                    try:
+                        pcm = bytes(m.data)
+                    finally:
+                        buf.unmap(m)
+                    tone = petrel.tone(pcm, st.get_int("rate")[1], st.get_int("channels")[1])
+                    with self.lock:
+                        self.stats["tones"].append(tone)
         return Gst.PadProbeReturn.OK
 
     def _sample_luma(self, buf):
@@ -234,6 +255,7 @@ def main():
     ap.add_argument("--want-frames", type=int, default=60)
     ap.add_argument("--want-audio", type=int, default=50)
     ap.add_argument("--whep-retry-seconds", type=float, default=5)
+    ap.add_argument("--query", default="", help="appended to the WHEP URL, e.g. ?participant=cam")
     a = ap.parse_args()
     os.environ["PETREL_INTEROP_URL"] = a.url
 
@@ -251,7 +273,7 @@ def main():
         tries = 0
         while True:
             tries += 1
-            r = petrel.post_sdp("whep", a.room, a.token, offer)
+            r = petrel.post_sdp("whep", a.room, a.token, offer, query=a.query)
             if r.status != 404 or time.monotonic() > deadline:
                 break
             time.sleep(0.25)

@@ -3,7 +3,9 @@ how to get tokens from it, and the WHIP/WHEP HTTP exchange as a user's client
 does it (standard library only, so the GStreamer viewer can share it under the
 system Python)."""
 
+import array
 import json
+import math
 import os
 import subprocess
 import urllib.error
@@ -91,3 +93,16 @@ def require_loopback(sdp, what):
     others = [a for a in addrs if not a.startswith("127.")]
     if others:
         raise RuntimeError(f"{what} offers non-loopback candidates {others}")
+
+
+def tone(pcm, rate, channels):
+    """[frequency in Hz, RMS] of the first channel of signed 16-bit PCM, the
+    frequency from zero crossings (enough for the test's pure tones)."""
+    a = array.array("h")
+    a.frombytes(pcm[: len(pcm) - len(pcm) % 2])
+    x = a[::channels]
+    if len(x) < 2:
+        return [0, 0]
+    crossings = sum(1 for i in range(1, len(x)) if (x[i - 1] < 0) != (x[i] < 0))
+    rms = math.sqrt(sum(v * v for v in x) / len(x))
+    return [round(crossings / 2 * rate / len(x)), round(rms)]
