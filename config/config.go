@@ -39,7 +39,7 @@ type Config struct {
 // RTC configures the WebRTC media plane.
 type RTC struct {
 	UDPPort      int           `yaml:"udp_port" flag:"rtc-udp-port" usage:"UDP port shared by all peers (ICE UDP mux)"`
-	TCPPort      int           `yaml:"tcp_port" flag:"rtc-tcp-port" usage:"ICE-TCP port (0 disables)"`
+	TCPPort      int           `yaml:"tcp_port" flag:"rtc-tcp-port" usage:"ICE-TCP port (0: any free port, -1: no ICE-TCP)"`
 	NodeIP       string        `yaml:"node_ip" flag:"node-ip" usage:"public IP offered as host candidate (1:1 NAT)"`
 	ResumeWindow time.Duration `yaml:"resume_window" flag:"resume-window" usage:"how long a disconnected participant is kept for resumption"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
@@ -174,7 +174,7 @@ func (c *Config) applyModes() {
 
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
-	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < 0 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
+	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < -1 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
 		return errors.New("ports must be between 0 and 65535")
 	}
 	if c.APIKey != "" && len(c.APISecret) < 32 {

@@ -60,7 +60,7 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 		_ = uc.SetReadBuffer(8 << 20)
 		_ = uc.SetWriteBuffer(8 << 20)
 	}
-	if cfg.RTC.TCPPort > 0 || cfg.Loopback {
+	if cfg.RTC.TCPPort >= 0 {
 		tcp, err := net.Listen("tcp4", net.JoinHostPort(bindIP, strconv.Itoa(cfg.RTC.TCPPort)))
 		if err != nil {
 			udp.Close()

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "petrel.yaml")
+	if err := os.WriteFile(file, []byte("http: ':9000'\nrtc:\n  udp_port: 9001\n  tcp_port: 9002\nlimits:\n  max_participants_per_room: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PETREL_RTC_TCP_PORT", "9102")
+	t.Setenv("PETREL_RESUME_WINDOW", "5s")
+	c, err := Load("serve", []string{"--config", file, "--rtc-udp-port", "9201", "--loopback"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RTC.UDPPort != 9201 { // flag beats file
+		t.Errorf("udp port %d", c.RTC.UDPPort)
+	}
+	if c.RTC.TCPPort != 9102 { // env beats file
+		t.Errorf("tcp port %d", c.RTC.TCPPort)
+	}
+	if c.Limits.MaxParticipantsPerRoom != 7 { // file beats default
+		t.Errorf("max participants %d", c.Limits.MaxParticipantsPerRoom)
+	}
+	if c.RTC.ResumeWindow != 5*time.Second || c.TURN.CredentialTTL != time.Hour {
+		t.Errorf("durations %v %v", c.RTC.ResumeWindow, c.TURN.CredentialTTL)
+	}
+	if c.HTTP != "127.0.0.1:9000" || c.TURN.RelayIP != "127.0.0.1" { // loopback mode
+		t.Errorf("loopback mode: http %q relay %q", c.HTTP, c.TURN.RelayIP)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(bad, []byte("htp: ':1'\n"), 0o600)
+	for name, args := range map[string][]string{
+		"unknown key":  {"--config", bad},
+		"short secret": {"--api-key", "k", "--api-secret", "short"},
+		"secret alone": {"--api-secret", "0123456789012345678901234567890123"},
+		"bad port":     {"--rtc-udp-port", "70000"},
+		"bad cache":    {"--packet-cache", "1000"},
+		"stray arg":    {"extra"},
+		"bad duration": {"--turn-ttl", "soon"},
+	} {
+		if _, err := Load("serve", args); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	t.Setenv("PETREL_MAX_PARTICIPANTS", "many")
+	if _, err := Load("serve", nil); err == nil {
+		t.Error("bad env value accepted")
+	}
+}
