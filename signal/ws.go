@@ -288,11 +288,15 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 			others = append(others, q.Info())
 		}
 	}
-	w.Send(protocol.Msg{
-		"type": "joined", "protocol": protocol.Version, "id": req.ID,
+	joined := protocol.Msg{
+		"type": "joined", "protocol": protocol.Version,
 		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
 		"iceServers": s.iceServers(r, claims.Identity()), "resumeToken": p.ResumeToken(), "resumed": resumed,
-	})
+	}
+	if req.ID != nil {
+		joined["id"] = *req.ID
+	}
+	w.Send(joined)
 	if resumed {
 		p.Attach(w)
 	} else {
