@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/protocol"
@@ -88,6 +89,10 @@ type Client struct {
 	Tracks chan Track
 	// DataIn receives room data messages.
 	DataIn chan Data
+
+	// OnPublisherRTCP, when set before Publish, sees the RTCP the server sends
+	// about each published track (receiver reports, NACKs, keyframe requests).
+	OnPublisherRTCP func(trackID string, pkts []rtcp.Packet)
 
 	reliable, lossy *webrtc.DataChannel
 	dcOpen          chan struct{}
@@ -362,8 +367,14 @@ func (c *Client) Publish(ctx context.Context, track webrtc.TrackLocal, source st
 	go func() {
 		buf := make([]byte, 1500)
 		for {
-			if _, _, err := sender.Read(buf); err != nil {
+			n, _, err := sender.Read(buf)
+			if err != nil {
 				return
+			}
+			if f := c.OnPublisherRTCP; f != nil {
+				if pkts, err := rtcp.Unmarshal(buf[:n]); err == nil {
+					f(track.ID(), pkts)
+				}
 			}
 		}
 	}()

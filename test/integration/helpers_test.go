@@ -101,6 +101,10 @@ type source struct {
 	track  *webrtc.TrackLocalStaticSample
 	frames atomic.Int64
 	stop   chan struct{}
+	// keyEvery is the keyframe interval in frames; forceKey makes the next frame
+	// a keyframe, as an encoder does on a keyframe request.
+	keyEvery int
+	forceKey atomic.Bool
 }
 
 func newVideo(id string) *source {
@@ -108,7 +112,7 @@ func newVideo(id string) *source {
 	if err != nil {
 		panic(err)
 	}
-	return &source{track: tr, stop: make(chan struct{})}
+	return &source{track: tr, stop: make(chan struct{}), keyEvery: 30}
 }
 
 func newAudio(id string) *source {
@@ -141,7 +145,7 @@ func (s *source) run(t *testing.T) {
 			} else {
 				frame = make([]byte, 3000)
 				frame[0] = 0x01 // inter frame
-				if n%30 == 0 {
+				if n%s.keyEvery == 0 || s.forceKey.Swap(false) {
 					frame[0] = 0x00 // keyframe: VP8 frame tag bit 0 clear
 				}
 			}

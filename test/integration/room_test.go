@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -308,4 +309,43 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 20*time.Second)
+	alice := e.join("k", "alice")
+	v := newVideo("cam")
+	v.keyEvery = 1 << 30 // only the first frame and requested ones
+	alice.OnPublisherRTCP = func(_ string, pkts []rtcp.Packet) {
+		for _, p := range pkts {
+			if _, ok := p.(*rtcp.PictureLossIndication); ok {
+				v.forceKey.Store(true)
+			}
+		}
+	}
+	if _, _, err := alice.Publish(ctx, v.track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	v.run(t)
+	time.Sleep(500 * time.Millisecond) // the first keyframe is long gone
+	bob := e.join("k", "bob")
+	tr := waitTrack(t, bob, 10*time.Second)
+	// Without the server's keyframe request bob would never start decoding.
+	pkts := readPackets(t, tr.Remote, 5, 3*time.Second)
+	if pkts[0].Payload[1]&0x01 != 0 {
+		t.Fatal("first packet is not a keyframe")
+	}
+
+	// Shutdown: every client is told why it is being disconnected.
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = e.srv.Shutdown(sctx)
+	}()
+	for _, c := range []*client.Client{alice, bob} {
+		if ev, err := c.WaitEvent(ctx, "leave"); err != nil || ev["reason"] != "server_shutdown" {
+			t.Fatalf("shutdown: %v %v", ev, err)
+		}
+	}
 }
