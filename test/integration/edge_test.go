@@ -501,3 +501,23 @@ func TestForcedRelayThroughEmbeddedTURN(t *testing.T) {
 		t.Fatalf("local candidate is %s, want relay", p.Local.Typ)
 	}
 }
+
+func TestJoinFloodIsRefusedWithServerBusy(t *testing.T) {
+	e := start(t, func(c *config.Config) { c.Limits.JoinsPerSecond = 2 })
+	busy := 0
+	for i := 0; i < 8; i++ {
+		r := dialRaw(t, e)
+		r.send(t, protocol.Msg{"type": "join", "protocol": 1, "token": e.token("f", "p"+string(rune('a'+i)), all, time.Hour)})
+		m, _ := r.recv(t)
+		if m["type"] == "error" {
+			if m["code"] != protocol.CodeServerBusy {
+				t.Fatalf("join %d: %v", i, m)
+			}
+			busy++
+		}
+		r.Close()
+	}
+	if busy == 0 {
+		t.Fatal("eight joins at once against a limit of 2/s (burst 4) were all admitted")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/client"
@@ -346,6 +347,52 @@ func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T
 	for _, c := range []*client.Client{alice, bob} {
 		if ev, err := c.WaitEvent(ctx, "leave"); err != nil || ev["reason"] != "server_shutdown" {
 			t.Fatalf("shutdown: %v %v", ev, err)
+		}
+	}
+}
+
+func TestServerNACKsPublisherForLostPackets(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 15*time.Second)
+	alice := e.join("n", "alice")
+	tr, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "cam", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nacked := make(chan uint16, 64)
+	alice.OnPublisherRTCP = func(_ string, pkts []rtcp.Packet) {
+		for _, p := range pkts {
+			if n, ok := p.(*rtcp.TransportLayerNack); ok {
+				for _, pair := range n.Nacks {
+					for _, s := range pair.PacketList() {
+						nacked <- s
+					}
+				}
+			}
+		}
+	}
+	if _, _, err := alice.Publish(ctx, tr, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	const lost = 1050
+	go func() {
+		for seq := uint16(1000); seq < 1200; seq++ {
+			if seq != lost {
+				payload := []byte{0x10, 0x01, 0, 0}
+				_ = tr.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, Timestamp: uint32(seq) * 3000, Marker: true}, Payload: payload})
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for {
+		select {
+		case s := <-nacked:
+			if s == lost {
+				return
+			}
+			t.Fatalf("NACK for %d, which was sent", s)
+		case <-ctx.Done():
+			t.Fatal("the server never asked for the lost packet")
 		}
 	}
 }
