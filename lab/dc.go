@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/pion/ice/v4"
@@ -20,6 +22,13 @@ func newAPI(local net.IP, t SCTPTuning) *webrtc.API {
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 	se.SetIPFilter(func(ip net.IP) bool { return ip.Equal(local) })
 	t.Apply(&se)
+	if t.SocketBuffer > 0 {
+		// One socket for all of ICE, with big buffers; it lives as long
+		// as this peer process.
+		if c, err := ListenUDP(&net.UDPAddr{IP: local}, t.SocketBuffer); err == nil {
+			se.SetICEUDPMux(ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: c}))
+		}
+	}
 	return webrtc.NewAPI(webrtc.WithSettingEngine(se))
 }
 
@@ -30,6 +39,13 @@ func tuningFor(c PeerConfig) SCTPTuning {
 	}
 	if c.MsgSize > 0 {
 		t.MessageSize = c.MsgSize
+	}
+	for _, kv := range strings.Split(c.Tune, ",") {
+		if kv != "" {
+			if err := t.Set(kv); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
 	}
 	return t
 }

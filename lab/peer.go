@@ -151,6 +151,7 @@ type PeerConfig struct {
 	Probe    string        // probe channel: ordered, unordered, partial (unordered, no retransmits), none
 	Tuned    bool          // apply TuneSCTP
 	MsgSize  int           // bulk message size for data channels
+	Tune     string        // tuning overrides, "mincwnd=262144,castep=12000"
 }
 
 // PeerMain runs one peer; it is `petrel lab peer` and the re-executed test
@@ -163,7 +164,8 @@ func PeerMain(args []string) int {
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
 	fs.BoolVar(&c.Tuned, "tuned", false, "apply Petrel's SCTP tuning")
-	fs.IntVar(&c.MsgSize, "msgsize", 64<<10, "bulk message size (data channels)")
+	fs.IntVar(&c.MsgSize, "msgsize", 0, "bulk message size (data channels; 0: the tuning's)")
+	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, mincwnd, fastrtxwnd, castep (name=bytes,...)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

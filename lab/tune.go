@@ -1,6 +1,12 @@
 package lab
 
 import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
 	"github.com/pion/webrtc/v4"
 )
 
@@ -19,6 +25,56 @@ type SCTPTuning struct {
 	SendHigh, SendLow uint64
 	// MessageSize is the bulk write size.
 	MessageSize int
+	// SocketBuffer sizes the UDP socket's kernel buffers. With the kernel
+	// default (208 KiB) a Go receiver that falls a few milliseconds behind
+	// a burst overflows it; SCTP takes the drops for congestion and
+	// collapses its window, where TCP (buffered in the kernel) never loses.
+	SocketBuffer int
+	// DTLSReplayWindow is how far behind the newest record a DTLS record
+	// may arrive and still be accepted. Pion's default, 64, drops every
+	// packet that a jittery link reorders by more than 64 packets (at
+	// 100 Mbit/s, about 6 ms): SCTP sees it as loss, again and again.
+	DTLSReplayWindow uint
+	// MinCwnd floors the congestion window (SetSCTPMinCwnd).
+	MinCwnd uint32
+	// FastRtxWnd is how much may be fast-retransmitted at once
+	// (SetSCTPFastRtxWnd; Pion's default is one MTU).
+	FastRtxWnd uint32
+	// CwndCAStep is the congestion-avoidance increase per RTT
+	// (SetSCTPCwndCAStep; default one MTU, as RFC 4960).
+	CwndCAStep uint32
+}
+
+// Set changes one field by name (for experiments: "mincwnd=262144").
+func (t *SCTPTuning) Set(kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	n, err := strconv.ParseUint(v, 10, 64)
+	if !ok || err != nil {
+		return fmt.Errorf("tuning %q: want name=bytes", kv)
+	}
+	switch k {
+	case "rcvbuf":
+		t.MaxReceiveBuffer = uint32(n)
+	case "high":
+		t.SendHigh = n
+	case "low":
+		t.SendLow = n
+	case "msgsize":
+		t.MessageSize = int(n)
+	case "sockbuf":
+		t.SocketBuffer = int(n)
+	case "replay":
+		t.DTLSReplayWindow = uint(n)
+	case "mincwnd":
+		t.MinCwnd = uint32(n)
+	case "fastrtxwnd":
+		t.FastRtxWnd = uint32(n)
+	case "castep":
+		t.CwndCAStep = uint32(n)
+	default:
+		return fmt.Errorf("unknown tuning %q", k)
+	}
+	return nil
 }
 
 // DefaultTuning is Pion's defaults with the watermarks of Pion's flow
@@ -26,13 +82,32 @@ type SCTPTuning struct {
 // thinking about it.
 var DefaultTuning = SCTPTuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSize: 64 << 10}
 
-// PetrelTuning is what Petrel uses; see docs/benchmarks.md for how it
-// compares with TCP.
+// PetrelTuning is what Petrel uses, chosen with `petrel lab bench` (see
+// docs/benchmarks.md, "Data channels vs TCP"):
+//
+//   - an 8 MiB UDP socket buffer: the default 208 KiB overflowed at the
+//     receiver on every run of the long profile (RcvbufErrors), and SCTP
+//     takes each drop for congestion;
+//   - a DTLS replay window of 16384 records instead of 64, so a jittery
+//     link that reorders packets by more than 64 does not turn reordering
+//     into loss;
+//   - a congestion-window floor of 256 KiB: Pion's SCTP halves cwnd on
+//     three miss indications even when RACK would have waited, so on the
+//     reordering mobile link cwnd sat at its 4-MTU minimum (0.6 Mbit/s);
+//     the floor keeps 26 Mbit/s per 80 ms of RTT in flight. It is a floor,
+//     not a target: with loss cwnd still falls to it.
+//   - the receive window stays at Pion's 1 MiB and the sender's high
+//     watermark at 2 MiB: larger windows overflow a 1000-packet bottleneck
+//     queue in one burst, and Pion recovers from a burst loss only by its
+//     retransmission timer (RTO.min 1 s, not configurable), which stalled
+//     10 Mbit/s links for a second at a time.
 var PetrelTuning = SCTPTuning{
-	MaxReceiveBuffer: 16 << 20,
-	SendHigh:         16 << 20,
-	SendLow:          8 << 20,
+	SendHigh:         2 << 20,
+	SendLow:          1 << 20,
 	MessageSize:      64 << 10,
+	SocketBuffer:     8 << 20,
+	DTLSReplayWindow: 16384,
+	MinCwnd:          256 << 10,
 }
 
 // TuneSCTP applies Petrel's SCTP settings to a SettingEngine. The server
@@ -44,5 +119,44 @@ func TuneSCTP(se *webrtc.SettingEngine) { PetrelTuning.Apply(se) }
 func (t SCTPTuning) Apply(se *webrtc.SettingEngine) {
 	if t.MaxReceiveBuffer > 0 {
 		se.SetSCTPMaxReceiveBufferSize(t.MaxReceiveBuffer)
+	}
+	if t.DTLSReplayWindow > 0 {
+		se.SetDTLSReplayProtectionWindow(t.DTLSReplayWindow)
+	}
+	if t.MinCwnd > 0 {
+		se.SetSCTPMinCwnd(t.MinCwnd)
+	}
+	if t.FastRtxWnd > 0 {
+		se.SetSCTPFastRtxWnd(t.FastRtxWnd)
+	}
+	if t.CwndCAStep > 0 {
+		se.SetSCTPCwndCAStep(t.CwndCAStep)
+	}
+}
+
+// ListenUDP opens the UDP socket for an ICE UDP mux with kernel buffers of
+// size bytes each way. As root it uses SO_RCVBUFFORCE/SO_SNDBUFFORCE, so
+// net.core.rmem_max (4 MiB here) does not cap it; otherwise the kernel
+// clamps to rmem_max/wmem_max, which operators should raise.
+func ListenUDP(laddr *net.UDPAddr, size int) (*net.UDPConn, error) {
+	c, err := net.ListenUDP("udp4", laddr)
+	if err != nil {
+		return nil, err
+	}
+	if size > 0 {
+		SetSocketBuffers(c, size)
+	}
+	return c, nil
+}
+
+// SetSocketBuffers raises a UDP socket's buffers to size bytes (see ListenUDP).
+func SetSocketBuffers(c *net.UDPConn, size int) {
+	c.SetReadBuffer(size)
+	c.SetWriteBuffer(size)
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, size)
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, size)
+		})
 	}
 }

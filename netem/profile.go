@@ -45,6 +45,15 @@ func init() {
 		BA: Params{Delay: 40 * time.Millisecond},
 	}, Note: "reordering mobile-like link: a->b 40 ms ± 15 ms normal (reorders), b->a 40 ms"})
 
+	// The same paths with a bottleneck, as links in the field have: the
+	// study's TCP reached about 90 Mbit/s on its long path.
+	addProfile(Profile{Name: "long-100mbit", Spec: symmetric(Params{Delay: 40 * time.Millisecond, Rate: 100_000_000}),
+		Note: "long RTT behind a 100 Mbit/s bottleneck: 40 ms each way, 1000-packet queue"})
+	addProfile(Profile{Name: "mobile-20mbit", Spec: Spec{
+		AB: Params{Delay: 40 * time.Millisecond, Jitter: 15 * time.Millisecond, Rate: 20_000_000},
+		BA: Params{Delay: 40 * time.Millisecond, Rate: 20_000_000},
+	}, Note: "mobile behind a 20 Mbit/s bottleneck (jitter after the queue, so it still reorders)"})
+
 	// The grids of the WebTransport study: one dimension varied at a time,
 	// the others neutral. Delay is applied each way.
 	for _, r := range []string{"0.1", "0.5", "1", "2", "5", "10", "20", "50", "100"} {
@@ -74,7 +83,7 @@ func LookupProfile(name string) (Profile, error) {
 
 // ProfileNames lists the profiles: the three named ones first, then the grids.
 func ProfileNames() []string {
-	first := []string{"none", "lan", "long", "mobile"}
+	first := []string{"none", "lan", "long", "mobile", "long-100mbit", "mobile-20mbit"}
 	var rest []string
 	for n := range profiles {
 		if !strings.HasPrefix(n, "wt-") {
