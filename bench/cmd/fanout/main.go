@@ -65,8 +65,9 @@ type result struct {
 	driverCPU   float64 // % of one core
 	delivered   float64 // packets received by subscribers / packets the server counted out
 	bytesPerPkt float64
-	marginalUs  float64 // CPU-µs per packet above the publisher-only CPU
-	idleCPU     float64 // % of one core with the publisher and no subscriber
+	mediaUs     float64 // CPU-µs per packet above the CPU with N participants joined but not subscribed
+	pubCPU      float64 // % of one core with the publisher and no subscriber
+	partUs      float64 // CPU-µs per second per joined, unsubscribed participant
 }
 
 func main() {
@@ -77,6 +78,7 @@ func main() {
 	serverBin := flag.String("server", "", "benchserver binary (default: go build ./bench/cmd/benchserver)")
 	floorNs := flag.Float64("floor-ns", 0, "forwarding floor in ns/packet (BenchmarkFloorSend) for the ratio column")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the window of the last run to this file")
+	idleprofile := flag.String("idleprofile", "", "write the server's CPU profile with N participants joined but not subscribed (10 s) of the last run to this file")
 	header := flag.Bool("header", false, "print the table header first")
 	verbose := flag.Bool("v", false, "server log to stderr")
 	flag.Parse()
@@ -99,16 +101,16 @@ func main() {
 	}
 	var rs []result
 	for i := 0; i < *runs; i++ {
-		prof := ""
+		prof, iprof := "", ""
 		if i == *runs-1 {
-			prof = *cpuprofile
+			prof, iprof = *cpuprofile, *idleprofile
 		}
-		r, err := run(bin, *n, *warmup, *duration, prof, *verbose)
+		r, err := run(bin, *n, *warmup, *duration, prof, iprof, *verbose)
 		if err != nil {
 			log.Fatalf("run %d: %v", i+1, err)
 		}
-		log.Printf("run %d: N=%d %.0f pkt/s out, %.2f CPU-µs/packet (%.2f above publisher-only %.1f%%), %.3f MiB RSS/subscriber, server %.1f%% CPU, driver %.1f%% CPU, delivered %.3f, %.0f B/packet",
-			i+1, r.n, r.pps, r.cpuUsPerPkt, r.marginalUs, r.idleCPU, r.rssPerSub, r.serverCPU, r.driverCPU, r.delivered, r.bytesPerPkt)
+		log.Printf("run %d: N=%d %.0f pkt/s out, %.2f CPU-µs/packet (media path %.2f), publisher-only %.1f%% CPU, %.0f CPU-µs/s per idle participant, %.3f MiB RSS/subscriber, server %.1f%% CPU, driver %.1f%% CPU, delivered %.3f, %.0f B/packet",
+			i+1, r.n, r.pps, r.cpuUsPerPkt, r.mediaUs, r.pubCPU, r.partUs, r.rssPerSub, r.serverCPU, r.driverCPU, r.delivered, r.bytesPerPkt)
 		rs = append(rs, r)
 	}
 	m := median(rs)
@@ -119,12 +121,22 @@ func main() {
 	if *floorNs > 0 {
 		ratio = fmt.Sprintf("%.1f", m.cpuUsPerPkt*1000 / *floorNs)
 	}
-	fmt.Printf("| %d | %.0f | %.0f | %.2f | %s | %.2f | %.3f | %.1f | %.1f | %.1f | %.3f |\n",
-		m.n, m.pps, m.bytesPerPkt, m.cpuUsPerPkt, ratio, m.marginalUs, m.rssPerSub, m.serverCPU, m.idleCPU, m.driverCPU, m.delivered)
+	mratio := "–"
+	if *floorNs > 0 {
+		mratio = fmt.Sprintf("%.1f", m.mediaUs*1000 / *floorNs)
+	}
+	fmt.Printf("| %d | %.0f | %.0f | %.2f | %s | %.2f | %s | %.0f | %.3f | %.1f | %.1f | %.1f | %.3f |\n",
+		m.n, m.pps, m.bytesPerPkt, m.cpuUsPerPkt, ratio, m.mediaUs, mratio, m.partUs, m.rssPerSub, m.serverCPU, m.pubCPU, m.driverCPU, m.delivered)
 }
 
-const tableHeader = `| N | packets/s out | bytes/packet | CPU-µs/packet | × floor | CPU-µs/packet above publisher-only | RSS/subscriber MiB | server CPU % | publisher-only CPU % | driver CPU % | delivered |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|`
+// Columns: total server CPU over packets forwarded, and its ratio to the floor;
+// the media path alone (CPU above the same N participants joined but not
+// subscribed) and its ratio; the idle cost of one joined participant; RSS per
+// subscriber; server CPU in the window and with the publisher alone; the
+// driver's own CPU (it shares the two cores); subscriber-received over
+// server-sent packets.
+const tableHeader = `| N | packets/s out | bytes/packet | CPU-µs/packet | × floor | media-path CPU-µs/packet | × floor | idle CPU-µs/s per participant | RSS/subscriber MiB | server CPU % | publisher-only CPU % | driver CPU % | delivered |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|`
 
 func median(rs []result) result {
 	pick := func(f func(result) float64) float64 {
@@ -147,8 +159,9 @@ func median(rs []result) result {
 		driverCPU:   pick(func(r result) float64 { return r.driverCPU }),
 		delivered:   pick(func(r result) float64 { return r.delivered }),
 		bytesPerPkt: pick(func(r result) float64 { return r.bytesPerPkt }),
-		marginalUs:  pick(func(r result) float64 { return r.marginalUs }),
-		idleCPU:     pick(func(r result) float64 { return r.idleCPU }),
+		mediaUs:     pick(func(r result) float64 { return r.mediaUs }),
+		pubCPU:      pick(func(r result) float64 { return r.pubCPU }),
+		partUs:      pick(func(r result) float64 { return r.partUs }),
 	}
 }
 
@@ -351,6 +364,38 @@ func (s *server) forwarded(room string, ids []string) (float64, error) {
 	return float64(total.Load()), nil
 }
 
+// published is the number of packets the server received from identity.
+func (s *server) published(room, identity string) (float64, error) {
+	admin := auth.Claims{Grants: auth.Grants{Admin: true}}
+	admin.RegisteredClaims = jwt.RegisteredClaims{Subject: "bench-admin"}
+	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, admin, time.Hour)
+	if err != nil {
+		return 0, err
+	}
+	req, _ := http.NewRequest("GET", "http://"+s.http+"/v1/admin/rooms/"+room+"/participants/"+identity, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Stats struct {
+			Published []struct {
+				Packets float64 `json:"packets"`
+			} `json:"published"`
+		} `json:"stats"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, t := range v.Stats.Published {
+		n += t.Packets
+	}
+	return n, nil
+}
+
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -380,7 +425,7 @@ type counters struct {
 	bytes   atomic.Int64
 }
 
-func run(bin string, n int, warmup, window time.Duration, cpuprofile string, verbose bool) (result, error) {
+func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofile string, verbose bool) (result, error) {
 	s, err := startServer(bin, n, verbose)
 	if err != nil {
 		return result{}, err
@@ -407,26 +452,22 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 		sids = append(sids, sid)
 		go src.run(stop)
 	}
-	// Publisher only: the fixed cost of receiving the stream, RTCP and the
-	// runtime, which N subscribers then share.
+	// Phase 1, publisher only: the fixed cost of receiving the stream.
 	time.Sleep(2 * time.Second)
-	ci0, err := s.cpuTicks()
+	pubCPU, err := s.cpuOver(5 * time.Second)
 	if err != nil {
 		return result{}, err
 	}
-	ti0 := time.Now()
-	time.Sleep(5 * time.Second)
-	ci1, err := s.cpuTicks()
-	if err != nil {
-		return result{}, err
-	}
-	idleCPU := float64(ci1-ci0) / clkTck / time.Since(ti0).Seconds() // cores
 	rss0, err := s.rss()
 	if err != nil {
 		return result{}, err
 	}
 
-	// Subscribers join a few at a time, as a room fills.
+	// Phase 2: N participants join, a few at a time as a room fills, without
+	// subscribing. What this costs is per participant, not per packet: every
+	// participant has two peer connections with their ICE, DTLS and SCTP
+	// timers, and Petrel's publisher-side interceptors, whether it publishes
+	// or not.
 	var cnt counters
 	subs := make([]*client.Client, n)
 	ids := make([]string, n)
@@ -436,35 +477,6 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 	ready := make([]chan struct{}, n)
 	api := leanAPI()
 	no := false
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
-		ready[i] = make(chan struct{})
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			jctx, jcancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer jcancel()
-			id := ids[i]
-			// Subscribing after Join rather than by autoSubscribe: client.Join
-			// races a server offer that arrives before its subscriber
-			// connection exists (nil PeerConnection in answerSubscriber).
-			c, err := client.Join(jctx, ws, s.token(room, id), client.Options{Name: id, API: api, AutoSubscribe: &no})
-			if err != nil {
-				errs <- fmt.Errorf("%s join: %w", id, err)
-				return
-			}
-			subs[i] = c
-			go receive(c, &cnt, ready[i])
-			if _, err := c.Request(jctx, protocol.Msg{"type": "subscribe", "trackSids": sids, "subscribe": true}); err != nil {
-				errs <- fmt.Errorf("%s subscribe: %w", id, err)
-			}
-		}(i)
-	}
-	wg.Wait()
 	defer func() {
 		for _, c := range subs {
 			if c != nil {
@@ -472,10 +484,53 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 			}
 		}
 	}()
-	select {
-	case err := <-errs:
+	// Subscribing after Join rather than by autoSubscribe also avoids a race
+	// in client.Join: a server offer that arrives before the client's
+	// subscriber connection exists panics (nil PeerConnection in
+	// answerSubscriber).
+	if err := parallel(n, func(i int) error {
+		jctx, jcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer jcancel()
+		c, err := client.Join(jctx, ws, s.token(room, ids[i]), client.Options{Name: ids[i], API: api, AutoSubscribe: &no})
+		if err != nil {
+			return fmt.Errorf("%s join: %w", ids[i], err)
+		}
+		subs[i] = c
+		ready[i] = make(chan struct{})
+		go receive(c, &cnt, ready[i])
+		return nil
+	}); err != nil {
 		return result{}, err
-	default:
+	}
+	time.Sleep(2 * time.Second)
+	idleWindow := 5 * time.Second
+	var idleProf chan error
+	if idleprofile != "" {
+		idleWindow = 10 * time.Second
+		idleProf = make(chan error, 1)
+		go func() { idleProf <- fetchProfile(s.pprof, idleWindow, idleprofile) }()
+	}
+	joinedCPU, err := s.cpuOver(idleWindow)
+	if err != nil {
+		return result{}, err
+	}
+	if idleProf != nil {
+		if err := <-idleProf; err != nil {
+			return result{}, fmt.Errorf("idle cpu profile: %w", err)
+		}
+	}
+
+	// Phase 3: everyone subscribes to the video and the audio.
+	if err := parallel(n, func(i int) error {
+		jctx, jcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer jcancel()
+		_, err := subs[i].Request(jctx, protocol.Msg{"type": "subscribe", "trackSids": sids, "subscribe": true})
+		if err != nil {
+			return fmt.Errorf("%s subscribe: %w", ids[i], err)
+		}
+		return nil
+	}); err != nil {
+		return result{}, err
 	}
 	deadline := time.After(60 * time.Second)
 	for i := range ready {
@@ -503,6 +558,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 	if err != nil {
 		return result{}, err
 	}
+	i0, _ := s.published(room, "publisher")
 	m0, _ := s.metric("petrel_packets_total", "out")
 	b0, _ := s.metric("petrel_bytes_total", "out")
 	r0 := cnt.packets.Load()
@@ -517,6 +573,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 	if err != nil {
 		return result{}, err
 	}
+	i1, _ := s.published(room, "publisher")
 	m1, _ := s.metric("petrel_packets_total", "out")
 	b1, _ := s.metric("petrel_bytes_total", "out")
 	r1 := cnt.packets.Load()
@@ -536,13 +593,15 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 	}
 	cpu := float64(c1-c0) / clkTck // seconds
 	pps := out / el.Seconds()
+	log.Printf("N=%d: publisher in %.1f packets/s; out %.1f per subscriber", n, (i1-i0)/el.Seconds(), pps/float64(n))
 	log.Printf("N=%d: /metrics out delta %.0f vs DownTrack counters %.0f (batched by 128 packets per publication)", n, m1-m0, out)
 	return result{
 		n:           n,
 		pps:         pps,
 		cpuUsPerPkt: cpu * 1e6 / out,
-		marginalUs:  (cpu/el.Seconds() - idleCPU) * 1e6 / pps,
-		idleCPU:     100 * idleCPU,
+		mediaUs:     (cpu/el.Seconds() - joinedCPU) * 1e6 / pps,
+		pubCPU:      100 * pubCPU,
+		partUs:      (joinedCPU - pubCPU) * 1e6 / float64(n),
 		rssPerSub:   (rss1 - rss0) / float64(n) / (1 << 20),
 		serverCPU:   100 * cpu / el.Seconds(),
 		driverCPU:   100 * (d1 - d0).Seconds() / el.Seconds(),
@@ -550,6 +609,46 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile string, ver
 		// Bytes from /metrics over the metric's own packets: batched alike.
 		bytesPerPkt: (b1 - b0) / max(m1-m0, 1),
 	}, nil
+}
+
+// cpuOver is the server's CPU use, in cores, over d from now.
+func (s *server) cpuOver(d time.Duration) (float64, error) {
+	c0, err := s.cpuTicks()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(d)
+	c1, err := s.cpuTicks()
+	if err != nil {
+		return 0, err
+	}
+	return float64(c1-c0) / clkTck / time.Since(t0).Seconds(), nil
+}
+
+// parallel runs f(0..n-1), eight at a time, and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
 }
 
 func fetchProfile(addr string, d time.Duration, file string) error {
