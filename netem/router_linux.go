@@ -19,17 +19,17 @@ const batch = 32
 // (nanosecond timeouts, unlike the Go netpoller's milliseconds) and wakes
 // exactly when the next packet is due.
 type direction struct {
-	name    string
-	in, out int
-	wake    int // eventfd: set() and close() interrupt the poll
-	params  atomic.Pointer[Params]
-	link    *link
-	base    time.Time
-	closed  atomic.Bool
-	done    chan struct{}
+	name     string
+	in, out  int
+	wake     int // eventfd: set() and close() interrupt the poll
+	params   atomic.Pointer[Params]
+	link     *link
+	base     time.Time
+	closed   atomic.Bool
+	done     chan struct{}
 	realtime bool
-	statsMu sync.Mutex
-	stats   Stats
+	statsMu  sync.Mutex
+	stats    Stats
 }
 
 func newDirection(name string, in, out int, p Params, seed uint64, maxPackets int, base time.Time) (*direction, error) {

@@ -1,0 +1,129 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/petrel-sfu/petrel/netem"
+)
+
+// The test binary doubles as the peer: the harness re-executes it inside
+// the lab's namespaces with PETREL_LAB_PEER=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("PETREL_LAB_PEER") == "1" {
+		os.Exit(PeerMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestShortLab runs TCP and Petrel's data channel for a couple of seconds
+// in each named profile. It checks that data and probes flow and that the
+// measured latency respects the emulated propagation delay; throughput
+// ratios are for `petrel lab bench`, not for a test on a noisy machine.
+func TestShortLab(t *testing.T) {
+	if err := netem.Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	h := &Harness{Argv: []string{os.Args[0]}, Env: []string{"PETREL_LAB_PEER=1"}}
+	if testing.Verbose() {
+		h.Stderr = os.Stderr
+	}
+	for _, prof := range []string{"lan", "long", "mobile"} {
+		t.Run(prof, func(t *testing.T) {
+			p, err := netem.LookupProfile(prof)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := netem.NewLab(netem.Options{Spec: p.Spec})
+			if err != nil {
+				t.Skipf("skipping: cannot create network namespaces here: %v", err)
+			}
+			defer l.Close()
+			for _, stack := range []string{"tcp", "pion-tuned"} {
+				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 2 * time.Second})
+				if err != nil {
+					t.Fatalf("%s: %v", stack, err)
+				}
+				t.Logf("%s %s: %.1f Mbit/s, probe p50 %.1f ms p99 %.1f ms (%d/%d), setup %.0f ms",
+					prof, stack, res.Mbps, res.P50Ms, res.P99Ms, res.ProbeGot, res.ProbeSent, res.SetupMs)
+				// A stack that stalls or loses the association moves a
+				// few hundred kilobytes; every profile here carries >5 Mbit/s.
+				if res.Mbps < 5 {
+					t.Errorf("%s: %.2f Mbit/s of bulk data", stack, res.Mbps)
+				}
+				if res.ProbeGot < 50 {
+					t.Errorf("%s: only %d probe messages arrived in 2 s", stack, res.ProbeGot)
+				}
+				// Probes cannot beat the emulated one-way delay.
+				if min := p.Spec.AB.Delay - p.Spec.AB.Jitter; res.P50Ms < 0.9*float64(min)/1e6 {
+					t.Errorf("%s: probe p50 %.2f ms is below the link's %v", stack, res.P50Ms, min)
+				}
+				if len(res.Series) == 0 {
+					t.Errorf("%s: no throughput series", stack)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteSectionKeepsOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	os.WriteFile(path, []byte("# Benchmarks\n\n## SFU fan-out\n\nfan-out table\n\n## Data channels vs TCP\n\nold\n\n### Plots\n\nold plots\n\n## Load\n\nload table\n"), 0o644)
+	if err := WriteSection(path, "## Data channels vs TCP", "\nnew table\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	for _, want := range []string{"## SFU fan-out\n\nfan-out table", "## Data channels vs TCP\n\nnew table\n", "## Load\n\nload table"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	for _, gone := range []string{"old"} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%q survived:\n%s", gone, got)
+		}
+	}
+	// A missing file gets a title and the section.
+	path2 := filepath.Join(t.TempDir(), "new.md")
+	if err := WriteSection(path2, "## Data channels vs TCP", "\nx\n"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path2); !strings.HasPrefix(string(b), "# Benchmarks\n") || !strings.Contains(string(b), "## Data channels vs TCP\n\nx\n") {
+		t.Errorf("new file:\n%s", b)
+	}
+}
+
+func TestParseCasesAndTuning(t *testing.T) {
+	cs, err := ParseCases("tcp, pion-tuned/partial,pion")
+	if err != nil || len(cs) != 3 || cs[1] != [2]string{"pion-tuned", "partial"} || cs[2][1] != "ordered" {
+		t.Fatalf("ParseCases = %v, %v", cs, err)
+	}
+	for _, bad := range []string{"quic", "tcp/sometimes"} {
+		if _, err := ParseCases(bad); err == nil {
+			t.Errorf("ParseCases(%q) succeeded", bad)
+		}
+	}
+	tu := DefaultTuning
+	if err := tu.Set("mincwnd=262144"); err != nil || tu.MinCwnd != 262144 {
+		t.Errorf("Set mincwnd: %v %+v", err, tu)
+	}
+	if err := tu.Set("bogus=1"); err == nil {
+		t.Error("Set accepted an unknown knob")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
