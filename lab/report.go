@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,9 @@ var Study = map[string]struct{ DC, TCP string }{
 	"long":   {"8–55", "≈90"},
 	"mobile": {"≈0.6", "≈13"},
 }
+
+//go:embed notes.md
+var tuningNotes string
 
 // Report renders benchmark rows as Markdown with PNG plots.
 type Report struct {
@@ -122,6 +126,7 @@ func (r *Report) Markdown() (string, error) {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.1f%% | %.1f |\n", p, x.Stack, probeName(x.Probe), x.P50Ms, x.P99Ms, 100*x.Lost, x.Mbps)
 		}
 	}
+	b.WriteString(tuningNotes)
 	var perr error
 	if r.PlotDir != "" {
 		imgs, err := r.plots()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -19,8 +20,9 @@ func labMain(args []string) int {
 	if len(args) > 0 && args[0] == "peer" {
 		return lab.PeerMain(args[1:])
 	}
-	if len(args) == 0 || args[0] != "bench" {
+	if len(args) == 0 || (args[0] != "bench" && args[0] != "report") {
 		fmt.Fprintln(os.Stderr, `usage: petrel lab bench [flags]   measure data channels against TCP
+       petrel lab report [flags]  render saved results (-load) again
        petrel lab peer [flags]    one side of a run (started by bench)`)
 		return 2
 	}
@@ -32,7 +34,22 @@ func labMain(args []string) int {
 	out := fs.String("out", "", "write the report section into this Markdown file (e.g. docs/benchmarks.md)")
 	plots := fs.String("plots", "docs/img", "directory for PNG plots (needs gnuplot)")
 	verbose := fs.Bool("v", false, "show the peers' stderr")
+	save := fs.String("save", "", "save the raw results as JSON (bench)")
+	load := fs.String("load", "", "render results saved by -save instead of measuring (report)")
 	fs.Parse(args[1:])
+	if args[0] == "report" {
+		b, err := os.ReadFile(*load)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "petrel lab report: -load:", err)
+			return 2
+		}
+		var saved savedBench
+		if err := json.Unmarshal(b, &saved); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel lab report:", err)
+			return 1
+		}
+		return labReport(saved, *plots, *out)
+	}
 	cs, err := lab.ParseCases(*cases)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel lab:", err)
@@ -52,14 +69,31 @@ func labMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel lab:", err)
 		return 1
 	}
-	rep := lab.Report{Rows: rows, Duration: *dur, Repeat: *repeat, PlotDir: *plots}
+	saved := savedBench{Rows: rows, Duration: *dur, Repeat: *repeat}
+	if *save != "" {
+		b, _ := json.MarshalIndent(saved, "", " ")
+		if err := os.WriteFile(*save, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel lab:", err)
+		}
+	}
+	return labReport(saved, *plots, *out)
+}
+
+type savedBench struct {
+	Rows     []lab.Row
+	Duration time.Duration
+	Repeat   int
+}
+
+func labReport(saved savedBench, plots, out string) int {
+	rep := lab.Report{Rows: saved.Rows, Duration: saved.Duration, Repeat: saved.Repeat, PlotDir: plots}
 	md, err := rep.Markdown()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel lab: plots:", err)
 	}
 	fmt.Print(md)
-	if *out != "" {
-		if err := lab.WriteSection(*out, "## Data channels vs TCP", md); err != nil {
+	if out != "" {
+		if err := lab.WriteSection(out, "## Data channels vs TCP", md); err != nil {
 			fmt.Fprintln(os.Stderr, "petrel lab:", err)
 			return 1
 		}
