@@ -78,10 +78,15 @@ func main() {
 	serverBin := flag.String("server", "", "benchserver binary (default: go build ./bench/cmd/benchserver)")
 	floorNs := flag.Float64("floor-ns", 0, "forwarding floor in ns/packet (BenchmarkFloorSend) for the ratio column")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the window of the last run to this file")
-	idleprofile := flag.String("idleprofile", "", "write the server's CPU profile with N participants joined but not subscribed (10 s) of the last run to this file")
+	idleprofile := flag.String("idleprofile", "", "write the server's CPU profile with N participants joined but not subscribed (the 10 s idle window) of the last run to this file")
 	header := flag.Bool("header", false, "print the table header first")
 	verbose := flag.Bool("v", false, "server log to stderr")
+	headerOnly := flag.Bool("header-only", false, "print the table header and exit")
 	flag.Parse()
+	if *headerOnly {
+		fmt.Println(tableHeader)
+		return
+	}
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("fanout: ")
 
@@ -454,7 +459,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 	}
 	// Phase 1, publisher only: the fixed cost of receiving the stream.
 	time.Sleep(2 * time.Second)
-	pubCPU, err := s.cpuOver(5 * time.Second)
+	pubCPU, err := s.cpuOver(10 * time.Second)
 	if err != nil {
 		return result{}, err
 	}
@@ -502,11 +507,10 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 	}); err != nil {
 		return result{}, err
 	}
-	time.Sleep(2 * time.Second)
-	idleWindow := 5 * time.Second
+	time.Sleep(3 * time.Second) // let handshakes and negotiation settle
+	idleWindow := 10 * time.Second
 	var idleProf chan error
 	if idleprofile != "" {
-		idleWindow = 10 * time.Second
 		idleProf = make(chan error, 1)
 		go func() { idleProf <- fetchProfile(s.pprof, idleWindow, idleprofile) }()
 	}
@@ -560,8 +564,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 	}
 	i0, _ := s.published(room, "publisher")
 	m0, _ := s.metric("petrel_packets_total", "out")
-	b0, _ := s.metric("petrel_bytes_total", "out")
-	r0 := cnt.packets.Load()
+	r0, rb0 := cnt.packets.Load(), cnt.bytes.Load()
 	d0 := selfCPU()
 	time.Sleep(window)
 	c1, err := s.cpuTicks()
@@ -575,8 +578,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 	}
 	i1, _ := s.published(room, "publisher")
 	m1, _ := s.metric("petrel_packets_total", "out")
-	b1, _ := s.metric("petrel_bytes_total", "out")
-	r1 := cnt.packets.Load()
+	r1, rb1 := cnt.packets.Load(), cnt.bytes.Load()
 	d1 := selfCPU()
 	rss1, err := s.rss()
 	if err != nil {
@@ -606,8 +608,7 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 		serverCPU:   100 * cpu / el.Seconds(),
 		driverCPU:   100 * (d1 - d0).Seconds() / el.Seconds(),
 		delivered:   float64(r1-r0) / out,
-		// Bytes from /metrics over the metric's own packets: batched alike.
-		bytesPerPkt: (b1 - b0) / max(m1-m0, 1),
+		bytesPerPkt: float64(rb1-rb0) / float64(max(r1-r0, 1)), // RTP header and payload, as received
 	}, nil
 }
 
