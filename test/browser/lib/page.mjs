@@ -1,0 +1,123 @@
+// Drives the web app in a page. Works with Playwright and Puppeteer pages alike:
+// only goto, evaluate(fn, arg), screenshot and the console event are used.
+import { writeFileSync, mkdirSync } from 'node:fs';
+import { outDir } from './server.mjs';
+
+export async function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+// Polls fn(arg) in the page until it returns a truthy value, which is returned.
+export async function waitFor(page, what, fn, arg, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      last = await page.evaluate(fn, arg);
+      if (last) return last;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last: ${String(last)})`);
+    await sleep(250);
+  }
+}
+
+// A participant: a page of the room app, its console log kept for failure reports.
+export class Participant {
+  constructor(label, page) {
+    this.label = label;
+    this.page = page;
+    this.log = [];
+    page.on('console', (m) => this.log.push(`[${m.type()}] ${m.text()}`));
+    page.on('pageerror', (e) => this.log.push(`[pageerror] ${e?.message ?? e}`));
+  }
+
+  // Opens the app with a token (autojoin) and waits until camera and mic are published.
+  async join(base, token, { name = this.label, relay = false, tracks = 2 } = {}) {
+    const q = new URLSearchParams({ token, name, autojoin: '1' });
+    if (relay) q.set('relay', '1');
+    await this.page.goto(`${base}/?${q}`);
+    await waitFor(this.page, `${this.label} to join`, () => {
+      const err = document.getElementById('join-error')?.textContent;
+      if (err) throw new Error(`join error shown: ${err}`);
+      return window.petrel?.room?.state === 'connected';
+    });
+    await waitFor(this.page, `${this.label} to publish ${tracks} tracks`, (n) => window.petrel.room.localTracks.size >= n, tracks);
+    this.sid = await this.page.evaluate(() => window.petrel.room.localParticipant.sid);
+    this.identity = await this.page.evaluate(() => window.petrel.room.localParticipant.identity);
+  }
+
+  // Media counters of the subscriber connection, read from the browser's own getStats.
+  inbound() {
+    return this.page.evaluate(async () => {
+      const pc = window.petrel.room?.subscriberPc;
+      const out = { framesDecoded: 0, videoPackets: 0, audioPackets: 0, samples: 0, videoStreams: 0, audioStreams: 0 };
+      if (!pc) return out;
+      (await pc.getStats()).forEach((s) => {
+        if (s.type !== 'inbound-rtp') return;
+        if (s.kind === 'video') {
+          out.videoStreams++;
+          out.framesDecoded += s.framesDecoded ?? 0;
+          out.videoPackets += s.packetsReceived ?? 0;
+        } else if (s.kind === 'audio') {
+          out.audioStreams++;
+          out.audioPackets += s.packetsReceived ?? 0;
+          out.samples += s.totalSamplesReceived ?? 0;
+        }
+      });
+      return out;
+    });
+  }
+
+  // Local candidate types of the selected pairs, per peer connection.
+  selectedCandidateTypes() {
+    return this.page.evaluate(async () => {
+      const types = async (pc) => {
+        if (!pc) return null;
+        const r = await pc.getStats();
+        let pair;
+        r.forEach((s) => {
+          if (s.type === 'transport' && s.selectedCandidatePairId) pair = r.get(s.selectedCandidatePairId);
+        });
+        r.forEach((s) => {
+          if (!pair && s.type === 'candidate-pair' && (s.selected || (s.nominated && s.state === 'succeeded'))) pair = s;
+        });
+        if (!pair) return null;
+        return { local: r.get(pair.localCandidateId)?.candidateType, remote: r.get(pair.remoteCandidateId)?.candidateType };
+      };
+      return { publisher: await types(window.petrel.room.publisherPc), subscriber: await types(window.petrel.room.subscriberPc) };
+    });
+  }
+
+  // Waits until the tile of `other` shows decoding video: the user-visible check.
+  async seesVideoOf(other, timeoutMs = 25_000) {
+    return waitFor(this.page, `${this.label} to show ${other.label}'s video`, (sid) => {
+      const v = document.querySelector(`.tile[data-sid="${sid}"] video`);
+      return v && v.videoWidth > 0 && v.readyState >= 2 && { w: v.videoWidth, h: v.videoHeight, label: v.parentElement.querySelector('.label').textContent };
+    }, other.sid, timeoutMs);
+  }
+
+  // Starts collecting data messages in the page (call before the other side sends).
+  collectData() {
+    return this.page.evaluate(() => {
+      window.__data = [];
+      window.petrel.room.on('dataReceived', (m) =>
+        window.__data.push({ text: m.text, bytes: Array.from(m.payload), from: m.from, topic: m.topic, reliable: m.reliable }));
+    });
+  }
+
+  async failureArtifacts(prefix) {
+    mkdirSync(outDir, { recursive: true });
+    const base = `${outDir}${prefix}-${this.label}`;
+    writeFileSync(`${base}.log`, this.log.join('\n') + '\n');
+    await this.page.screenshot({ path: `${base}.png` }).catch((e) => console.error(`screenshot ${base}: ${e.message}`));
+  }
+}
+
+// Samples a counter twice and returns [first, second] so growth can be asserted.
+export async function growth(sample, ms = 2_000) {
+  const a = await sample();
+  await sleep(ms);
+  return [a, await sample()];
+}
