@@ -16,12 +16,13 @@ import (
 
 // DownTrack is one publication as one subscriber receives it: the end of the
 // packet path. It is a webrtc.TrackLocal bound to the subscriber's connection, and
-// it rewrites each packet's SSRC, payload type, sequence number and timestamp into
-// the subscriber's stream, so that the subscriber sees one continuous stream even
-// across pauses (and, later, layer switches).
+// it rewrites each packet's SSRC, payload type, sequence number, timestamp and
+// (VP8) picture ID into the subscriber's stream, so that the subscriber sees one
+// continuous stream across pauses and simulcast layer switches.
 //
-// writeRTP runs on the publication's reader goroutine only; RTCP from the
-// subscriber is handled by the DownTrack's own goroutine.
+// writeRTP runs on the publication's layer readers; its lock is this DownTrack's
+// own and is uncontended without simulcast. RTCP from the subscriber is handled by
+// the DownTrack's own goroutine.
 type DownTrack struct {
 	pub      *Publication
 	sub      *Participant
@@ -29,39 +30,67 @@ type DownTrack struct {
 	streamID string
 	sender   *webrtc.RTPSender
 
-	mu     sync.Mutex // bind state
-	writer webrtc.TrackLocalWriter
-	ssrc   uint32
-	pt     uint8
-	clock  uint32
 	bound  atomic.Bool
+	paused atomic.Bool
+	// target is the layer the subscriber should get; current switches to it at
+	// the target's next keyframe.
+	target   atomic.Int32
+	maxLayer atomic.Int32
+	needSync atomic.Bool
 
-	// Stream rewriting, owned by the reader goroutine except where atomic.
-	started   bool
-	needSync  atomic.Bool
-	syncSeq   uint16
-	seqOffset atomic.Uint32 // uint16 value: out = in + offset
-	tsOffset  atomic.Uint32
-	lastSeq   uint16
-	lastTS    uint32
-	lastAt    int64
-	hdr       rtp.Header
+	mu      sync.Mutex
+	writer  webrtc.TrackLocalWriter
+	ssrc    uint32
+	pt      uint8
+	clock   uint32
+	current int8 // -1 before the first packet
+	started bool
+	out     outState
+	// segments map outgoing sequence ranges back to the layer and offsets they
+	// came from, so NACKs are answered from the right cache.
+	segs    [4]segment
+	nsegs   int
+	hdr     rtp.Header
+	scratch []byte
 
 	// For sender reports (read by the participant's report loop).
 	lastOutTS atomic.Uint32
 	lastOutAt atomic.Int64
 	packets   atomic.Uint32
 	octets    atomic.Uint32
-	srSent    atomic.Uint64 // NTP time of the last SR, for RTT from receiver reports
 
 	rtt         atomic.Int64 // ns
 	nacks       atomic.Uint64
 	retransmits atomic.Uint64
 	plis        atomic.Uint64
+	switches    atomic.Uint64
 	lossFrac    atomic.Uint32 // fraction lost ×256 from the last receiver report
 
 	closed chan struct{}
 	once   sync.Once
+}
+
+// outState is what the subscriber last received, and the offsets that map the
+// current layer's numbering onto it.
+type outState struct {
+	seqOffset, picOffset uint16
+	tl0Offset            uint8
+	tsOffset             uint32
+	syncSeq              uint16 // first incoming sequence number of this segment
+	lastSeq              uint16
+	lastTS               uint32
+	lastPic              uint16
+	lastTL0              uint8
+	lastAt               int64
+}
+
+type segment struct {
+	startOut  uint16
+	layer     int8
+	seqOffset uint16
+	tsOffset  uint32
+	picOffset uint16
+	tl0Offset uint8
 }
 
 func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
@@ -71,8 +100,13 @@ func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 		id:       pub.sid,
 		streamID: pub.owner.sid,
 		closed:   make(chan struct{}),
+		current:  -1,
+		scratch:  make([]byte, maxPacket),
 	}
+	d.maxLayer.Store(maxLayers - 1)
+	d.target.Store(-1)
 	d.needSync.Store(true)
+	d.chooseLayer()
 	return d
 }
 
@@ -84,6 +118,13 @@ func (d *DownTrack) StreamID() string          { return d.streamID }
 func (d *DownTrack) Kind() webrtc.RTPCodecType { return d.pub.kind }
 func (d *DownTrack) Publication() *Publication { return d.pub }
 func (d *DownTrack) RTT() time.Duration        { return time.Duration(d.rtt.Load()) }
+
+// CurrentLayer is the simulcast layer being forwarded, -1 if none yet.
+func (d *DownTrack) CurrentLayer() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return int(d.current)
+}
 
 var errNoCodec = errors.New("subscriber does not support the publisher's codec")
 
@@ -110,7 +151,9 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 	d.clock = chosen.ClockRate
 	d.mu.Unlock()
 	d.bound.Store(true)
-	d.pub.RequestKeyframe()
+	if l := d.pub.layer(int8(d.target.Load())); l != nil {
+		l.requestKeyframe()
+	}
 	return *chosen, nil
 }
 
@@ -136,62 +179,164 @@ func fmtpEqual(a, b string) bool {
 // sequence and timestamp where they stopped.
 func (d *DownTrack) resync() { d.needSync.Store(true) }
 
+// SetMaxLayer limits the simulcast layer this subscriber receives (0 lowest).
+func (d *DownTrack) SetMaxLayer(l int) {
+	d.maxLayer.Store(int32(max(0, min(l, maxLayers-1))))
+	d.chooseLayer()
+}
+
+// SetPaused stops (or resumes) forwarding to this subscriber, as when its video
+// element is hidden.
+func (d *DownTrack) SetPaused(p bool) {
+	if d.paused.Swap(p) && !p {
+		d.resync()
+		if l := d.pub.layer(int8(d.target.Load())); l != nil {
+			l.requestKeyframe()
+		}
+	}
+}
+
+// chooseLayer picks the best layer that is sending and within the subscriber's
+// limit (the lowest sending layer if none is), and asks for a keyframe on it when
+// it changes.
+func (d *DownTrack) chooseLayer() {
+	exists, active := d.pub.activeLayers()
+	limit := int(d.maxLayer.Load())
+	best := -1
+	for i := 0; i <= limit; i++ {
+		if active[i] || (best == -1 && exists[i]) {
+			best = i
+		}
+	}
+	if best == -1 {
+		for i := 0; i < maxLayers; i++ {
+			if active[i] || exists[i] {
+				best = i
+				break
+			}
+		}
+	}
+	if best == -1 {
+		best = 0
+	}
+	if int(d.target.Swap(int32(best))) != best && d.bound.Load() {
+		if l := d.pub.layer(int8(best)); l != nil {
+			l.requestKeyframe()
+		}
+	}
+}
+
 // writeRTP forwards one packet. It returns whether the packet was sent.
 func (d *DownTrack) writeRTP(p *Packet) bool {
-	if !d.bound.Load() {
+	if !d.bound.Load() || d.paused.Load() {
 		return false
 	}
-	if d.needSync.Load() {
-		if d.pub.kind == webrtc.RTPCodecTypeVideo && !p.Keyframe {
+	target := int8(d.target.Load())
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.Layer != d.current && p.Layer != target {
+		return false
+	}
+	switch {
+	case p.Layer != d.current || d.needSync.Load():
+		// A switch (or a start) happens only at a keyframe of the target layer.
+		if p.Layer != target || (d.pub.kind == webrtc.RTPCodecTypeVideo && !p.Keyframe) {
 			return false
 		}
+		if d.current != -1 && d.current != p.Layer {
+			d.switches.Add(1)
+		}
+		d.current = p.Layer
 		d.sync(p)
-	} else if int16(p.Header.SequenceNumber-d.syncSeq) < 0 {
-		return false // older than where this subscriber's stream started
+	case int16(p.Header.SequenceNumber-d.out.syncSeq) < 0:
+		return false // older than this segment
 	}
+	o := &d.out
 	h := &d.hdr
 	h.Version = 2
 	h.Padding = p.Header.Padding
 	h.PaddingSize = p.Header.PaddingSize
 	h.Marker = p.Header.Marker
 	h.PayloadType = d.pt
-	h.SequenceNumber = p.Header.SequenceNumber + uint16(d.seqOffset.Load())
-	h.Timestamp = p.Header.Timestamp + d.tsOffset.Load()
+	h.SequenceNumber = p.Header.SequenceNumber + o.seqOffset
+	h.Timestamp = p.Header.Timestamp + o.tsOffset
 	h.SSRC = d.ssrc
 	h.CSRC = h.CSRC[:0]
 	h.Extension = false
 	h.Extensions = h.Extensions[:0]
-	if _, err := d.writer.WriteRTP(h, p.Payload); err != nil {
+	payload := p.Payload
+	if (o.picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) {
+		// The payload is shared by every subscriber: rewrite a private copy.
+		payload = d.scratch[:copy(d.scratch, p.Payload)]
+		p.VP8.rewrite(payload, o.picOffset, o.tl0Offset)
+	}
+	if _, err := d.writer.WriteRTP(h, payload); err != nil {
 		return false
 	}
-	if int16(h.SequenceNumber-d.lastSeq) > 0 || !d.started {
-		d.lastSeq = h.SequenceNumber
-		d.lastTS = h.Timestamp
-		d.lastAt = p.Arrival
+	if int16(h.SequenceNumber-o.lastSeq) > 0 || !d.started {
+		o.lastSeq = h.SequenceNumber
+		o.lastTS = h.Timestamp
+		o.lastAt = p.Arrival
+		if p.VP8.picOff != 0 {
+			o.lastPic = p.VP8.picID + o.picOffset
+		}
+		if p.VP8.tl0Off != 0 {
+			o.lastTL0 = p.VP8.tl0 + o.tl0Offset
+		}
 		d.lastOutTS.Store(h.Timestamp)
 		d.lastOutAt.Store(p.Arrival)
 	}
 	d.started = true
 	d.packets.Add(1)
-	d.octets.Add(uint32(len(p.Payload)))
+	d.octets.Add(uint32(len(payload)))
 	return true
 }
 
 // sync sets the offsets so that p follows the last packet sent, or keeps the
-// publisher's numbering for the first packet.
+// publisher's numbering for the very first packet.
 func (d *DownTrack) sync(p *Packet) {
 	d.needSync.Store(false)
-	d.syncSeq = p.Header.SequenceNumber
-	if !d.started {
-		return
+	o := &d.out
+	o.syncSeq = p.Header.SequenceNumber
+	if d.started {
+		o.seqOffset = o.lastSeq + 1 - p.Header.SequenceNumber
+		elapsed := uint32(uint64(max(p.Arrival-o.lastAt, 1)) * uint64(d.clock) / uint64(time.Second))
+		o.tsOffset = o.lastTS + max(elapsed, 1) - p.Header.Timestamp
+		if p.VP8.picOff != 0 {
+			o.picOffset = o.lastPic + 1 - p.VP8.picID
+			if !p.VP8.pic15 {
+				o.picOffset &= 0x7f
+			}
+		}
+		if p.VP8.tl0Off != 0 {
+			o.tl0Offset = o.lastTL0 + 1 - p.VP8.tl0
+		}
 	}
-	d.seqOffset.Store(uint32(d.lastSeq + 1 - p.Header.SequenceNumber))
-	elapsed := uint32(uint64(max(p.Arrival-d.lastAt, 1)) * uint64(d.clock) / uint64(time.Second))
-	d.tsOffset.Store(d.lastTS + max(elapsed, 1) - p.Header.Timestamp)
+	seg := segment{startOut: p.Header.SequenceNumber + o.seqOffset, layer: p.Layer, seqOffset: o.seqOffset,
+		tsOffset: o.tsOffset, picOffset: o.picOffset, tl0Offset: o.tl0Offset}
+	if d.nsegs < len(d.segs) {
+		d.segs[d.nsegs] = seg
+		d.nsegs++
+	} else {
+		copy(d.segs[:], d.segs[1:])
+		d.segs[len(d.segs)-1] = seg
+	}
+}
+
+// source maps an outgoing sequence number to where it came from.
+func (d *DownTrack) source(outSeq uint16) (segment, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := d.nsegs - 1; i >= 0; i-- {
+		if int16(outSeq-d.segs[i].startOut) >= 0 {
+			return d.segs[i], true
+		}
+	}
+	return segment{}, false
 }
 
 // readRTCP handles the subscriber's feedback: keyframe requests are aggregated at
-// the publication, NACKs are answered from the publication's packet cache.
+// the publication, NACKs are answered from the layer's packet cache.
 func (d *DownTrack) readRTCP() {
 	buf := make([]byte, maxPacket)
 	rtx := make([]byte, maxPacket)
@@ -210,7 +355,9 @@ func (d *DownTrack) readRTCP() {
 			case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
 				d.plis.Add(1)
 				metrics.PLIsIn.Inc()
-				d.pub.RequestKeyframe()
+				if l := d.pub.layer(int8(d.target.Load())); l != nil {
+					l.requestKeyframe()
+				}
 			case *rtcp.TransportLayerNack:
 				for _, pair := range p.Nacks {
 					pair.Range(func(seq uint16) bool {
@@ -230,11 +377,15 @@ func (d *DownTrack) readRTCP() {
 func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	d.nacks.Add(1)
 	metrics.NACKsIn.Inc()
-	inSeq := outSeq - uint16(d.seqOffset.Load())
-	if int16(inSeq-d.syncSeq) < 0 {
+	seg, ok := d.source(outSeq)
+	if !ok {
 		return
 	}
-	n := d.pub.cache.Get(inSeq, buf)
+	l := d.pub.layer(seg.layer)
+	if l == nil {
+		return
+	}
+	n := l.cache.Get(outSeq-seg.seqOffset, buf)
 	if n == 0 {
 		metrics.CacheMiss.Inc()
 		return
@@ -254,6 +405,11 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 		end -= pad
 		hdr.PaddingSize = byte(pad)
 	}
+	payload := buf[hn:end]
+	if d.pub.ck == codecVP8 && (seg.picOffset != 0 || seg.tl0Offset != 0) {
+		desc := parseVP8(payload)
+		desc.rewrite(payload, seg.picOffset, seg.tl0Offset)
+	}
 	d.mu.Lock()
 	w, ssrc, pt := d.writer, d.ssrc, d.pt
 	d.mu.Unlock()
@@ -263,18 +419,21 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	hdr.SSRC = ssrc
 	hdr.PayloadType = pt
 	hdr.SequenceNumber = outSeq
-	hdr.Timestamp += d.tsOffset.Load()
+	hdr.Timestamp += seg.tsOffset
 	hdr.Extension = false
 	hdr.Extensions = hdr.Extensions[:0]
 	hdr.CSRC = hdr.CSRC[:0]
-	if _, err := w.WriteRTP(hdr, buf[hn:end]); err == nil {
+	if _, err := w.WriteRTP(hdr, payload); err == nil {
 		d.retransmits.Add(1)
 	}
 }
 
 func (d *DownTrack) onReports(reports []rtcp.ReceptionReport) {
+	d.mu.Lock()
+	ssrc := d.ssrc
+	d.mu.Unlock()
 	for _, r := range reports {
-		if r.SSRC != d.ssrc {
+		if r.SSRC != ssrc {
 			continue
 		}
 		d.lossFrac.Store(uint32(r.FractionLost))
@@ -295,21 +454,25 @@ func (d *DownTrack) onReports(reports []rtcp.ReceptionReport) {
 // senderReport describes what this DownTrack sent, in the publisher's media clock
 // shifted into the subscriber's stream, for audio/video sync at the receiver.
 func (d *DownTrack) senderReport(wall time.Time) *rtcp.SenderReport {
-	if !d.bound.Load() || !d.started {
+	if !d.bound.Load() {
+		return nil
+	}
+	d.mu.Lock()
+	started, cur, tsOff, ssrc, clock := d.started, d.current, d.out.tsOffset, d.ssrc, d.clock
+	d.mu.Unlock()
+	if !started {
 		return nil
 	}
 	n := now()
 	var rtpTS uint32
-	if at := d.pub.srAt.Load(); at != 0 {
-		rtpTS = d.pub.srRTP.Load() + d.tsOffset.Load() + uint32(uint64(n-at)*uint64(d.clock)/uint64(time.Second))
+	if l := d.pub.layer(cur); l != nil && l.srAt.Load() != 0 {
+		rtpTS = l.srRTP.Load() + tsOff + uint32(uint64(n-l.srAt.Load())*uint64(clock)/uint64(time.Second))
 	} else {
-		rtpTS = d.lastOutTS.Load() + uint32(uint64(max(n-d.lastOutAt.Load(), 0))*uint64(d.clock)/uint64(time.Second))
+		rtpTS = d.lastOutTS.Load() + uint32(uint64(max(n-d.lastOutAt.Load(), 0))*uint64(clock)/uint64(time.Second))
 	}
-	ntp := ntpTime(wall)
-	d.srSent.Store(ntp)
 	return &rtcp.SenderReport{
-		SSRC:        d.ssrc,
-		NTPTime:     ntp,
+		SSRC:        ssrc,
+		NTPTime:     ntpTime(wall),
 		RTPTime:     rtpTS,
 		PacketCount: d.packets.Load(),
 		OctetCount:  d.octets.Load(),

@@ -9,6 +9,7 @@ import (
 
 type recWriter struct {
 	hdrs []rtp.Header
+	pics []uint16
 	keep bool
 	n    int
 }
@@ -17,15 +18,28 @@ func (w *recWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
 	w.n++
 	if w.keep {
 		w.hdrs = append(w.hdrs, *h)
+		if d := parseVP8(p); d.picOff != 0 {
+			w.pics = append(w.pics, d.picID)
+		}
 	}
 	return len(p), nil
 }
 func (w *recWriter) Write(b []byte) (int, error) { return len(b), nil }
 
-func testPub(n int, keep bool) (*Publication, []*recWriter) {
-	pub := &Publication{sid: "TR_x", kind: webrtc.RTPCodecTypeVideo, ck: codecVP8, cache: NewPacketCache(1024), owner: &Participant{sid: "PA_x"}}
+// testPub is a video publication with the given simulcast layers and n bound
+// subscribers whose writers record what they are given.
+func testPub(n int, keep bool, layers ...int8) (*Publication, []*recWriter) {
+	pub := &Publication{sid: "TR_x", kind: webrtc.RTPCodecTypeVideo, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_x"}}
 	empty := []*DownTrack{}
 	pub.downs.Store(&empty)
+	if len(layers) == 0 {
+		layers = []int8{0}
+	}
+	for _, i := range layers {
+		l := &layer{index: i, pub: pub, cache: NewPacketCache(1024)}
+		l.lastRecv.Store(now())
+		pub.layers[i].Store(l)
+	}
 	var ws []*recWriter
 	for i := 0; i < n; i++ {
 		d := newDownTrack(pub, nil)
@@ -56,7 +70,7 @@ func TestDownTrackStartsAtKeyframeAndStaysContinuous(t *testing.T) {
 	d := pub.Subscribers()[0]
 	var pkt Packet
 	feed := func(seq uint16, ts uint32, key bool, at int64) {
-		if !pub.parse(&pkt, vp8Packet(seq, ts, key, at)) {
+		if !pub.layer(0).parse(&pkt, vp8Packet(seq, ts, key, at)) {
 			t.Fatal("parse")
 		}
 		pkt.Arrival = at
@@ -111,7 +125,132 @@ func BenchmarkFanout50(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		raw[2], raw[3] = byte(i>>8), byte(i)
-		pub.parse(&pkt, raw)
+		pub.layer(0).parse(&pkt, raw)
 		pub.fanout(&pkt)
+	}
+}
+
+// vp8Simulcast makes a VP8 packet with a 15-bit picture ID and TL0PICIDX, as
+// browsers send with simulcast.
+func vp8Simulcast(seq uint16, ts uint32, pic uint16, tl0 uint8, key bool) []byte {
+	payload := make([]byte, 600)
+	payload[0] = 0x90 // X=1, S=1
+	payload[1] = 0xc0 // I=1, L=1
+	payload[2] = 0x80 | byte(pic>>8)
+	payload[3] = byte(pic)
+	payload[4] = tl0
+	payload[5] = 0x01
+	if key {
+		payload[5] = 0x00
+	}
+	b, _ := (&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 7}, Payload: payload}).Marshal()
+	return b
+}
+
+func TestSimulcastSwitchKeepsOneContinuousStream(t *testing.T) {
+	pub, ws := testPub(1, true, 0, 1)
+	d := pub.Subscribers()[0]
+	if got := d.target.Load(); got != 1 {
+		t.Fatalf("initial target %d, want the highest layer 1", got)
+	}
+	ms := int64(1e6)
+	var pkts [2]Packet
+	// Layers have unrelated numbering, as separate SSRCs do.
+	seq := [2]uint16{100, 40000}
+	ts := [2]uint32{1000, 7_000_000}
+	pic := [2]uint16{300, 9000}
+	tl0 := [2]uint8{10, 200}
+	step := func(frame int, keyOn int8) {
+		for i := int8(0); i < 2; i++ {
+			raw := vp8Simulcast(seq[i], ts[i], pic[i], tl0[i], keyOn == i || frame == 0)
+			if !pub.layer(i).parse(&pkts[i], raw) {
+				t.Fatal("parse")
+			}
+			pkts[i].Arrival = int64(frame) * 33 * ms
+			pub.fanout(&pkts[i])
+			seq[i]++
+			ts[i] += 3000
+			pic[i]++
+			tl0[i]++
+		}
+	}
+	for f := 0; f < 10; f++ {
+		step(f, -1)
+	}
+	if d.CurrentLayer() != 1 || len(ws[0].hdrs) != 10 {
+		t.Fatalf("layer %d, %d packets", d.CurrentLayer(), len(ws[0].hdrs))
+	}
+	d.SetMaxLayer(0)
+	for f := 10; f < 15; f++ {
+		step(f, -1) // no keyframe on layer 0 yet: stay on layer 1
+	}
+	if d.CurrentLayer() != 1 {
+		t.Fatal("switched without a keyframe")
+	}
+	step(15, 0)
+	for f := 16; f < 20; f++ {
+		step(f, -1)
+	}
+	if d.CurrentLayer() != 0 {
+		t.Fatalf("did not switch down at the keyframe (layer %d)", d.CurrentLayer())
+	}
+	d.SetMaxLayer(2)
+	step(20, 1)
+	step(21, -1)
+	if d.CurrentLayer() != 1 {
+		t.Fatal("did not switch back up")
+	}
+	h := ws[0].hdrs
+	// One packet per frame, plus at frame 20 both the old layer's frame and the
+	// new layer's keyframe (captured at the same instant).
+	if len(h) != 23 {
+		t.Fatalf("%d packets forwarded, want 23", len(h))
+	}
+	for i := 1; i < len(h); i++ {
+		if h[i].SequenceNumber != h[i-1].SequenceNumber+1 {
+			t.Fatalf("packet %d: sequence %d after %d", i, h[i].SequenceNumber, h[i-1].SequenceNumber)
+		}
+		dt := h[i].Timestamp - h[i-1].Timestamp
+		if i == 21 && dt >= 1 && dt < 100 {
+			continue // same capture instant, other layer
+		}
+		if dt < 2000 || dt > 4000 {
+			t.Fatalf("packet %d: timestamp step %d", i, dt)
+		}
+	}
+	// Picture IDs continue across switches as the decoder expects.
+	for i := 1; i < len(ws[0].pics); i++ {
+		if ws[0].pics[i] != ws[0].pics[i-1]+1 {
+			t.Fatalf("picture id %d after %d", ws[0].pics[i], ws[0].pics[i-1])
+		}
+	}
+	if d.switches.Load() != 2 {
+		t.Fatalf("%d switches, want 2", d.switches.Load())
+	}
+	// NACKs map back to the layer and numbering each packet came from.
+	for i, want := range map[int]int8{3: 1, 16: 0, 22: 1} {
+		seg, ok := d.source(h[i].SequenceNumber)
+		if !ok || seg.layer != want {
+			t.Fatalf("out seq %d maps to layer %d (%v), want %d", h[i].SequenceNumber, seg.layer, ok, want)
+		}
+	}
+}
+
+func TestVP8PictureIDRewrite(t *testing.T) {
+	raw := vp8Simulcast(1, 1, 0x7ffe, 250, true)
+	var p rtp.Packet
+	_ = p.Unmarshal(raw)
+	d := parseVP8(p.Payload)
+	if d.picOff != 2 || !d.pic15 || d.picID != 0x7ffe || d.tl0Off != 4 || d.tl0 != 250 {
+		t.Fatalf("%+v", d)
+	}
+	buf := append([]byte(nil), p.Payload...)
+	d.rewrite(buf, 3, 10) // wraps both fields
+	got := parseVP8(buf)
+	if got.picID != 1 || got.tl0 != 4 {
+		t.Fatalf("after rewrite pic %d tl0 %d", got.picID, got.tl0)
+	}
+	if !isKeyframe(codecVP8, buf) {
+		t.Fatal("rewrite broke the frame")
 	}
 }

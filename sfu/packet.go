@@ -12,8 +12,73 @@ type Packet struct {
 	Header   rtp.Header
 	Payload  []byte
 	Keyframe bool
+	// Layer is the simulcast layer the packet belongs to (0 without simulcast).
+	Layer int8
+	// VP8 is the parsed VP8 payload descriptor (zero for other codecs).
+	VP8 vp8Descriptor
 	// Arrival is the monotonic arrival time in nanoseconds (see now()).
 	Arrival int64
+}
+
+// vp8Descriptor locates the fields of a VP8 payload descriptor (RFC 7741) that
+// must be rewritten when a subscriber's stream switches between simulcast layers.
+type vp8Descriptor struct {
+	picOff int8 // offset of the picture ID, 0 if absent
+	pic15  bool // 15-bit picture ID (M bit)
+	picID  uint16
+	tl0Off int8 // offset of TL0PICIDX, 0 if absent
+	tl0    uint8
+}
+
+func parseVP8(p []byte) vp8Descriptor {
+	var d vp8Descriptor
+	if len(p) < 2 || p[0]&0x80 == 0 {
+		return d
+	}
+	ext := p[1]
+	i := 2
+	if ext&0x80 != 0 {
+		if len(p) <= i {
+			return vp8Descriptor{}
+		}
+		d.picOff = int8(i)
+		if p[i]&0x80 != 0 {
+			if len(p) <= i+1 {
+				return vp8Descriptor{}
+			}
+			d.pic15 = true
+			d.picID = uint16(p[i]&0x7f)<<8 | uint16(p[i+1])
+			i += 2
+		} else {
+			d.picID = uint16(p[i])
+			i++
+		}
+	}
+	if ext&0x40 != 0 {
+		if len(p) <= i {
+			return vp8Descriptor{}
+		}
+		d.tl0Off = int8(i)
+		d.tl0 = p[i]
+	}
+	return d
+}
+
+// rewrite writes picture ID and TL0PICIDX shifted by the offsets into p, which
+// must be a private copy of the payload.
+func (d *vp8Descriptor) rewrite(p []byte, picOffset uint16, tl0Offset uint8) {
+	if d.picOff != 0 {
+		id := d.picID + picOffset
+		if d.pic15 {
+			p[d.picOff] = 0x80 | byte(id>>8)&0x7f
+			p[d.picOff+1] = byte(id)
+		} else {
+			p[d.picOff] = byte(id) & 0x7f
+		}
+	}
+	if d.tl0Off != 0 {
+		p[d.tl0Off] = d.tl0 + tl0Offset
+	}
 }
 
 // codecKind identifies the payload format for keyframe detection.

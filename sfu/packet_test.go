@@ -107,13 +107,14 @@ func TestDataFraming(t *testing.T) {
 
 // BenchmarkParse is the per-packet cost at the start of the packet path.
 func BenchmarkParse(b *testing.B) {
-	pub := &Publication{cache: NewPacketCache(1024), ck: codecVP8, kind: 2}
+	pub := &Publication{ck: codecVP8, kind: 2}
+	l := &layer{pub: pub, cache: NewPacketCache(1024)}
 	raw, _ := (&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SSRC: 1}, Payload: make([]byte, 1100)}).Marshal()
 	var pkt Packet
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		raw[2], raw[3] = byte(i>>8), byte(i)
-		if !pub.parse(&pkt, raw) {
+		if !l.parse(&pkt, raw) {
 			b.Fatal("parse failed")
 		}
 	}

@@ -343,10 +343,17 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 	}
 	if remote.RID() != "" {
 		for _, t := range p.published {
-			if t.remote.ID() == remote.ID() {
-				// Simulcast layers beyond the first are not forwarded yet.
+			if t.Info().Cid == remote.ID() {
+				// Another simulcast encoding of a track already published.
+				l := t.addLayer(remote, receiver)
 				p.mu.Unlock()
-				p.log.Info("ignoring extra simulcast layer", "rid", remote.RID())
+				if l != nil {
+					p.log.Info("simulcast layer", "track", t.sid, "rid", remote.RID(), "layer", l.index)
+					l.start(nil)
+					for _, d := range t.Subscribers() {
+						d.chooseLayer()
+					}
+				}
 				return
 			}
 		}
@@ -372,11 +379,7 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 
 	metrics.Tracks.Inc()
 	p.log.Info("track published", "track", t.sid, "kind", ti.Kind, "codec", t.codec.MimeType, "source", ti.Source)
-	go t.readRTCP()
-	go func() {
-		t.forward()
-		p.unpublish(t, "ended")
-	}()
+	t.layer(layerOf(remote.RID())).start(func() { p.unpublish(t, "ended") })
 	p.room.trackPublished(p, t)
 }
 
@@ -406,7 +409,7 @@ func (p *Participant) unpublish(t *Publication, why string) {
 	}
 	if why != "ended" {
 		// Stop the reader: the transceiver keeps its track until renegotiation.
-		_ = t.receiver.Stop()
+		t.stop()
 	}
 	p.log.Info("track unpublished", "track", t.sid, "why", why)
 	p.room.broadcast(protocol.Msg{"type": "trackUnpublished", "participantSid": p.sid, "trackSid": t.sid}, p)
@@ -632,6 +635,7 @@ func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
 		wall := time.Now()
 		pkts = pkts[:0]
 		for _, d := range p.subs {
+			d.chooseLayer()
 			if sr := d.senderReport(wall); sr != nil {
 				pkts = append(pkts, sr)
 			}

@@ -3,6 +3,7 @@ package sfu
 import (
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +15,9 @@ import (
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
-// Publication is one track a participant publishes. Its reader goroutine is the
-// start of the packet path: read from the publisher's connection, store in the
+// Publication is one track a participant publishes, with one layer per simulcast
+// encoding (a single layer otherwise). Each layer's reader goroutine is the start
+// of the packet path: read from the publisher's connection, store in the layer's
 // packet cache, hand the same parsed packet to every subscriber's DownTrack.
 //
 // The subscriber list is an immutable slice swapped atomically (copy on write), so
@@ -27,28 +29,40 @@ type Publication struct {
 	codec webrtc.RTPCodecParameters
 	ck    codecKind
 
-	remote   *webrtc.TrackRemote
-	receiver *webrtc.RTPReceiver
-	cache    *PacketCache
+	cacheSize int
 
 	infoMu sync.Mutex
 	info   protocol.TrackInfo
 
+	layerMu sync.Mutex
+	layers  [maxLayers]atomic.Pointer[layer]
+
 	downMu sync.Mutex
 	downs  atomic.Pointer[[]*DownTrack]
 
-	muted   atomic.Bool
-	lastPLI atomic.Int64 // monotonic ns of the last keyframe request sent upstream
+	muted atomic.Bool
+
+	packets atomic.Uint64
+	bytes   atomic.Uint64
+}
+
+// maxLayers is the number of simulcast encodings a track may have.
+const maxLayers = 3
+
+// layer is one encoding of a publication: its own SSRC, reader, cache and clock.
+type layer struct {
+	index    int8
+	pub      *Publication
+	remote   *webrtc.TrackRemote
+	receiver *webrtc.RTPReceiver
+	cache    *PacketCache
+	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
+	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
 
 	// Publisher's clock mapping from its last sender report: the RTP time srRTP was
 	// current at local monotonic time srAt. Sender reports to subscribers derive from it.
 	srRTP atomic.Uint32
 	srAt  atomic.Int64
-
-	packets atomic.Uint64
-	bytes   atomic.Uint64
-
-	done chan struct{}
 }
 
 // minKeyframeInterval aggregates keyframe requests: every subscriber asking within
@@ -60,30 +74,77 @@ var epoch = time.Now()
 // now is a monotonic clock in nanoseconds, cheap enough for the packet path.
 func now() int64 { return int64(time.Since(epoch)) }
 
+// layerOf maps a simulcast RID to a quality index, 0 the lowest. The SDK uses
+// q/h/f (quarter, half, full resolution); numeric RIDs and low/mid/high work too.
+func layerOf(rid string) int8 {
+	switch strings.ToLower(rid) {
+	case "f", "full", "high", "2":
+		return 2
+	case "h", "half", "mid", "medium", "m", "1":
+		return 1
+	}
+	return 0
+}
+
 func newPublication(owner *Participant, info protocol.TrackInfo, remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver, cacheSize int) *Publication {
 	codec := remote.Codec()
 	info.MimeType = codec.MimeType
 	info.SSRC = uint32(remote.SSRC())
 	t := &Publication{
-		sid:      info.Sid,
-		owner:    owner,
-		kind:     remote.Kind(),
-		codec:    codec,
-		ck:       codecOf(codec.MimeType),
-		remote:   remote,
-		receiver: receiver,
-		info:     info,
-		done:     make(chan struct{}),
+		sid:       info.Sid,
+		owner:     owner,
+		kind:      remote.Kind(),
+		codec:     codec,
+		ck:        codecOf(codec.MimeType),
+		info:      info,
+		cacheSize: cacheSize,
 	}
 	if t.kind == webrtc.RTPCodecTypeAudio {
 		// Audio is rarely NACKed and its packets are small and frequent.
-		cacheSize = 128
+		t.cacheSize = 128
 	}
-	t.cache = NewPacketCache(cacheSize)
 	t.muted.Store(info.Muted)
 	empty := []*DownTrack{}
 	t.downs.Store(&empty)
+	t.addLayer(remote, receiver)
 	return t
+}
+
+// addLayer adds a simulcast encoding; it returns nil if that layer exists.
+func (t *Publication) addLayer(remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver) *layer {
+	idx := layerOf(remote.RID())
+	t.layerMu.Lock()
+	defer t.layerMu.Unlock()
+	if t.layers[idx].Load() != nil {
+		return nil
+	}
+	l := &layer{index: idx, pub: t, remote: remote, receiver: receiver, cache: NewPacketCache(t.cacheSize)}
+	t.layers[idx].Store(l)
+	if remote.RID() != "" {
+		t.infoMu.Lock()
+		t.info.Simulcast = true
+		t.infoMu.Unlock()
+	}
+	return l
+}
+
+func (t *Publication) layer(i int8) *layer {
+	if i < 0 || i >= maxLayers {
+		return nil
+	}
+	return t.layers[i].Load()
+}
+
+// Layers reports which layers exist and which have sent media in the last second.
+func (t *Publication) activeLayers() (exists, active [maxLayers]bool) {
+	n := now()
+	for i := range t.layers {
+		if l := t.layers[i].Load(); l != nil {
+			exists[i] = true
+			active[i] = n-l.lastRecv.Load() < int64(time.Second)
+		}
+	}
+	return exists, active
 }
 
 // Sid is the track's server id.
@@ -127,9 +188,9 @@ func (t *Publication) removeDown(d *DownTrack) {
 // Subscribers returns the current down tracks.
 func (t *Publication) Subscribers() []*DownTrack { return *t.downs.Load() }
 
-// forward reads the publisher's packets until the track ends.
-func (t *Publication) forward() {
-	defer close(t.done)
+// forward reads one layer's packets until the track ends.
+func (l *layer) forward() {
+	t := l.pub
 	buf := make([]byte, maxPacket)
 	var pkt Packet
 	var inPackets, inBytes, outPackets, outBytes int
@@ -142,16 +203,17 @@ func (t *Publication) forward() {
 	}
 	defer flush()
 	for {
-		n, _, err := t.remote.Read(buf)
+		n, _, err := l.remote.Read(buf)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
-				t.owner.log.Debug("track read ended", "track", t.sid, "err", err)
+				t.owner.log.Debug("track read ended", "track", t.sid, "layer", l.index, "err", err)
 			}
 			return
 		}
-		if !t.parse(&pkt, buf[:n]) {
+		if !l.parse(&pkt, buf[:n]) {
 			continue
 		}
+		l.lastRecv.Store(pkt.Arrival)
 		t.packets.Add(1)
 		t.bytes.Add(uint64(n))
 		inPackets++
@@ -180,12 +242,12 @@ func (t *Publication) fanout(pkt *Packet) int {
 }
 
 // parse fills pkt from raw, storing raw in the cache. It rejects what is not RTP.
-func (t *Publication) parse(pkt *Packet, raw []byte) bool {
+func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	hn, err := pkt.Header.Unmarshal(raw)
 	if err != nil {
 		return false
 	}
-	stored := t.cache.Put(pkt.Header.SequenceNumber, raw)
+	stored := l.cache.Put(pkt.Header.SequenceNumber, raw)
 	if stored == nil {
 		return false
 	}
@@ -200,16 +262,29 @@ func (t *Publication) parse(pkt *Packet, raw []byte) bool {
 		pkt.Header.PaddingSize = byte(pad)
 	}
 	pkt.Payload = stored[hn:end]
-	pkt.Keyframe = t.kind == webrtc.RTPCodecTypeVideo && isKeyframe(t.ck, pkt.Payload)
+	pkt.Layer = l.index
+	pkt.Keyframe = l.pub.kind == webrtc.RTPCodecTypeVideo && isKeyframe(l.pub.ck, pkt.Payload)
+	pkt.VP8 = vp8Descriptor{}
+	if l.pub.ck == codecVP8 {
+		pkt.VP8 = parseVP8(pkt.Payload)
+	}
 	pkt.Arrival = now()
 	return true
 }
 
-// readRTCP consumes the publisher's RTCP: sender reports give the clock mapping.
-func (t *Publication) readRTCP() {
+// readRTCP consumes the publisher's RTCP for a layer: sender reports give the
+// clock mapping.
+func (l *layer) readRTCP() {
 	buf := make([]byte, maxPacket)
+	ssrc := uint32(l.remote.SSRC())
 	for {
-		n, _, err := t.receiver.Read(buf)
+		var n int
+		var err error
+		if l.remote.RID() != "" {
+			n, _, err = l.receiver.ReadSimulcast(buf, l.remote.RID())
+		} else {
+			n, _, err = l.receiver.Read(buf)
+		}
 		if err != nil {
 			return
 		}
@@ -218,27 +293,37 @@ func (t *Publication) readRTCP() {
 			continue
 		}
 		for _, p := range pkts {
-			if sr, ok := p.(*rtcp.SenderReport); ok && sr.SSRC == uint32(t.remote.SSRC()) {
-				t.srRTP.Store(sr.RTPTime)
-				t.srAt.Store(now())
+			if sr, ok := p.(*rtcp.SenderReport); ok && sr.SSRC == ssrc {
+				l.srRTP.Store(sr.RTPTime)
+				l.srAt.Store(now())
 			}
 		}
 	}
 }
 
-// RequestKeyframe asks the publisher for a keyframe unless one was asked for less
-// than minKeyframeInterval ago: requests from many subscribers become one.
-func (t *Publication) RequestKeyframe() {
-	if t.kind != webrtc.RTPCodecTypeVideo {
+// requestKeyframe asks the publisher for a keyframe on this layer unless one was
+// asked for less than minKeyframeInterval ago: requests from many subscribers
+// become one.
+func (l *layer) requestKeyframe() {
+	if l.pub.kind != webrtc.RTPCodecTypeVideo {
 		return
 	}
 	n := now()
-	last := t.lastPLI.Load()
-	if n-last < int64(minKeyframeInterval) || !t.lastPLI.CompareAndSwap(last, n) {
+	last := l.lastPLI.Load()
+	if n-last < int64(minKeyframeInterval) || !l.lastPLI.CompareAndSwap(last, n) {
 		return
 	}
 	metrics.PLIsOut.Inc()
-	t.owner.writeRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: uint32(t.remote.SSRC())}})
+	l.pub.owner.writeRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: uint32(l.remote.SSRC())}})
+}
+
+// RequestKeyframe asks for a keyframe on every layer some subscriber waits for.
+func (t *Publication) RequestKeyframe() {
+	for i := range t.layers {
+		if l := t.layers[i].Load(); l != nil {
+			l.requestKeyframe()
+		}
+	}
 }
 
 // setMuted records the mute state; unmuting asks for a keyframe so subscribers
@@ -248,7 +333,32 @@ func (t *Publication) setMuted(m bool) {
 		for _, d := range t.Subscribers() {
 			d.resync()
 		}
-		t.lastPLI.Store(0)
+		for i := range t.layers {
+			if l := t.layers[i].Load(); l != nil {
+				l.lastPLI.Store(0)
+			}
+		}
 		t.RequestKeyframe()
+	}
+}
+
+// start runs a layer's readers; when the base layer ends, the track is over.
+func (l *layer) start(onEnd func()) {
+	go l.readRTCP()
+	go func() {
+		l.forward()
+		if onEnd != nil {
+			onEnd()
+		}
+	}()
+}
+
+// stop ends reading from the publisher.
+func (t *Publication) stop() {
+	for i := range t.layers {
+		if l := t.layers[i].Load(); l != nil {
+			_ = l.receiver.Stop()
+			return // one receiver carries every layer
+		}
 	}
 }
