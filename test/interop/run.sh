@@ -49,47 +49,55 @@ if [ -z "${PETREL_BIN:-}" ]; then
 fi
 export PETREL_BIN
 
-# Four ports free on 127.0.0.1 for both TCP and UDP (TURN uses the same number for
-# both); the kernel picks them, so parallel runs do not collide.
-read -r http_port udp_port tcp_port turn_port < <("$PYTHON" - <<'EOF'
-import socket
-ports, held = [], []
-while len(ports) < 4:
-    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    t.bind(("127.0.0.1", 0))
-    p = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        t.close()
-        continue
-    held += [t, u]
-    ports.append(p)
-print(*ports)
-EOF
-)
-
 export PETREL_API_KEY=testkey
 PETREL_API_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export PETREL_API_SECRET
-export PETREL_INTEROP_URL="http://127.0.0.1:$http_port"
 export PETREL_INTEROP_LOG="$work/server.log"
 
-"$PETREL_BIN" serve --loopback --http "127.0.0.1:$http_port" \
-  --rtc-udp-port "$udp_port" --rtc-tcp-port "$tcp_port" --turn-port "$turn_port" \
-  >"$work/server.log" 2>&1 &
-server_pid=$!
+# Four ports free on 127.0.0.1 for both TCP and UDP (TURN uses one number for
+# both), drawn below the kernel's ephemeral range so that programs binding port 0
+# meanwhile rarely take them; a start that still loses a port is retried.
+free_ports() {
+  "$PYTHON" -c '
+import random, socket
+ports = []
+while len(ports) < 4:
+    p = random.randint(20000, 32000)
+    if p in ports:
+        continue
+    try:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    ports.append(p)
+print(*ports)'
+}
 
-for _ in $(seq 100); do
-  if "$PYTHON" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('$PETREL_INTEROP_URL/healthz', timeout=1).status == 200 else 1)" 2>/dev/null; then
-    break
-  fi
-  kill -0 "$server_pid" 2>/dev/null || { echo "run.sh: petrel exited at start" >&2; exit 1; }
-  sleep 0.1
+healthy() {
+  "$PYTHON" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('$PETREL_INTEROP_URL/healthz', timeout=1).status == 200 else 1)" 2>/dev/null
+}
+
+for attempt in 1 2 3; do
+  read -r http_port udp_port tcp_port turn_port < <(free_ports)
+  export PETREL_INTEROP_URL="http://127.0.0.1:$http_port"
+  "$PETREL_BIN" serve --loopback --http "127.0.0.1:$http_port" \
+    --rtc-udp-port "$udp_port" --rtc-tcp-port "$tcp_port" --turn-port "$turn_port" \
+    >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    if healthy || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  if healthy; then break; fi
+  echo "run.sh: petrel did not start (attempt $attempt):" >&2
+  tail -n 5 "$work/server.log" >&2
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+  if [ "$attempt" -eq 3 ]; then exit 1; fi
 done
-"$PYTHON" -c "import urllib.request; urllib.request.urlopen('$PETREL_INTEROP_URL/healthz', timeout=1)" \
-  || { echo "run.sh: petrel did not become healthy" >&2; exit 1; }
 echo "run.sh: petrel on $PETREL_INTEROP_URL (udp $udp_port, tcp $tcp_port, turn $turn_port), log $work/server.log"
 
 set +e
