@@ -88,17 +88,26 @@ type ParticipantInfo struct {
 
 // TrackInfo describes a published track.
 type TrackInfo struct {
-	Sid       string `json:"sid"`
-	Cid       string `json:"cid,omitempty"`
-	Kind      string `json:"kind"`
-	Source    string `json:"source"`
-	Name      string `json:"name,omitempty"`
-	MimeType  string `json:"mimeType,omitempty"`
-	Muted     bool   `json:"muted"`
-	Width     int    `json:"width,omitempty"`
-	Height    int    `json:"height,omitempty"`
-	SSRC      uint32 `json:"ssrc,omitempty"`
-	Simulcast bool   `json:"simulcast"`
+	Sid       string      `json:"sid"`
+	Cid       string      `json:"cid,omitempty"`
+	Kind      string      `json:"kind"`
+	Source    string      `json:"source"`
+	Name      string      `json:"name,omitempty"`
+	MimeType  string      `json:"mimeType,omitempty"`
+	Muted     bool        `json:"muted"`
+	Width     int         `json:"width,omitempty"`
+	Height    int         `json:"height,omitempty"`
+	SSRC      uint32      `json:"ssrc,omitempty"`
+	Simulcast bool        `json:"simulcast"`
+	Layers    []LayerInfo `json:"layers,omitempty"`
+}
+
+// LayerInfo describes one simulcast encoding as the publisher announced it.
+type LayerInfo struct {
+	RID        string `json:"rid"`
+	Width      int    `json:"width,omitempty"`
+	Height     int    `json:"height,omitempty"`
+	MaxBitrate int    `json:"maxBitrate,omitempty"`
 }
 
 // ICEServer is handed to clients in joined.
@@ -136,11 +145,16 @@ type Request struct {
 	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
 
 	// publishTrack
-	Cid    string `json:"cid,omitempty"`
-	Kind   string `json:"kind,omitempty"`
-	Source string `json:"source,omitempty"`
-	Width  int    `json:"width,omitempty"`
-	Height int    `json:"height,omitempty"`
+	Cid    string      `json:"cid,omitempty"`
+	Kind   string      `json:"kind,omitempty"`
+	Source string      `json:"source,omitempty"`
+	Width  int         `json:"width,omitempty"`
+	Height int         `json:"height,omitempty"`
+	Layers []LayerInfo `json:"layers,omitempty"`
+
+	// updateTrackSettings (with TrackSid, Width, Height)
+	Quality string `json:"quality,omitempty"`
+	Paused  *bool  `json:"paused,omitempty"`
 
 	// unpublishTrack, muteTrack, subscribe
 	TrackSid  string   `json:"trackSid,omitempty"`
@@ -219,6 +233,24 @@ func (r *Request) validate() error {
 		}
 		if r.Width < 0 || r.Height < 0 || r.Width > 16384 || r.Height > 16384 {
 			return bad("width and height must be between 0 and 16384")
+		}
+		if len(r.Layers) > 3 {
+			return bad("at most 3 simulcast layers")
+		}
+		for _, l := range r.Layers {
+			if l.RID == "" || len(l.RID) > 16 || l.Width < 0 || l.Height < 0 || l.Width > 16384 || l.Height > 16384 || l.MaxBitrate < 0 {
+				return bad("each layer needs a rid (≤ 16 bytes) and non-negative sizes")
+			}
+		}
+	case "updateTrackSettings":
+		if r.TrackSid == "" {
+			return bad("updateTrackSettings needs trackSid")
+		}
+		if r.Width < 0 || r.Height < 0 || r.Width > 16384 || r.Height > 16384 {
+			return bad("width and height must be between 0 and 16384")
+		}
+		if r.Quality != "" && r.Quality != "low" && r.Quality != "medium" && r.Quality != "high" {
+			return bad("quality must be low, medium or high")
 		}
 	case "unpublishTrack":
 		if r.TrackSid == "" {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 type recWriter struct {
@@ -252,5 +254,20 @@ func TestVP8PictureIDRewrite(t *testing.T) {
 	}
 	if !isKeyframe(codecVP8, buf) {
 		t.Fatal("rewrite broke the frame")
+	}
+}
+
+func TestLayerForSize(t *testing.T) {
+	pub, _ := testPub(0, false, 0, 1, 2)
+	pub.info.Layers = []protocol.LayerInfo{{RID: "q", Width: 320, Height: 180}, {RID: "h", Width: 640, Height: 360}, {RID: "f", Width: 1280, Height: 720}}
+	for _, tc := range []struct{ w, h, want int }{{160, 90, 0}, {320, 180, 0}, {400, 200, 1}, {1280, 720, 2}, {1920, 1080, 2}, {0, 0, 0}} {
+		if got := pub.layerForSize(tc.w, tc.h); got != tc.want {
+			t.Errorf("%dx%d: layer %d, want %d", tc.w, tc.h, got, tc.want)
+		}
+	}
+	pub.info.Layers = nil
+	pub.info.Width, pub.info.Height = 1280, 720
+	if got := pub.layerForSize(300, 170); got != 0 {
+		t.Errorf("assumed sizes: layer %d, want 0", got)
 	}
 }

@@ -324,7 +324,7 @@ func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, err
 	if src == "" {
 		src = "unknown"
 	}
-	ti := protocol.TrackInfo{Sid: newSid("TR_"), Cid: r.Cid, Kind: r.Kind, Source: src, Width: r.Width, Height: r.Height}
+	ti := protocol.TrackInfo{Sid: newSid("TR_"), Cid: r.Cid, Kind: r.Kind, Source: src, Width: r.Width, Height: r.Height, Layers: r.Layers}
 	if r.Name != nil {
 		ti.Name = *r.Name
 	}
@@ -500,6 +500,27 @@ func (p *Participant) SetSubscribed(sids []string, on bool) error {
 		} else {
 			p.unsubscribe(t, true)
 		}
+	}
+	return nil
+}
+
+// UpdateTrackSettings applies a subscriber's wishes for one track: the size it is
+// shown at (or a quality), and whether it is shown at all.
+func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
+	p.mu.Lock()
+	d := p.subs[r.TrackSid]
+	p.mu.Unlock()
+	if d == nil {
+		return protocol.Errorf(protocol.CodeNotFound, "not subscribed to %q", r.TrackSid)
+	}
+	if r.Paused != nil {
+		d.SetPaused(*r.Paused)
+	}
+	switch {
+	case r.Quality != "":
+		d.SetMaxLayer(map[string]int{"low": 0, "medium": 1, "high": 2}[r.Quality])
+	case r.Width > 0 || r.Height > 0:
+		d.SetMaxLayer(d.pub.layerForSize(r.Width, r.Height))
 	}
 	return nil
 }

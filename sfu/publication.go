@@ -147,6 +147,35 @@ func (t *Publication) activeLayers() (exists, active [maxLayers]bool) {
 	return exists, active
 }
 
+// layerForSize is the lowest layer at least as large as the size a subscriber
+// shows the video at, by the layer sizes the publisher announced. Without sizes
+// the top layer's size is assumed to halve per layer below it.
+func (t *Publication) layerForSize(w, h int) int {
+	info := t.Info()
+	sizes := [maxLayers][2]int{}
+	known := false
+	for _, l := range info.Layers {
+		i := layerOf(l.RID)
+		sizes[i] = [2]int{l.Width, l.Height}
+		known = known || l.Width > 0 || l.Height > 0
+	}
+	if !known {
+		if info.Width == 0 && info.Height == 0 {
+			return maxLayers - 1
+		}
+		for i := maxLayers - 1; i >= 0; i-- {
+			div := 1 << (maxLayers - 1 - i)
+			sizes[i] = [2]int{info.Width / div, info.Height / div}
+		}
+	}
+	for i := 0; i < maxLayers; i++ {
+		if (sizes[i][0] > 0 || sizes[i][1] > 0) && sizes[i][0] >= w && sizes[i][1] >= h {
+			return i
+		}
+	}
+	return maxLayers - 1
+}
+
 // Sid is the track's server id.
 func (t *Publication) Sid() string { return t.sid }
 

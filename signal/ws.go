@@ -342,6 +342,8 @@ func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, 
 		return protocol.Response(r.ID, nil), p.MuteTrack(r.TrackSid, *r.Muted)
 	case "subscribe":
 		return protocol.Response(r.ID, nil), p.SetSubscribed(r.TrackSids, *r.Subscribe)
+	case "updateTrackSettings":
+		return protocol.Response(r.ID, nil), p.UpdateTrackSettings(r)
 	case "updateMetadata":
 		p.UpdateMetadata(r.Name, r.Metadata)
 		return protocol.Response(r.ID, nil), nil
