@@ -51,6 +51,7 @@ export type TrackResolver = (
 interface Counter {
   bytes: number;
   at: number;
+  bitrate: number;
 }
 
 export class StatsCollector {
@@ -92,8 +93,13 @@ export class StatsCollector {
         const bytes: number = (inbound ? s.bytesReceived : s.bytesSent) ?? 0;
         const prev = this.last.get(key);
         const now = s.timestamp as number;
-        const bitrate = prev && now > prev.at ? Math.max(0, ((bytes - prev.bytes) * 8 * 1000) / (now - prev.at)) : 0;
-        this.last.set(key, { bytes, at: now });
+        let bitrate = prev?.bitrate ?? 0;
+        // Chrome hands out a cached report to calls close together (same timestamp):
+        // keep the previous rate then instead of reporting zero.
+        if (!prev || now > prev.at) {
+          if (prev) bitrate = Math.max(0, ((bytes - prev.bytes) * 8 * 1000) / (now - prev.at));
+          this.last.set(key, { bytes, at: now, bitrate });
+        }
         const owner = resolve(inbound ? 'inbound' : 'outbound', s.mid);
         const t: TrackStats = {
           trackSid: owner?.trackSid ?? '',
