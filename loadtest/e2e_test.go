@@ -1,0 +1,108 @@
+package loadtest
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/server"
+)
+
+const testKey = "loadkey"
+
+var testSecret = strings.Repeat("s", 40)
+
+// startPetrel runs a real Petrel server in this process on 127.0.0.1.
+func startPetrel(t *testing.T) string {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Loopback = true
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.RTC.UDPPort = 0
+	cfg.RTC.TCPPort = 0
+	cfg.TURN.Port = 0
+	cfg.TURN.RelayIP = "127.0.0.1"
+	cfg.APIKey, cfg.APISecret = testKey, testSecret
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := server.Start(cfg, auth.Keys{testKey: testSecret}, testKey, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return "http://" + s.HTTPAddr
+}
+
+func runSmall(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	cfg.APIKey, cfg.Secret = testKey, testSecret
+	cfg.TargetPID = os.Getpid()
+	if testing.Verbose() {
+		cfg.Progress = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != "" {
+		t.Fatalf("run: %s", res.Error)
+	}
+	return res
+}
+
+// checkAllReceived asserts that every peer of role connected and received
+// video and audio, with times in setup order.
+func checkAllReceived(t *testing.T, res *Result, role string, want int) {
+	t.Helper()
+	n := 0
+	for _, p := range res.Peers {
+		if p.Role != role {
+			continue
+		}
+		n++
+		if p.Error != "" {
+			t.Errorf("%s: %s", p.ID, p.Error)
+			continue
+		}
+		if !(p.ICEMs > 0 && p.DTLSMs >= p.ICEMs && p.FirstRTPMs >= p.DTLSMs && p.FirstFrameMs >= p.FirstRTPMs) {
+			t.Errorf("%s: setup times out of order or missing: ice %.1f dtls %.1f rtp %.1f frame %.1f", p.ID, p.ICEMs, p.DTLSMs, p.FirstRTPMs, p.FirstFrameMs)
+		}
+		kinds := map[string]uint64{}
+		for _, s := range p.Streams {
+			kinds[s.Kind] += s.Packets
+		}
+		if kinds["video"] < 20 || kinds["audio"] < 20 {
+			t.Errorf("%s: received video %d audio %d packets", p.ID, kinds["video"], kinds["audio"])
+		}
+	}
+	if n != want {
+		t.Errorf("%d %s peers, want %d", n, role, want)
+	}
+}
+
+func TestStreamAgainstPetrel(t *testing.T) {
+	url := startPetrel(t)
+	res := runSmall(t, Config{Scenario: "stream", Target: "petrel", URL: url, Peers: 20, Rate: 50, Duration: 2 * time.Second, Warmup: time.Second})
+	checkAllReceived(t, res, "subscriber", 20)
+	sm := res.Summary
+	if sm.Connected != 21 || sm.Failed != 0 {
+		t.Errorf("connected %d failed %d, want 21 and 0 (%v)", sm.Connected, sm.Failed, sm.Errors)
+	}
+	if sm.DelayMs.N == 0 || sm.DelayMs.P50 <= 0 || sm.DelayMs.P50 > 1000 {
+		t.Errorf("one-way delay %+v: want synthetic stamps measured", sm.DelayMs)
+	}
+	if sm.PPS <= 0 || sm.TargetCPU <= 0 {
+		t.Errorf("steady window: %.0f pkt/s, target CPU %.1f%%", sm.PPS, sm.TargetCPU)
+	}
+	t.Logf("summary: %+v", sm)
+}

@@ -1,0 +1,241 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/pion/rtcp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// Petrel reaches a Petrel server by its room protocol and its WHIP/WHEP
+// endpoints. Tokens are signed with APIKey/APISecret, or fetched from the
+// development endpoint when no key is given.
+type Petrel struct {
+	Base      string // http://127.0.0.1:7880
+	APIKey    string
+	APISecret string
+	Lean      *Lean
+	HTTP      *http.Client
+}
+
+// Token returns a token with every media grant for identity in room.
+func (t *Petrel) Token(ctx context.Context, room, identity string) (string, error) {
+	if t.APIKey != "" {
+		c := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
+		c.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
+		return auth.Keys{t.APIKey: t.APISecret}.Sign(t.APIKey, c, 6*time.Hour)
+	}
+	body, _ := json.Marshal(map[string]string{"room": room, "identity": identity})
+	req, err := http.NewRequestWithContext(ctx, "POST", t.Base+"/v1/dev/token", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.client().Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Token string `json:"token"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v); err != nil || v.Token == "" {
+		return "", fmt.Errorf("dev token: %s (give -api-key and -api-secret for a server with keys)", resp.Status)
+	}
+	return v.Token, nil
+}
+
+func (t *Petrel) client() *http.Client {
+	if t.HTTP != nil {
+		return t.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (t *Petrel) wsURL() string {
+	u := strings.Replace(t.Base, "http://", "ws://", 1)
+	u = strings.Replace(u, "https://", "wss://", 1)
+	return strings.TrimSuffix(u, "/") + "/v1/rtc"
+}
+
+// Participant is a peer joined over the room protocol.
+type Participant struct {
+	*client.Client
+	Peer *Peer
+}
+
+// Join joins room as identity with lean peer connections; the subscriber
+// connection is watched for setup times and its tracks are received.
+// Subscriptions are explicit (autoSubscribe off) so a scenario controls them.
+// A publishOnly peer's setup times are its publisher connection's: client.Join
+// returns once that connection's data channel is open.
+func (t *Petrel) Join(ctx context.Context, room string, p *Peer, publishOnly bool) (*Participant, error) {
+	tok, err := t.Token(ctx, room, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	no := false
+	c, err := client.Join(ctx, t.wsURL(), tok, client.Options{Name: p.ID, API: t.Lean.API, AutoSubscribe: &no})
+	if err != nil {
+		return nil, fmt.Errorf("join %s as %s: %w", room, p.ID, err)
+	}
+	p.OnClose(c.Close)
+	if publishOnly {
+		p.mark(&p.iceAt)
+		p.mark(&p.dtlsAt)
+		p.up.Store(true)
+	}
+	p.Watch(c.Sub, !publishOnly)
+	// client.Join already set OnTrack into c.Tracks; drain it into receivers.
+	c.Sub.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) { p.Receive(tr, c.Sub) })
+	return &Participant{Client: c, Peer: p}, nil
+}
+
+// Publish sends srcs on the participant's publisher connection and returns the
+// server's track sids.
+func (pp *Participant) Publish(ctx context.Context, srcs ...*Source) ([]string, error) {
+	var sids []string
+	for i, s := range srcs {
+		kind := "camera"
+		if s.Kind == webrtc.RTPCodecTypeAudio {
+			kind = "microphone"
+		}
+		sid, sender, err := pp.Client.Publish(ctx, s.Track(fmt.Sprintf("%s-%d", pp.Peer.ID, i), pp.Peer.ID), kind)
+		if err != nil {
+			return nil, fmt.Errorf("publish %s: %w", s.Name, err)
+		}
+		_ = sender
+		sids = append(sids, sid)
+	}
+	return sids, nil
+}
+
+// CountPublisherRTCP counts NACKs and keyframe requests from the server. It must
+// be set before Publish (client.Publish reads the sender's RTCP itself).
+func (pp *Participant) CountPublisherRTCP() {
+	p := pp.Peer
+	pp.Client.OnPublisherRTCP = func(_ string, pkts []rtcp.Packet) { p.countParsed(pkts) }
+}
+
+// Subscribe asks for sids.
+func (pp *Participant) Subscribe(ctx context.Context, sids []string) error {
+	list := make([]any, len(sids))
+	for i, s := range sids {
+		list[i] = s
+	}
+	// A sid is known from publishTrack's response before the server has the
+	// track's media (its publication exists once the RTP stream arrives), so a
+	// subscriber that comes very early retries not_found for a while.
+	for i := 0; ; i++ {
+		_, err := pp.Client.Request(ctx, protocol.Msg{"type": "subscribe", "trackSids": list, "subscribe": true})
+		var pe *protocol.Error
+		if err == nil || !errors.As(err, &pe) || pe.Code != protocol.CodeNotFound || i == 25 {
+			return err
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return err
+		}
+	}
+}
+
+// WHIP publishes srcs to a WHIP endpoint (non-trickle: the offer carries the
+// candidates) and returns when the answer is applied.
+func WHIP(ctx context.Context, l *Lean, endpoint, token string, p *Peer, srcs ...*Source) error {
+	pc, err := l.NewPC()
+	if err != nil {
+		return err
+	}
+	p.OnClose(func() { _ = pc.Close() })
+	p.Watch(pc, true)
+	for i, s := range srcs {
+		snd, err := pc.AddTransceiverFromTrack(s.Track(fmt.Sprintf("%s-%d", p.ID, i), p.ID), webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
+		if err != nil {
+			return err
+		}
+		p.ReadSenderRTCP(snd.Sender())
+	}
+	return exchange(ctx, pc, endpoint, token, p)
+}
+
+// WHEP plays from a WHEP endpoint: one recvonly video and one audio transceiver.
+func WHEP(ctx context.Context, l *Lean, endpoint, token string, p *Peer) error {
+	pc, err := l.NewPC()
+	if err != nil {
+		return err
+	}
+	p.OnClose(func() { _ = pc.Close() })
+	p.Watch(pc, true)
+	for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecTypeAudio} {
+		if _, err := pc.AddTransceiverFromKind(k, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+			return err
+		}
+	}
+	return exchange(ctx, pc, endpoint, token, p)
+}
+
+func exchange(ctx context.Context, pc *webrtc.PeerConnection, endpoint, token string, p *Peer) error {
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		return err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		return err
+	}
+	select {
+	case <-gathered:
+	case <-ctx.Done():
+		return fmt.Errorf("gathering: %w", ctx.Err())
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", endpoint, strings.NewReader(pc.LocalDescription().SDP))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/sdp")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("POST %s: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		u, err := url.Parse(endpoint)
+		if err == nil {
+			if r, err := u.Parse(loc); err == nil {
+				session := r.String()
+				p.OnClose(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, "DELETE", session, nil)
+					if token != "" {
+						req.Header.Set("Authorization", "Bearer "+token)
+					}
+					if resp, err := http.DefaultClient.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				})
+			}
+		}
+	}
+	return pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: string(body)})
+}
