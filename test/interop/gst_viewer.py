@@ -195,6 +195,11 @@ class Viewer:
         petrel.require_loopback(sdp, "webrtcbin's offer")
         return sdp
 
+    def bundle_candidates(self):
+        """Candidates of the first m-section, which carries the bundle."""
+        with self.lock:
+            return [c for m, c in self.candidates if m == 0]
+
     def answer(self, sdp):
         res, msg = GstSdp.SDPMessage.new_from_text(sdp)
         if res != GstSdp.SDPResult.OK:
@@ -256,6 +261,11 @@ def main():
     ap.add_argument("--want-audio", type=int, default=50)
     ap.add_argument("--whep-retry-seconds", type=float, default=5)
     ap.add_argument("--query", default="", help="appended to the WHEP URL, e.g. ?participant=cam")
+    ap.add_argument(
+        "--trickle",
+        action="store_true",
+        help="send the offer without candidates and the candidates afterwards with PATCH",
+    )
     a = ap.parse_args()
     os.environ["PETREL_INTEROP_URL"] = a.url
 
@@ -265,7 +275,9 @@ def main():
     result = {"ok": False}
     t0 = time.monotonic()
     try:
-        offer = v.offer()
+        full_offer = offer = v.offer()
+        if a.trickle:
+            offer = petrel.strip_candidates(full_offer)
         result["offer_candidates"] = petrel.candidate_addresses(offer)
         # Until the publisher's first packets arrive, its track is not published
         # and WHEP answers 404: retry for a bounded time, as a player would.
@@ -284,6 +296,14 @@ def main():
         result["answer_candidates"] = petrel.candidate_addresses(r.body)
         v.t_answer = t_answer = time.monotonic()
         v.answer(r.body)
+        if a.trickle:
+            frag = petrel.sdpfrag(full_offer, v.bundle_candidates())
+            result["patch_candidates"] = petrel.candidate_addresses(frag)
+            petrel.require_loopback(frag, "the trickled sdpfrag")
+            pr = petrel.patch(result["location"], a.token, frag, r.headers.get("ETag"))
+            result["patch_status"] = pr.status
+            if pr.status >= 300:
+                result["patch_body"] = pr.body
         deadline = t_answer + a.seconds
         while time.monotonic() < deadline:
             v.poll_bus(0.1)

@@ -106,3 +106,31 @@ def tone(pcm, rate, channels):
     crossings = sum(1 for i in range(1, len(x)) if (x[i - 1] < 0) != (x[i] < 0))
     rms = math.sqrt(sum(v * v for v in x) / len(x))
     return [round(crossings / 2 * rate / len(x)), round(rms)]
+
+
+def strip_candidates(sdp):
+    """The SDP as a trickling client sends it: no candidates yet."""
+    keep = [l for l in sdp.splitlines() if not l.startswith(("a=candidate:", "a=end-of-candidates"))]
+    return "\r\n".join(keep) + "\r\n"
+
+
+def sdpfrag(offer, cands):
+    """An application/trickle-ice-sdpfrag (RFC 8840) for the first m-section of
+    offer (the bundle transport): its ICE credentials, mid and candidates."""
+    lines = offer.splitlines()
+    ufrag = next(l for l in lines if l.startswith("a=ice-ufrag:"))
+    pwd = next(l for l in lines if l.startswith("a=ice-pwd:"))
+    mline = next(l for l in lines if l.startswith("m="))
+    mid = next(l for l in lines if l.startswith("a=mid:"))
+    out = [ufrag, pwd, mline, mid]
+    out += [c if c.startswith("a=") else "a=" + c for c in cands]
+    out.append("a=end-of-candidates")
+    return "\r\n".join(out) + "\r\n"
+
+
+def patch(location, tok, body, etag=None):
+    url = location if location.startswith("http") else base_url() + location
+    headers = {"Authorization": "Bearer " + tok, "Content-Type": "application/trickle-ice-sdpfrag"}
+    if etag:
+        headers["If-Match"] = etag
+    return request("PATCH", url, body, headers)

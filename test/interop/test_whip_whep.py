@@ -42,7 +42,7 @@ async def wait_media_sent(pub, timeout=5):
     raise AssertionError("the publisher sent no video RTP")
 
 
-async def gst_view(room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", whep_retry_seconds=5):
+async def gst_view(room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", whep_retry_seconds=5, extra=()):
     tok = petrel.token(room, identity, subscribe=True)
     proc = await asyncio.create_subprocess_exec(
         GST_PYTHON,
@@ -60,6 +60,7 @@ async def gst_view(room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", 
         query,
         "--whep-retry-seconds",
         str(whep_retry_seconds),
+        *extra,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -101,7 +102,11 @@ def check_gst_view(v, codec, tone_hz=400):
     assert v.get("ok"), v
     assert v["whep_status"] == 201
     assert v["errors"] == [], v["errors"]
-    assert all_loopback(v["offer_candidates"]) and all_loopback(v["answer_candidates"]), v
+    if "patch_status" in v:  # trickled: the offer went without candidates
+        assert v["offer_candidates"] == [] and all_loopback(v["patch_candidates"]), v
+    else:
+        assert all_loopback(v["offer_candidates"]), v
+    assert all_loopback(v["answer_candidates"]), v
     assert v["connection_state"] == "connected", v
     # The picture: decoded, of the publisher's size, at a normal brightness
     # (the moving gradient, not a black or green frame), and moving.
@@ -151,6 +156,25 @@ def test_aiortc_publishes_gstreamer_plays(room, codec, server_log):
     check_gst_view(v, codec)
     log = "\n".join(server_log())
     assert "whep session started" in log and "whip session started" in log
+
+
+def test_gstreamer_viewer_trickles_candidates_with_patch(room):
+    """A player that sends its offer at once and its candidates afterwards
+    (PATCH, application/trickle-ice-sdpfrag, If-Match) gets 204 and plays."""
+
+    async def scenario():
+        pub = aiortc_peer.WhipPublisher(room)
+        try:
+            await pub.start()
+            await wait_media_sent(pub)
+            return await gst_view(room, extra=("--trickle",))
+        finally:
+            await pub.stop()
+
+    v = asyncio.run(scenario())
+    print("gstreamer viewer:", json.dumps(v))
+    assert v.get("patch_status") == 204, v
+    check_gst_view(v, "VP8")
 
 
 def test_two_independent_viewers_see_one_publisher(room):
