@@ -130,6 +130,10 @@ def check_gst_view(v, codec, tone_hz=400):
 async def ended(pub, room):
     """Stopping the publisher (WHIP DELETE) ends what it published."""
     location = pub.location
+    # Only the token that created a session may end it, even another valid one.
+    other = petrel.token(room, "someone-else", publish=True)
+    stranger = await asyncio.to_thread(petrel.delete, location, other)
+    check_json_error(stranger, 401, "unauthorized")
     d = await pub.stop()
     assert d is not None and d.status == 200, d
     again = await asyncio.to_thread(petrel.delete, location, pub.token)
