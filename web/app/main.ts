@@ -82,7 +82,7 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name} (you)`, true);
     statsTimer = setInterval(() => void refreshStats(r), 1000);
     // Media is optional: a participant without camera or microphone still joins.
-    await r.publishCamera().catch((err) => note(`camera: ${describe(err)}`));
+    await r.publishCamera({ simulcast: params.get('simulcast') === '1' }).catch((err) => note(`camera: ${describe(err)}`));
     await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
     updateControls();
   } catch (err) {
@@ -106,6 +106,7 @@ function wireRoom(r: Room): void {
       const video = target.querySelector('video') as HTMLVideoElement;
       video.srcObject = new MediaStream([track]);
       video.dataset.trackSid = pub.sid;
+      if (pub.info.simulcast) reportSize(video);
     } else {
       const audio = document.createElement('audio');
       audio.autoplay = true;
@@ -189,6 +190,33 @@ function updateLabel(p: RemoteParticipant): void {
   label.textContent = p.name;
   const mic = [...p.tracks.values()].find((t) => t.kind === 'audio' && t.source === 'microphone');
   label.classList.toggle('mic-off', !!mic?.muted);
+}
+
+// Tells the server the size a simulcast video is shown at, so it sends the smallest
+// layer that still looks sharp. Debounced: a window resize fires many times.
+const sizeObserver = new ResizeObserver((entries) => {
+  for (const e of entries) {
+    const video = e.target as HTMLVideoElement;
+    clearTimeout(Number(video.dataset.sizeTimer));
+    video.dataset.sizeTimer = String(
+      setTimeout(() => {
+        const sid = video.dataset.trackSid;
+        const scale = window.devicePixelRatio || 1;
+        if (sid && room) {
+          void room
+            .updateTrackSettings(sid, {
+              width: Math.round(video.clientWidth * scale),
+              height: Math.round(video.clientHeight * scale),
+            })
+            .catch(() => {});
+        }
+      }, 300),
+    );
+  }
+});
+
+function reportSize(video: HTMLVideoElement): void {
+  sizeObserver.observe(video);
 }
 
 // ---- controls -----------------------------------------------------------------------

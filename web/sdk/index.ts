@@ -12,6 +12,7 @@ export {
   type PublishOptions,
   type RoomEvents,
   type SendDataOptions,
+  type TrackSettings,
 } from './room.js';
 export type { ConnectionQuality, StatsSummary, TrackStats, CandidatePairStats } from './stats.js';
 export { encodeData, decodeData, type DataHeader } from './data.js';
@@ -23,4 +24,6 @@ export {
   type TrackInfo,
   type TrackKind,
   type TrackSource,
+  type LayerInfo,
+  type VideoQuality,
 } from './protocol.js';

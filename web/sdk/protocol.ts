@@ -23,6 +23,16 @@ export interface Permissions {
   admin: boolean;
 }
 
+// One simulcast encoding; RIDs q, h, f from low to full resolution.
+export interface LayerInfo {
+  rid: 'q' | 'h' | 'f';
+  width?: number;
+  height?: number;
+  maxBitrate?: number;
+}
+
+export type VideoQuality = 'low' | 'medium' | 'high';
+
 export interface TrackInfo {
   sid: string;
   cid: string;
@@ -35,6 +45,7 @@ export interface TrackInfo {
   height: number;
   ssrc?: number;
   simulcast: boolean;
+  layers?: LayerInfo[];
 }
 
 export interface ParticipantInfo {
@@ -76,8 +87,17 @@ export type ClientMessage =
       muted?: boolean;
       width?: number;
       height?: number;
+      layers?: LayerInfo[];
     }
   | { type: 'unpublishTrack'; trackSid: string }
+  | {
+      type: 'updateTrackSettings';
+      trackSid: string;
+      width?: number;
+      height?: number;
+      quality?: VideoQuality;
+      paused?: boolean;
+    }
   | { type: 'muteTrack'; trackSid: string; muted: boolean }
   | { type: 'subscribe'; trackSids: string[]; subscribe: boolean }
   | { type: 'updateMetadata'; metadata?: string; name?: string }

@@ -7,6 +7,8 @@ import { Emitter } from './emitter.js';
 import {
   type ClientMessage,
   type JoinedMessage,
+  type LayerInfo,
+  type VideoQuality,
   type ParticipantInfo,
   type PcTarget,
   type RoomInfo,
@@ -40,6 +42,17 @@ export interface ConnectOptions {
 export interface PublishOptions {
   source?: TrackSource;
   name?: string;
+  /** Send three resolutions (full, 1/2, 1/4) so each subscriber gets what fits. Video only. */
+  simulcast?: boolean;
+}
+
+export interface TrackSettings {
+  /** The size the video is shown at: the server picks the smallest layer covering it. */
+  width?: number;
+  height?: number;
+  quality?: VideoQuality;
+  /** Stop forwarding while the video is not visible. */
+  paused?: boolean;
 }
 
 export interface SendDataOptions {
@@ -217,9 +230,11 @@ export class Room extends Emitter<RoomEvents> {
     this.finish('client_leave');
   }
 
-  async publishCamera(constraints: MediaTrackConstraints = { width: 1280, height: 720 }): Promise<LocalTrackPublication> {
-    const stream = await navigator.mediaDevices.getUserMedia({ video: constraints });
-    return this.publishTrack(stream.getVideoTracks()[0], { source: 'camera' });
+  async publishCamera(
+    opts: { resolution?: MediaTrackConstraints; simulcast?: boolean } = {},
+  ): Promise<LocalTrackPublication> {
+    const stream = await navigator.mediaDevices.getUserMedia({ video: opts.resolution ?? { width: 1280, height: 720 } });
+    return this.publishTrack(stream.getVideoTracks()[0], { source: 'camera', simulcast: opts.simulcast });
   }
 
   async publishMicrophone(constraints: MediaTrackConstraints | true = true): Promise<LocalTrackPublication> {
@@ -241,6 +256,7 @@ export class Room extends Emitter<RoomEvents> {
     const pc = this.pub;
     if (!pc || !this.signal) throw new Error('publishTrack: not connected');
     const settings = track.getSettings();
+    const layers = opts.simulcast && track.kind === 'video' ? simulcastLayers(settings) : undefined;
     // The server learns the track first and matches it to the SDP by msid (= track.id).
     const reply = await this.signal.request({
       type: 'publishTrack',
@@ -251,11 +267,20 @@ export class Room extends Emitter<RoomEvents> {
       muted: !track.enabled,
       width: settings.width,
       height: settings.height,
+      layers,
     });
     const info = (reply as { track?: TrackInfo }).track;
     if (!info) throw new Error('publishTrack: server reply has no track');
     this.localStream.addTrack(track);
-    const transceiver = pc.addTransceiver(track, { direction: 'sendonly', streams: [this.localStream] });
+    const transceiver = pc.addTransceiver(track, {
+      direction: 'sendonly',
+      streams: [this.localStream],
+      sendEncodings: layers?.map((l) => ({
+        rid: l.rid,
+        maxBitrate: l.maxBitrate,
+        scaleResolutionDownBy: l.rid === 'q' ? 4 : l.rid === 'h' ? 2 : 1,
+      })),
+    });
     const pub = new LocalTrackPublication(info, track, transceiver);
     this.localTracks.set(info.sid, pub);
     // The browser's "stop sharing" button ends the track: take it out of the room.
@@ -300,6 +325,12 @@ export class Room extends Emitter<RoomEvents> {
     await this.signal.request({ type: 'subscribe', trackSids: [trackSid], subscribe });
   }
 
+  /** Tells the server how a subscribed video is shown, so it forwards no more than needed. */
+  async updateTrackSettings(trackSid: string, settings: TrackSettings): Promise<void> {
+    if (!this.signal) throw new Error('updateTrackSettings: not connected');
+    await this.signal.request({ type: 'updateTrackSettings', trackSid, ...settings });
+  }
+
   async updateMetadata(update: { metadata?: string; name?: string }): Promise<void> {
     if (!this.signal) throw new Error('updateMetadata: not connected');
     await this.signal.request({ type: 'updateMetadata', ...update });
@@ -314,6 +345,11 @@ export class Room extends Emitter<RoomEvents> {
     const text = typeof payload === 'string';
     const bytes = text ? textEncoder.encode(payload) : payload;
     dc.send(encodeData({ to: opts.to?.length ? opts.to : undefined, topic: opts.topic, text }, bytes));
+  }
+
+  /** Drops the signaling socket as a network failure would; the room then resumes. */
+  simulateSignalLoss(): void {
+    this.signal?.drop();
   }
 
   /** A summary of both peer connections' statistics; bitrates are since the last call. */
@@ -773,6 +809,17 @@ export function wsUrl(url: string): string {
   else if (u.protocol === 'https:') u.protocol = 'wss:';
   if (u.pathname === '' || u.pathname === '/') u.pathname = '/v1/rtc';
   return u.toString();
+}
+
+// Layers from low to full, with bitrates that suit each size at 30 fps.
+function simulcastLayers(s: MediaTrackSettings): LayerInfo[] {
+  const w = s.width ?? 1280;
+  const h = s.height ?? 720;
+  return [
+    { rid: 'q', width: Math.round(w / 4), height: Math.round(h / 4), maxBitrate: 150_000 },
+    { rid: 'h', width: Math.round(w / 2), height: Math.round(h / 2), maxBitrate: 500_000 },
+    { rid: 'f', width: w, height: h, maxBitrate: 1_500_000 },
+  ];
 }
 
 function waitOpen(dc: RTCDataChannel, timeoutMs = 10_000): Promise<void> {

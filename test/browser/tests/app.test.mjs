@@ -1,0 +1,41 @@
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { Participant, waitFor } from '../lib/page.mjs';
+import { scenario } from '../lib/scenario.mjs';
+
+test('dev mode: join through the form, see names, mute shows on the other side', { timeout: 120_000 }, () =>
+  scenario('app-dev', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const carol = watch(new Participant('carol', await chromium.newPage()));
+    const dave = watch(new Participant('dave', await chromium.newPage()));
+
+    // Carol types into the form; the page fetches a dev token.
+    await carol.page.goto(`${server.base}/`);
+    await carol.page.fill('input[name=room]', 'lobby');
+    await carol.page.fill('input[name=name]', 'Carol');
+    await carol.page.click('#join-form button');
+    await waitFor(carol.page, 'carol to publish', () => window.petrel.room?.localTracks.size === 2);
+    assert.equal(await carol.page.isVisible('#join-form'), false, 'the form is gone once joined');
+    assert.equal(await carol.page.textContent('#room-name'), 'lobby');
+    carol.sid = await carol.page.evaluate(() => window.petrel.room.localParticipant.sid);
+
+    // Dave joins straight from a link.
+    await dave.page.goto(`${server.base}/?room=lobby&name=Dave&autojoin=1`);
+    await waitFor(dave.page, 'dave to publish', () => window.petrel.room?.localTracks.size === 2);
+    dave.sid = await dave.page.evaluate(() => window.petrel.room.localParticipant.sid);
+
+    assert.equal((await carol.seesVideoOf(dave)).label, 'Dave');
+    assert.equal((await dave.seesVideoOf(carol)).label, 'Carol');
+
+    const daveLabel = `.tile[data-sid="${dave.sid}"] .label`;
+    await dave.page.click('#mic');
+    assert.equal(await dave.page.textContent('#mic'), 'Unmute');
+    await waitFor(carol.page, "dave's tile to show muted", (sel) => document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
+    await dave.page.click('#mic');
+    await waitFor(carol.page, "dave's tile to show unmuted", (sel) => !document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
+
+    // The readouts show live numbers.
+    await waitFor(carol.page, 'a bitrate readout', () => /↓ [1-9]\d* kbps/.test(document.getElementById('bitrate').textContent));
+    await waitFor(carol.page, 'a quality readout', () => document.getElementById('quality').dataset.q === 'excellent');
+  }, { dev: true }));

@@ -1,0 +1,63 @@
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { Participant, growth, waitFor } from '../lib/page.mjs';
+import { scenario } from '../lib/scenario.mjs';
+
+// What identifies the session and its ICE generation on both peer connections.
+const snapshot = () => {
+  const room = window.petrel.room;
+  const ufrag = (sdp) => sdp?.match(/a=ice-ufrag:(\S+)/)?.[1];
+  return {
+    sid: room.localParticipant.sid,
+    tracks: [...room.localTracks.keys()].sort(),
+    publisherUfrag: ufrag(room.publisherPc.localDescription?.sdp),
+    subscriberUfrag: ufrag(room.subscriberPc.remoteDescription?.sdp),
+  };
+};
+
+test('a dropped signaling socket is resumed with an ICE restart, media keeps flowing', { timeout: 120_000 }, () =>
+  scenario('reconnect', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const alice = watch(new Participant('alice', await chromium.newPage()));
+    const bob = watch(new Participant('bob', await chromium.newPage()));
+    await alice.join(server.base, await server.token('resume', 'alice'));
+    await bob.join(server.base, await server.token('resume', 'bob'));
+    await alice.seesVideoOf(bob);
+    await bob.seesVideoOf(alice);
+
+    const before = await alice.page.evaluate(snapshot);
+    await bob.page.evaluate(() => {
+      window.__left = [];
+      window.petrel.room.on('participantLeft', (p) => window.__left.push(p.identity));
+    });
+    await alice.page.evaluate(() => {
+      window.__events = [];
+      for (const e of ['reconnecting', 'reconnected', 'disconnected']) window.petrel.room.on(e, () => window.__events.push(e));
+      window.petrel.room.simulateSignalLoss();
+    });
+    const events = await waitFor(alice.page, 'alice to resume', () =>
+      window.__events.includes('reconnected') && window.petrel.room.state === 'connected' && window.__events);
+    assert.deepEqual(events, ['reconnecting', 'reconnected']);
+
+    // Same participant and tracks; both connections went through an ICE restart.
+    const after = await waitFor(alice.page, 'both ICE restarts', (b) => {
+      const s = (0, eval)(`(${b.fn})`)();
+      return s.publisherUfrag !== b.before.publisherUfrag && s.subscriberUfrag !== b.before.subscriberUfrag && s;
+    }, { fn: snapshot.toString(), before });
+    assert.equal(after.sid, before.sid);
+    assert.deepEqual(after.tracks, before.tracks);
+
+    await waitFor(alice.page, 'ICE connected again', () =>
+      ['connected', 'completed'].includes(window.petrel.room.publisherPc.iceConnectionState) &&
+      ['connected', 'completed'].includes(window.petrel.room.subscriberPc.iceConnectionState));
+    for (const [who, p] of [['alice', alice], ['bob', bob]]) {
+      const [a, b] = await growth(() => p.inbound());
+      assert.ok(b.framesDecoded > a.framesDecoded + 10, `${who} decodes after resume: ${a.framesDecoded} -> ${b.framesDecoded}`);
+    }
+    assert.deepEqual(await bob.page.evaluate(() => window.__left), [], 'bob never saw alice leave');
+
+    await bob.collectData();
+    await alice.page.evaluate(() => window.petrel.room.sendData('still here'));
+    await waitFor(bob.page, 'a data message after resume', () => window.__data.some((m) => m.text === 'still here'));
+  }));
