@@ -1,0 +1,45 @@
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { Participant, waitFor } from '../lib/page.mjs';
+import { scenario } from '../lib/scenario.mjs';
+
+test('simulcast layers follow the subscriber, screen share comes and goes', { timeout: 120_000 }, () =>
+  scenario('simulcast-screen', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const sender = watch(new Participant('sender', await chromium.newPage()));
+    const viewer = watch(new Participant('viewer', await chromium.newPage()));
+    await sender.page.goto(`${server.base}/?${new URLSearchParams({ token: await server.token('sim', 'sender'), simulcast: '1' })}`);
+    await waitFor(sender.page, 'sender to publish', () => window.petrel.room?.localTracks.size === 2);
+    sender.sid = await sender.page.evaluate(() => window.petrel.room.localParticipant.sid);
+    await viewer.join(server.base, await server.token('sim', 'viewer'));
+    await viewer.seesVideoOf(sender);
+
+    const videoSid = await viewer.page.evaluate(
+      (sid) => [...window.petrel.room.participants.get(sid).tracks.values()].find((t) => t.kind === 'video' && t.info.simulcast)?.sid,
+      sender.sid,
+    );
+    assert.ok(videoSid, 'the camera track is announced as simulcast');
+    // The size the viewer's tile shows follows the quality it asks for.
+    const widthAt = (quality, check) =>
+      viewer.page
+        .evaluate(([sid, q]) => window.petrel.room.updateTrackSettings(sid, { quality: q }), [videoSid, quality])
+        .then(() =>
+          waitFor(viewer.page, `a ${quality} layer`, (c) => {
+            const w = document.querySelector(`.tile[data-sid="${c.sid}"] video`).videoWidth;
+            return (c.op === 'le' ? w <= c.w : w >= c.w) && w;
+          }, { sid: sender.sid, ...check }),
+        );
+    const low = await widthAt('low', { op: 'le', w: 400 });
+    const high = await widthAt('high', { op: 'ge', w: 960 });
+    assert.ok(high >= low * 2, `high ${high} vs low ${low}`);
+
+    // Screen share: a second tile appears at the other side and goes with it.
+    await viewer.page.click('#screen');
+    const screenTile = `.tile[data-sid="${await viewer.page.evaluate(() => window.petrel.room.localParticipant.sid)}/screen"] video`;
+    await waitFor(sender.page, 'the screen tile', (sel) => document.querySelector(sel)?.videoWidth > 0, screenTile);
+    assert.equal(await viewer.page.textContent('#screen'), 'Stop sharing');
+    await viewer.page.click('#screen');
+    await waitFor(sender.page, 'the screen tile to go', (sel) => !document.querySelector(sel), screenTile);
+    assert.equal(await viewer.page.evaluate(() => window.petrel.room.localTracks.size), 2);
+  }));
