@@ -10,6 +10,7 @@ import (
 
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
+	"github.com/pion/logging"
 	"github.com/pion/transport/v4/packetio"
 	"github.com/pion/webrtc/v4"
 
@@ -57,6 +58,11 @@ func NewLean(o APIOptions) (*Lean, error) {
 		se.SetIncludeLoopbackCandidate(true)
 		se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
 	}
+	// Thousands of peers closing at once make Pion log every write to a
+	// closed socket; the generator reports failures itself.
+	lf := logging.NewDefaultLoggerFactory()
+	lf.DefaultLogLevel = logging.LogLevelDisabled
+	se.LoggerFactory = lf
 	se.BufferFactory = func(t packetio.BufferPacketType, _ uint32) io.ReadWriteCloser {
 		b := packetio.NewBuffer()
 		if t == packetio.RTCPBufferPacket {

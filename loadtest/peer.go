@@ -131,12 +131,13 @@ func (p *Peer) Receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection) {
 		receive(tr, pc, st, p.tot, func(frame bool) {
 			if frame {
 				p.mark(&p.frameAt)
-				return
+			} else {
+				p.mark(&p.rtpAt)
 			}
-			p.mark(&p.rtpAt)
-			p.emit("media", map[string]any{"kind": st.kind, "receiving": true, "ssrc": uint32(tr.SSRC())})
 		})
-		p.emit("media", map[string]any{"kind": st.kind, "receiving": false, "ssrc": uint32(tr.SSRC())})
+		st.mu.Lock()
+		st.ended = true
+		st.mu.Unlock()
 	}()
 }
 

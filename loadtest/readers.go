@@ -81,7 +81,9 @@ func ReadIVF(name string, r io.Reader) (*Source, error) {
 			continue
 		}
 		if n := len(frames); n > 0 {
-			setDur(&frames[n-1], fh.Timestamp-lastPTS, hdr.TimebaseNumerator, hdr.TimebaseDenominator, 90000)
+			// ivfreader scales the frame PTS by denominator/numerator; undo it.
+			step := (fh.Timestamp - lastPTS) * uint64(hdr.TimebaseNumerator) / uint64(hdr.TimebaseDenominator)
+			setDur(&frames[n-1], step, hdr.TimebaseNumerator, hdr.TimebaseDenominator, 90000)
 		}
 		lastPTS = fh.Timestamp
 		frames = append(frames, Frame{Packets: packets(pay.Payload(MTU, data)), Key: data[0]&1 == 0})

@@ -108,6 +108,7 @@ type streamRx struct {
 	delayN    uint64
 	delayMax  time.Duration
 	nacks     uint64
+	ended     bool
 }
 
 // receive reads track until it ends, counting into st and tot. It sends a NACK
