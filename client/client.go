@@ -44,6 +44,9 @@ func LoopbackAPI(tune ...func(*webrtc.SettingEngine)) *webrtc.API {
 	se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
 	se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	// As browsers do: a track exists once negotiated, even if no packet has come
+	// (a paused subscription, a muted publisher).
+	se.SetFireOnTrackBeforeFirstRTP(true)
 	for _, f := range tune {
 		f(&se)
 	}

@@ -42,6 +42,9 @@ type RTC struct {
 	TCPPort      int           `yaml:"tcp_port" flag:"rtc-tcp-port" usage:"ICE-TCP port (0: any free port, -1: no ICE-TCP)"`
 	NodeIP       string        `yaml:"node_ip" flag:"node-ip" usage:"public IP offered as host candidate (1:1 NAT)"`
 	ResumeWindow time.Duration `yaml:"resume_window" flag:"resume-window" usage:"how long a disconnected participant is kept for resumption"`
+	// LastN is how many other participants' video each receiver gets, by recency
+	// of speaking (pinned ones always); 0 means all.
+	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 }

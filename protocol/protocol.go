@@ -162,6 +162,10 @@ type Request struct {
 	TrackSids []string `json:"trackSids,omitempty"`
 	Subscribe *bool    `json:"subscribe,omitempty"`
 
+	// setLastN, pin
+	N               *int     `json:"n,omitempty"`
+	ParticipantSids []string `json:"participantSids,omitempty"`
+
 	// ping
 	T *float64 `json:"t,omitempty"`
 }
@@ -263,6 +267,14 @@ func (r *Request) validate() error {
 	case "subscribe":
 		if len(r.TrackSids) == 0 || len(r.TrackSids) > maxTrackSids || r.Subscribe == nil {
 			return bad("subscribe needs 1 to %d trackSids and subscribe", maxTrackSids)
+		}
+	case "setLastN":
+		if r.N == nil || *r.N < -1 || *r.N > 1000 {
+			return bad("setLastN needs n between -1 (the room's) and 1000 (0: all)")
+		}
+	case "pin":
+		if len(r.ParticipantSids) > 64 {
+			return bad("at most 64 pinned participants")
 		}
 	case "updateMetadata", "restartIce", "ping", "leave":
 	case "":

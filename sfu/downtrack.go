@@ -30,8 +30,12 @@ type DownTrack struct {
 	streamID string
 	sender   *webrtc.RTPSender
 
-	bound  atomic.Bool
-	paused atomic.Bool
+	bound atomic.Bool
+	// paused: the subscriber hides the video (userPaused) or Last-N leaves this
+	// publisher out (lastNPaused); either stops forwarding.
+	paused      atomic.Bool
+	userPaused  atomic.Bool
+	lastNPaused atomic.Bool
 	// target is the layer the subscriber should get; current switches to it at
 	// the target's next keyframe.
 	target   atomic.Int32
@@ -188,13 +192,33 @@ func (d *DownTrack) SetMaxLayer(l int) {
 // SetPaused stops (or resumes) forwarding to this subscriber, as when its video
 // element is hidden.
 func (d *DownTrack) SetPaused(p bool) {
+	d.userPaused.Store(p)
+	d.updatePaused(true)
+}
+
+// setLastNPaused is SetPaused for Last-N selection. The caller requests the
+// keyframe for all resumed subscribers at once.
+func (d *DownTrack) setLastNPaused(p bool) (resumed bool) {
+	d.lastNPaused.Store(p)
+	return d.updatePaused(false)
+}
+
+func (d *DownTrack) updatePaused(askKeyframe bool) (resumed bool) {
+	p := d.userPaused.Load() || d.lastNPaused.Load()
 	if d.paused.Swap(p) && !p {
 		d.resync()
-		if l := d.pub.layer(int8(d.target.Load())); l != nil {
-			l.requestKeyframe()
+		if askKeyframe {
+			if l := d.pub.layer(int8(d.target.Load())); l != nil {
+				l.requestKeyframe()
+			}
 		}
+		return true
 	}
+	return false
 }
+
+// Paused reports whether nothing is forwarded to this subscriber.
+func (d *DownTrack) Paused() bool { return d.paused.Load() }
 
 // chooseLayer picks the best layer that is sending and within the subscriber's
 // limit (the lowest sending layer if none is), and asks for a keyframe on it when

@@ -82,7 +82,9 @@ func (m *Manager) getOrCreate(name string) (*Room, error) {
 	r := &Room{
 		sid: newSid("RM_"), name: name, mgr: m, createdAt: time.Now(),
 		participants: map[string]*Participant{}, maxParticipants: m.cfg.Limits.MaxParticipantsPerRoom,
+		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, done: make(chan struct{}),
 	}
+	go r.selectionLoop()
 	m.rooms[name] = r
 	metrics.Rooms.Inc()
 	m.log.Info("room opened", "room", name)
@@ -96,6 +98,7 @@ func (m *Manager) dropIfEmpty(r *Room) {
 	empty := len(r.participants) == 0 && !r.explicit
 	r.mu.RUnlock()
 	if empty && m.rooms[r.name] == r {
+		r.stop()
 		delete(m.rooms, r.name)
 		metrics.Rooms.Dec()
 		m.log.Info("room closed", "room", r.name, "why", "empty")
@@ -106,6 +109,7 @@ func (m *Manager) forget(r *Room) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.rooms[r.name] == r {
+		r.stop()
 		delete(m.rooms, r.name)
 		metrics.Rooms.Dec()
 		m.log.Info("room closed", "room", r.name)
@@ -174,6 +178,7 @@ func (m *Manager) newParticipant(c *auth.Claims, hidden bool) (*Participant, err
 		published: map[string]*Publication{}, announced: map[string]protocol.TrackInfo{},
 		subs: map[string]*DownTrack{}, dcs: map[string]*webrtc.DataChannel{},
 		pending: map[*webrtc.PeerConnection][]webrtc.ICECandidateInit{},
+		lastN:   -1,
 	}
 	p.log = m.log.With("room", room.name, "participant", sid, "identity", c.Identity())
 	return p, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // Sender delivers server messages to one client. Send never blocks: a client that
@@ -63,6 +64,10 @@ type Participant struct {
 	negotiateSet bool
 
 	data dataLimiter
+
+	// Last-N: this receiver's own limit (-1: the room's) and pinned participants.
+	lastN  int
+	pinned []string
 }
 
 func newSid(prefix string) string {
@@ -374,6 +379,15 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: remote.ID(), Kind: remote.Kind().String(), Source: src}
 	}
 	t := newPublication(p, ti, remote, receiver, p.room.mgr.cfg.RTC.PacketCache)
+	if t.kind == webrtc.RTPCodecTypeAudio {
+		l := t.layer(layerOf(remote.RID()))
+		for _, x := range receiver.GetParameters().HeaderExtensions {
+			if x.URI == rtc.ExtAudioLevel {
+				l.levelExt = uint8(x.ID)
+				l.speaker = p.room.speakers.Track(p.sid)
+			}
+		}
+	}
 	p.published[t.sid] = t
 	p.mu.Unlock()
 

@@ -41,6 +41,8 @@ type Publication struct {
 	downs  atomic.Pointer[[]*DownTrack]
 
 	muted atomic.Bool
+	// demand is the last trackDemand sent to the publisher (packDemand).
+	demand atomic.Uint32
 
 	packets atomic.Uint64
 	bytes   atomic.Uint64
@@ -58,6 +60,10 @@ type layer struct {
 	cache    *PacketCache
 	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
 	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
+
+	// Audio: the RFC 6464 audio-level extension id and the speaker record it feeds.
+	levelExt uint8
+	speaker  *activity
 
 	// Publisher's clock mapping from its last sender report: the RTP time srRTP was
 	// current at local monotonic time srAt. Sender reports to subscribers derive from it.
@@ -298,6 +304,11 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 		pkt.VP8 = parseVP8(pkt.Payload)
 	}
 	pkt.Arrival = now()
+	if l.levelExt != 0 {
+		if ext := pkt.Header.GetExtension(l.levelExt); len(ext) > 0 {
+			l.speaker.Observe(ext[0]&0x7f, time.Now())
+		}
+	}
 	return true
 }
 

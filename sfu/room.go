@@ -23,7 +23,18 @@ type Room struct {
 	closed          bool
 	// explicit rooms (created through the API) stay open when empty.
 	explicit bool
+
+	// Speaker detection and Last-N (lastn.go).
+	speakers  *Speakers
+	dominant  string
+	lastSpoke map[string]time.Time
+	lastN     int
+	done      chan struct{}
+	doneOnce  sync.Once
 }
+
+// stop ends the room's background work.
+func (r *Room) stop() { r.doneOnce.Do(func() { close(r.done) }) }
 
 // Name is the room's name.
 func (r *Room) Name() string { return r.name }
@@ -116,8 +127,13 @@ func (r *Room) remove(p *Participant, reason string) {
 		return
 	}
 	delete(r.participants, p.sid)
+	delete(r.lastSpoke, p.sid)
+	if r.dominant == p.sid {
+		r.dominant = ""
+	}
 	empty := len(r.participants) == 0 && !r.explicit
 	r.mu.Unlock()
+	r.speakers.Forget(p.sid)
 	metrics.Participants.Dec()
 	if !p.hidden {
 		r.broadcast(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)

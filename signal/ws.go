@@ -342,6 +342,12 @@ func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, 
 		return protocol.Response(r.ID, nil), p.MuteTrack(r.TrackSid, *r.Muted)
 	case "subscribe":
 		return protocol.Response(r.ID, nil), p.SetSubscribed(r.TrackSids, *r.Subscribe)
+	case "setLastN":
+		p.SetLastN(*r.N)
+		return protocol.Response(r.ID, nil), nil
+	case "pin":
+		p.Pin(r.ParticipantSids)
+		return protocol.Response(r.ID, nil), nil
 	case "updateTrackSettings":
 		return protocol.Response(r.ID, nil), p.UpdateTrackSettings(r)
 	case "updateMetadata":

@@ -1,0 +1,205 @@
+package sfu
+
+import (
+	"sort"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// The room's selection loop: every decision interval it asks the speaker detector
+// whether the dominant speaker changed, tells clients, recomputes which
+// publishers' video each receiver gets (Last-N: the N most recent speakers plus
+// pinned participants), and tells publishers which encodings anyone still needs,
+// so that video nobody receives is not even sent.
+
+const decisionInterval = 300 * time.Millisecond
+
+func (r *Room) selectionLoop() {
+	tick := time.NewTicker(decisionInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case t := <-tick.C:
+			r.decide(t)
+		}
+	}
+}
+
+func (r *Room) decide(t time.Time) {
+	dom, changed := r.speakers.Decide(t)
+	if changed {
+		r.mu.Lock()
+		if r.dominant != "" {
+			r.lastSpoke[r.dominant] = t
+		}
+		r.dominant = dom
+		r.lastSpoke[dom] = t
+		r.mu.Unlock()
+		r.broadcast(protocol.Msg{"type": "dominantSpeaker", "participantSid": dom}, nil)
+	}
+	r.applyLastN(changed)
+	r.updateDemand()
+}
+
+// ranked lists the room's participants by how recently they were the dominant
+// speaker (the current one first), then by join time.
+func (r *Room) ranked() []*Participant {
+	ps := r.Participants()
+	r.mu.RLock()
+	spoke := make(map[string]time.Time, len(r.lastSpoke))
+	for k, v := range r.lastSpoke {
+		spoke[k] = v
+	}
+	dom := r.dominant
+	r.mu.RUnlock()
+	sort.SliceStable(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		if (a.sid == dom) != (b.sid == dom) {
+			return a.sid == dom
+		}
+		ta, tb := spoke[a.sid], spoke[b.sid]
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return a.joinedAt.Before(b.joinedAt)
+	})
+	return ps
+}
+
+// applyLastN pauses or resumes each receiver's video subscriptions. Keyframes
+// for video that resumes are requested once per publication, not once per
+// receiver.
+func (r *Room) applyLastN(speakerChanged bool) {
+	order := r.ranked()
+	resumed := map[*Publication]bool{}
+	for _, p := range r.all() {
+		n := p.effectiveLastN()
+		p.mu.Lock()
+		pinned := p.pinned
+		subs := make([]*DownTrack, 0, len(p.subs))
+		for _, d := range p.subs {
+			if d.pub.kind == webrtc.RTPCodecTypeVideo {
+				subs = append(subs, d)
+			}
+		}
+		p.mu.Unlock()
+		if len(subs) == 0 {
+			continue
+		}
+		allowed := map[string]bool{}
+		for _, sid := range pinned {
+			allowed[sid] = true
+		}
+		if n <= 0 {
+			for _, q := range order {
+				allowed[q.sid] = true
+			}
+		} else {
+			count := len(allowed)
+			for _, q := range order {
+				if count >= n {
+					break
+				}
+				if q == p || allowed[q.sid] {
+					continue
+				}
+				allowed[q.sid] = true
+				count++
+			}
+		}
+		for _, d := range subs {
+			if d.setLastNPaused(!allowed[d.pub.owner.sid]) {
+				resumed[d.pub] = true
+			}
+		}
+	}
+	for t := range resumed {
+		for i := range t.layers {
+			if l := t.layers[i].Load(); l != nil {
+				l.lastPLI.Store(0) // a new keyframe, even if one was asked for just now
+			}
+		}
+		t.RequestKeyframe()
+	}
+}
+
+// effectiveLastN is the participant's own limit or the room's.
+func (p *Participant) effectiveLastN() int {
+	p.mu.Lock()
+	n := p.lastN
+	p.mu.Unlock()
+	if n >= 0 {
+		return n
+	}
+	r := p.room
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.lastN
+}
+
+// SetLastN overrides the room's Last-N for this receiver (-1: the room's).
+func (p *Participant) SetLastN(n int) {
+	p.mu.Lock()
+	p.lastN = n
+	p.mu.Unlock()
+	p.room.applyLastN(false)
+}
+
+// Pin sets the participants whose video this receiver always gets.
+func (p *Participant) Pin(sids []string) {
+	p.mu.Lock()
+	p.pinned = append([]string(nil), sids...)
+	p.mu.Unlock()
+	p.room.applyLastN(false)
+}
+
+// updateDemand tells each publisher which encodings of each video track some
+// receiver needs; the SDK disables the others at the encoder.
+func (r *Room) updateDemand() {
+	for _, p := range r.all() {
+		p.mu.Lock()
+		pubs := make([]*Publication, 0, len(p.published))
+		for _, t := range p.published {
+			if t.kind == webrtc.RTPCodecTypeVideo {
+				pubs = append(pubs, t)
+			}
+		}
+		p.mu.Unlock()
+		for _, t := range pubs {
+			var need [maxLayers]bool
+			any := false
+			for _, d := range t.Subscribers() {
+				if d.Paused() {
+					continue
+				}
+				// The target and every layer below it stay on, so that a
+				// receiver can always step down without waiting.
+				for i := 0; i <= int(d.target.Load()) && i < maxLayers; i++ {
+					need[i] = true
+				}
+				any = true
+			}
+			if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
+				p.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
+			}
+		}
+	}
+}
+
+func packDemand(need [maxLayers]bool, any bool) uint32 {
+	v := uint32(1 << 31) // set: demand was computed at least once
+	for i, n := range need {
+		if n {
+			v |= 1 << i
+		}
+	}
+	if any {
+		v |= 1 << 8
+	}
+	return v
+}
