@@ -106,3 +106,47 @@ func TestStreamAgainstPetrel(t *testing.T) {
 	}
 	t.Logf("summary: %+v", sm)
 }
+
+func TestRoomAgainstPetrel(t *testing.T) {
+	url := startPetrel(t)
+	res := runSmall(t, Config{Scenario: "room", Target: "petrel", URL: url, Publishers: 2, Peers: 4, Rate: 50, Duration: time.Second, Warmup: time.Second})
+	// Each subscriber receives both publishers (2 × video + audio); each
+	// publisher receives the other one.
+	for _, p := range res.Peers {
+		want := 4
+		if p.Role == "publisher" {
+			want = 2
+		}
+		got := 0
+		for _, s := range p.Streams {
+			if s.Packets > 10 {
+				got++
+			}
+		}
+		if got != want || p.Error != "" {
+			t.Errorf("%s (%s): %d streams with media, want %d (error %q)", p.ID, p.Role, got, want, p.Error)
+		}
+	}
+	if len(res.Peers) != 6 {
+		t.Errorf("%d peers, want 6", len(res.Peers))
+	}
+}
+
+func TestEchoAndWHEPAgainstPetrel(t *testing.T) {
+	url := startPetrel(t)
+	res := runSmall(t, Config{Scenario: "echo", Target: "petrel", URL: url, Peers: 3, Rate: 50, Duration: time.Second, Warmup: time.Second, Video: "testdata/clip.ivf", Audio: "testdata/tone.ogg"})
+	checkAllReceived(t, res, "echo", 3)
+	if res.Summary.DelayMs.N != 0 {
+		t.Errorf("file sources carry no stamps, yet %d delays were measured", res.Summary.DelayMs.N)
+	}
+	res = runSmall(t, Config{Scenario: "whep", Target: "petrel", URL: url, Room: "w", Peers: 5, Rate: 50, Duration: time.Second, Warmup: time.Second})
+	checkAllReceived(t, res, "subscriber", 5)
+	// The same through the generic WHIP/WHEP target: tokens are minted here,
+	// as any server's operator would hand them out.
+	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(context.Background(), "g", "viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = runSmall(t, Config{Scenario: "whep", Target: "whip", WHIPURL: url + "/whip/g", WHEPURL: url + "/whep/g", Token: tok, Peers: 3, Rate: 50, Duration: time.Second, Warmup: time.Second})
+	checkAllReceived(t, res, "subscriber", 3)
+}

@@ -312,6 +312,9 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 			if err := WHIP(ctx, r.lean, t.Base+"/whip/"+c.Room, tok, p, r.srcs...); err != nil {
 				return fmt.Errorf("publisher: %w", err)
 			}
+			if err := waitMedia(ctx, p); err != nil {
+				return err
+			}
 		} else {
 			p := r.newPeer("publisher", "publisher")
 			pp, err := t.Join(ctx, c.Room, p, true)
@@ -440,6 +443,9 @@ func (r *Runner) runWHIP(ctx context.Context) error {
 			if err := WHIP(ctx, r.lean, c.WHIPURL, c.Token, p, r.srcs...); err != nil {
 				return fmt.Errorf("publisher: %w", err)
 			}
+			if err := waitMedia(ctx, p); err != nil {
+				return err
+			}
 		}
 		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
 			p := r.newPeer(fmt.Sprintf("viewer%04d", i), "subscriber")
@@ -448,4 +454,21 @@ func (r *Runner) runWHIP(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("target whip supports the whip and whep scenarios, not %q", c.Scenario)
+}
+
+// waitMedia returns once a WHIP publisher's connection is up and its first
+// frames have had time to reach the server: a WHEP server only offers tracks
+// whose media it has seen.
+func waitMedia(ctx context.Context, p *Peer) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for !p.Up() {
+		if p.Failed() != "" || time.Now().After(deadline) {
+			return fmt.Errorf("publisher did not connect: %s", p.Failed())
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	sleepCtx(ctx, 300*time.Millisecond)
+	return nil
 }
