@@ -248,7 +248,12 @@ func (l *layer) forward() {
 		if !l.parse(&pkt, buf[:n]) {
 			continue
 		}
-		l.lastRecv.Store(pkt.Arrival)
+		if l.lastRecv.Swap(pkt.Arrival) == 0 {
+			// A layer that starts sending may be what subscribers should get.
+			for _, d := range t.Subscribers() {
+				d.chooseLayer()
+			}
+		}
 		t.packets.Add(1)
 		t.bytes.Add(uint64(n))
 		inPackets++
