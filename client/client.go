@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,8 @@ type Options struct {
 	API *webrtc.API
 	// Relay forces TURN (iceTransportPolicy relay).
 	Relay bool
+	// TURNTransport keeps only the TURN URLs of one transport ("udp" or "tcp").
+	TURNTransport string
 }
 
 // LoopbackAPI is a Pion API that gathers on 127.0.0.1 only, for tests and
@@ -143,7 +146,7 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 		return nil, err
 	}
 	c.Joined = joined
-	cfg := webrtc.Configuration{ICEServers: iceServers(joined)}
+	cfg := webrtc.Configuration{ICEServers: iceServers(joined, o.TURNTransport)}
 	if o.Relay {
 		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
 	}
@@ -190,13 +193,24 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 	return c, nil
 }
 
-func iceServers(joined protocol.Msg) []webrtc.ICEServer {
+func iceServers(joined protocol.Msg, transport string) []webrtc.ICEServer {
 	var out []webrtc.ICEServer
 	raw, _ := json.Marshal(joined["iceServers"])
 	var list []protocol.ICEServer
 	_ = json.Unmarshal(raw, &list)
 	for _, s := range list {
-		out = append(out, webrtc.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
+		urls := s.URLs
+		if transport != "" {
+			urls = nil
+			for _, u := range s.URLs {
+				if strings.HasSuffix(u, "?transport="+transport) {
+					urls = append(urls, u)
+				}
+			}
+		}
+		if len(urls) > 0 {
+			out = append(out, webrtc.ICEServer{URLs: urls, Username: s.Username, Credential: s.Credential})
+		}
 	}
 	return out
 }

@@ -521,3 +521,43 @@ func TestJoinFloodIsRefusedWithServerBusy(t *testing.T) {
 		t.Fatal("eight joins at once against a limit of 2/s (burst 4) were all admitted")
 	}
 }
+
+// TestICETCPAndTURNOverTCP covers networks where UDP is blocked: media over the
+// server's ICE-TCP port, and relayed through the embedded TURN server over TCP.
+func TestICETCPAndTURNOverTCP(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 30*time.Second)
+	alice := e.join("tcp", "alice")
+	v := newVideo("cam")
+	if _, _, err := alice.Publish(ctx, v.track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	v.run(t)
+
+	tcpOnly := client.LoopbackAPI(func(se *webrtc.SettingEngine) {
+		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeTCP4})
+	})
+	bob, err := client.Join(ctx, e.ws, e.token("tcp", "bob", all, time.Hour), client.Options{API: tcpOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	tr := waitTrack(t, bob, 10*time.Second)
+	readPackets(t, tr.Remote, 20, 5*time.Second)
+	p, err := tr.Receiver.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || p == nil || p.Local.Protocol != webrtc.ICEProtocolTCP {
+		t.Fatalf("selected pair %v (%v), want ICE-TCP", p, err)
+	}
+
+	carol, err := client.Join(ctx, e.ws, e.token("tcp", "carol", all, time.Hour), client.Options{Relay: true, TURNTransport: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carol.Close()
+	tr = waitTrack(t, carol, 10*time.Second)
+	readPackets(t, tr.Remote, 20, 5*time.Second)
+	p, err = tr.Receiver.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || p == nil || p.Local.Typ != webrtc.ICECandidateTypeRelay {
+		t.Fatalf("selected pair %v (%v), want relay", p, err)
+	}
+}
