@@ -185,6 +185,11 @@ func (h *Harness) Bench(ctx context.Context, bc BenchConfig) ([]Row, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	release, err := netem.Exclusive()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var rows []Row
 	for _, prof := range bc.Profiles {
 		p, err := netem.LookupProfile(prof)

@@ -238,14 +238,15 @@ plot %s
 	f := filepath.Join(tmp, "pct.dat")
 	os.WriteFile(f, d.Bytes(), 0o644)
 	img := "dc-vs-tcp-percent.png"
-	script := fmt.Sprintf(`set terminal pngcairo size 640,400
+	script := fmt.Sprintf(`set terminal pngcairo size 800,400
 set output '%s'
 set title 'Data-channel goodput as %% of TCP'
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set ylabel '%% of TCP'
-set yrange [0:*]
+set yrange [0:110]
+set key top left
 set grid ytics
 set arrow from graph 0, first 90 to graph 1, first 90 nohead dt 2 lw 2
 plot '%s' using 2:xtic(1) title 'Pion default', '' using 3 title 'Pion tuned (Petrel)'

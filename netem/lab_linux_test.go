@@ -42,6 +42,14 @@ func cpuSteal() (steal, total uint64) {
 // can hide; a wrong emulator fails all three attempts.
 func timing(t *testing.T, spec Spec, measure func(c *check, l *Lab)) {
 	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	release, err := Exclusive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	var errs []string
 	for i := 1; i <= 3; i++ {
 		s0, t0 := cpuSteal()
