@@ -44,7 +44,9 @@ func startPetrel(t *testing.T) string {
 func runSmall(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg.APIKey, cfg.Secret = testKey, testSecret
-	cfg.TargetPID = os.Getpid()
+	if cfg.TargetPID == 0 {
+		cfg.TargetPID = os.Getpid()
+	}
 	if testing.Verbose() {
 		cfg.Progress = os.Stderr
 	}

@@ -108,6 +108,14 @@ type Runner struct {
 	samples []Sample
 	started time.Time
 	phase   string
+	closers []func()
+}
+
+// onClose adds a step to run after every peer is closed.
+func (r *Runner) onClose(f func()) {
+	r.mu.Lock()
+	r.closers = append(r.closers, f)
+	r.mu.Unlock()
 }
 
 // Run executes cfg and returns its results.
@@ -237,6 +245,13 @@ func (r *Runner) closeAll() {
 		go func() { defer wg.Done(); defer func() { <-sem }(); p.Close() }()
 	}
 	wg.Wait()
+	r.mu.Lock()
+	cs := r.closers
+	r.closers = nil
+	r.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
 }
 
 // ramp starts n peers at cfg.Rate per second, cfg.Parallel setups at a time,
