@@ -240,3 +240,30 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 	res.Summary = sm
 	return res
 }
+
+// window sets the steady-window figures from its two ends.
+func (sm *Summary) window(a, b windowMark, target bool) {
+	el := b.at.Sub(a.at).Seconds()
+	if el <= 0 {
+		return
+	}
+	sm.WindowS = el
+	sm.PPS = float64(b.packets-a.packets) / el
+	sm.KbpsPerPeer = 0
+	if sm.Receiving > 0 {
+		sm.KbpsPerPeer = float64(b.bytes-a.bytes) * 8 / 1000 / el / float64(sm.Receiving)
+	}
+	sm.SelfCPU = CPUPercent(a.self, b.self)
+	sm.SelfRSSMiB = float64(b.self.RSS) / (1 << 20)
+	if sm.Connected > 0 {
+		sm.SelfRSSPerPeerKiB = sm.SelfRSSMiB * 1024 / float64(sm.Connected)
+	}
+	if target && b.target.RSS > 0 {
+		sm.TargetCPU = CPUPercent(a.target, b.target)
+		sm.TargetRSSMiB = float64(b.target.RSS) / (1 << 20)
+	}
+	if sm.PPS > 0 {
+		sm.SelfCPUusPerPkt = sm.SelfCPU / 100 * 1e6 / sm.PPS
+		sm.TargetCPUusPerPkt = sm.TargetCPU / 100 * 1e6 / sm.PPS
+	}
+}

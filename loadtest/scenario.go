@@ -174,13 +174,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return r.result(rampEnd, rampEnd, runErr), nil
 	}
 	r.setPhase("steady")
-	w0 := time.Now()
+	w0 := r.mark()
 	sleepCtx(ctx, cfg.Duration)
-	w1 := time.Now()
+	w1 := r.mark()
 	r.setPhase("done")
 	stopSampler()
 	<-samplerDone
-	return r.result(w0, w1, runErr), nil
+	res := r.result(w0.at, w1.at, runErr)
+	res.Summary.window(w0, w1, cfg.TargetPID > 0)
+	return res, nil
 }
 
 // checkURL keeps the generator's traffic on this host or a namespace the
@@ -486,4 +488,23 @@ func waitMedia(ctx context.Context, p *Peer) error {
 	}
 	sleepCtx(ctx, 300*time.Millisecond)
 	return nil
+}
+
+// windowMark is the state at one end of the steady window, read directly so
+// that the window's figures do not depend on where the 1 s samples fall.
+type windowMark struct {
+	at      time.Time
+	packets uint64
+	bytes   uint64
+	target  ProcSample
+	self    ProcSample
+}
+
+func (r *Runner) mark() windowMark {
+	m := windowMark{at: time.Now(), packets: r.tot.Packets.Load(), bytes: r.tot.Bytes.Load()}
+	if r.cfg.TargetPID > 0 {
+		m.target, _ = ReadProc(r.cfg.TargetPID)
+	}
+	m.self, _ = ReadProc(0)
+	return m
 }
