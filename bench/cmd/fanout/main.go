@@ -79,6 +79,7 @@ func main() {
 	floorNs := flag.Float64("floor-ns", 0, "forwarding floor in ns/packet (BenchmarkFloorSend) for the ratio column")
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the window of the last run to this file")
 	idleprofile := flag.String("idleprofile", "", "write the server's CPU profile with N participants joined but not subscribed (the 10 s idle window) of the last run to this file")
+	heapprofile := flag.String("heapprofile", "", "write the server's heap profile at the end of the window of the last run to this file")
 	header := flag.Bool("header", false, "print the table header first")
 	verbose := flag.Bool("v", false, "server log to stderr")
 	headerOnly := flag.Bool("header-only", false, "print the table header and exit")
@@ -106,11 +107,11 @@ func main() {
 	}
 	var rs []result
 	for i := 0; i < *runs; i++ {
-		prof, iprof := "", ""
+		var p profiles
 		if i == *runs-1 {
-			prof, iprof = *cpuprofile, *idleprofile
+			p = profiles{cpu: *cpuprofile, idle: *idleprofile, heap: *heapprofile}
 		}
-		r, err := run(bin, *n, *warmup, *duration, prof, iprof, *verbose)
+		r, err := run(bin, *n, *warmup, *duration, p, *verbose)
 		if err != nil {
 			log.Fatalf("run %d: %v", i+1, err)
 		}
@@ -430,7 +431,11 @@ type counters struct {
 	bytes   atomic.Int64
 }
 
-func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofile string, verbose bool) (result, error) {
+// profiles are the files to write profiles to; empty means none.
+type profiles struct{ cpu, idle, heap string }
+
+func run(bin string, n int, warmup, window time.Duration, prof profiles, verbose bool) (result, error) {
+	cpuprofile, idleprofile := prof.cpu, prof.idle
 	s, err := startServer(bin, n, verbose)
 	if err != nil {
 		return result{}, err
@@ -589,6 +594,11 @@ func run(bin string, n int, warmup, window time.Duration, cpuprofile, idleprofil
 			return result{}, fmt.Errorf("cpu profile: %w", err)
 		}
 	}
+	if prof.heap != "" {
+		if err := fetch(s.pprof, "/debug/pprof/heap?gc=1", prof.heap); err != nil {
+			return result{}, fmt.Errorf("heap profile: %w", err)
+		}
+	}
 	out := f1 - f0
 	if out <= 0 {
 		return result{}, errors.New("server forwarded nothing in the window")
@@ -653,7 +663,11 @@ func parallel(n int, f func(i int) error) error {
 }
 
 func fetchProfile(addr string, d time.Duration, file string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	return fetch(addr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), file)
+}
+
+func fetch(addr, path, file string) error {
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return err
 	}
