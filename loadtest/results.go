@@ -49,6 +49,7 @@ type Summary struct {
 	KbpsPerPeer       float64                `json:"kbpsPerReceivingPeer"`
 	TargetCPU         float64                `json:"targetCpuPct"`
 	TargetRSSMiB      float64                `json:"targetRssMiB"`
+	TargetRSSStartMiB float64                `json:"targetRssStartMiB"` // before the first peer
 	TargetCPUusPerPkt float64                `json:"targetCpuUsPerReceivedPacket"`
 	SelfCPU           float64                `json:"selfCpuPct"`
 	SelfRSSMiB        float64                `json:"selfRssMiB"`

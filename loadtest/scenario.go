@@ -154,6 +154,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	go func() { defer close(samplerDone); r.sample(sctx) }()
 	defer func() { stopSampler(); <-samplerDone }()
 
+	var rss0 int64
+	if cfg.TargetPID > 0 {
+		if s, err := ReadProc(cfg.TargetPID); err == nil {
+			rss0 = s.RSS
+		}
+	}
 	var runErr error
 	switch cfg.Target {
 	case "petrel":
@@ -182,6 +188,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	<-samplerDone
 	res := r.result(w0.at, w1.at, runErr)
 	res.Summary.window(w0, w1, cfg.TargetPID > 0)
+	res.Summary.TargetRSSStartMiB = float64(rss0) / (1 << 20)
 	return res, nil
 }
 

@@ -1,0 +1,400 @@
+// Command bench runs the same load against Petrel and Janus in one run and
+// rewrites the "## Petrel vs Janus" and "## Load generator" sections of
+// docs/benchmarks.md.
+//
+// Both servers run, one at a time, in a network namespace this command creates
+// (Janus 1.1.2 gathers no ICE candidates on loopback; Petrel runs there too so
+// both see the same veth path). The generator runs here and binds the host end
+// of the veth pair. Janus runs in its default mode (a thread per handle) and
+// with event_loops = 2.
+//
+//	go run ./loadtest/bench -n 25,50,100,200 -room 3x27 -duration 20s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/petrel-sfu/petrel/loadtest"
+)
+
+const (
+	apiKey    = "loadbench"
+	apiSecret = "loadbench-secret-loadbench-secret-0123456"
+)
+
+type run struct {
+	server   string
+	scenario string
+	n        int // receiving peers (subscribers + publishers receiving)
+	label    string
+	res      *loadtest.Result
+	threads  int
+}
+
+func main() {
+	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
+	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
+	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores)")
+	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run")
+	duration := flag.Duration("duration", 20*time.Second, "steady window")
+	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
+	rate := flag.Float64("rate", 25, "peers per second")
+	out := flag.String("out", "loadtest/results", "JSON results and plots")
+	docs := flag.String("docs", "docs/benchmarks.md", "file whose sections are rewritten ('' to skip)")
+	hold := flag.Int("hold", 0, "also run a generator capacity run: this many audio-only receivers from Petrel")
+	reportOnly := flag.Bool("report-only", false, "re-render from the JSON in -out")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("loadbench: ")
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	var runs []*run
+	if *reportOnly {
+		runs = load(*out)
+	} else {
+		runs = measure(*petrelBin, *servers, *sizes, *roomSpec, *duration, *warmup, *rate, *out, *hold)
+	}
+	pv, lg := render(runs, *out)
+	fmt.Println(pv)
+	fmt.Println(lg)
+	if *docs != "" {
+		if err := rewrite(*docs, "## Petrel vs Janus", pv); err != nil {
+			log.Fatal(err)
+		}
+		if err := rewrite(*docs, "## Load generator", lg); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold int) []*run {
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "loadbench")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "petrel")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/petrel")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			log.Fatalf("build petrel: %v", err)
+		}
+	}
+	ns, err := loadtest.NewNetNS("petrel-load-bench", 50)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ns.Close()
+	var ns_ []int
+	for _, s := range strings.Split(sizes, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+			ns_ = append(ns_, n)
+		}
+	}
+	var pubs, subs int
+	if _, err := fmt.Sscanf(roomSpec, "%dx%d", &pubs, &subs); err != nil {
+		log.Fatalf("-room %q: want PxS", roomSpec)
+	}
+	type job struct {
+		scenario string
+		n, p     int
+	}
+	var jobs []job
+	for _, n := range ns_ {
+		jobs = append(jobs, job{"stream", n, 1})
+	}
+	if pubs > 0 {
+		jobs = append(jobs, job{"room", subs, pubs})
+	}
+	var runs []*run
+	for _, j := range jobs {
+		for _, srv := range strings.Split(servers, ",") {
+			r, err := one(bin, ns, srv, j.scenario, j.n, j.p, duration, warmup, rate, loadtest.Config{})
+			if err != nil {
+				log.Printf("%s %s n=%d: %v", srv, j.scenario, j.n, err)
+				continue
+			}
+			runs = append(runs, r)
+			if err := loadtest.WriteJSON(r.res, filepath.Join(out, fmt.Sprintf("%s-%s-%d.json", srv, j.scenario, j.n))); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	if hold > 0 {
+		r, err := one(bin, ns, "petrel", "stream", hold, 1, duration, warmup, rate, loadtest.Config{Video: "none"})
+		if err != nil {
+			log.Printf("hold %d: %v", hold, err)
+		} else {
+			r.label = "hold"
+			runs = append(runs, r)
+			_ = loadtest.WriteJSON(r.res, filepath.Join(out, fmt.Sprintf("hold-%d.json", hold)))
+		}
+	}
+	return runs
+}
+
+func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duration, warmup time.Duration, rate float64, extra loadtest.Config) (*run, error) {
+	var s *loadtest.Server
+	var err error
+	cfg := loadtest.Config{Scenario: scenario, Peers: n, Publishers: p, Rate: rate, Duration: duration, Warmup: warmup,
+		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Parallel: 8}
+	switch srv {
+	case "petrel":
+		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret)
+		cfg.Target, cfg.APIKey, cfg.Secret = "petrel", apiKey, apiSecret
+	case "janus":
+		s, err = loadtest.StartJanus(ns, 0)
+		cfg.Target = "janus"
+	case "janus-loops":
+		s, err = loadtest.StartJanus(ns, 2)
+		cfg.Target = "janus"
+	default:
+		return nil, fmt.Errorf("unknown server %q", srv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() { s.Stop(); time.Sleep(time.Second) }()
+	cfg.URL, cfg.TargetPID = s.URL, s.PID()
+	cfg.Progress = os.Stderr
+	log.Printf("%s: %s n=%d publishers=%d", srv, scenario, n, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	done := make(chan int, 1)
+	var threads int
+	go func() {
+		// Janus's thread count at the end of the ramp shows its threading mode.
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				done <- threads
+				return
+			case <-t.C:
+				threads = max(threads, loadtest.ProcThreads(s.PID()))
+			}
+		}
+	}()
+	res, err := loadtest.Run(ctx, cfg)
+	cancel()
+	th := <-done
+	if err != nil {
+		return nil, fmt.Errorf("%v\n%s", err, s.LogTail())
+	}
+	sm := res.Summary
+	log.Printf("%s %s n=%d: connected %d failed %d, %.0f pkt/s, server %.1f%% CPU, %.2f µs/pkt, RSS %.1f→%.1f MiB, NACK %d/%d, loss %.3f%%, delay p50 %.2f p99 %.2f ms, gen %.2f µs/pkt",
+		srv, scenario, n, sm.Connected, sm.Failed, sm.PPS, sm.TargetCPU, sm.TargetCPUusPerPkt, sm.TargetRSSStartMiB, sm.TargetRSSMiB, sm.NACKsSent, sm.NACKsRecv, sm.LossPct, sm.DelayMs.P50, sm.DelayMs.P99, sm.SelfCPUusPerPkt)
+	return &run{server: srv, scenario: scenario, n: n, res: res, threads: th}, nil
+}
+
+var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|hold)-?(stream|room)?-(\d+)\.json$`)
+
+func load(dir string) []*run {
+	ents, _ := os.ReadDir(dir)
+	var runs []*run
+	for _, e := range ents {
+		m := fileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		res, err := loadtest.ReadJSON(filepath.Join(dir, e.Name()))
+		if err != nil {
+			log.Printf("%s: %v", e.Name(), err)
+			continue
+		}
+		n, _ := strconv.Atoi(m[3])
+		r := &run{server: m[1], scenario: m[2], n: n, res: res}
+		if m[1] == "hold" {
+			r.server, r.scenario, r.label = "petrel", "stream", "hold"
+		}
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b *run) int {
+		if a.scenario != b.scenario {
+			return strings.Compare(b.scenario, a.scenario)
+		}
+		return a.n - b.n
+	})
+	return runs
+}
+
+// receivers is the number of peers that received media in a run (RSS is
+// divided by it): subscribers, and in a room the publishers' receiving side
+// (Petrel: their subscriber connection; Janus: a subscriber handle of their own).
+func receivers(r *run) int {
+	return max(r.res.Summary.Receiving, 1)
+}
+
+func render(runs []*run, out string) (string, string) {
+	var b strings.Builder
+	b.WriteString("## Petrel vs Janus\n\n")
+	b.WriteString("Written by `go run ./loadtest/bench` (see its flags; `-report-only` re-renders from `loadtest/results/*.json`). " +
+		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
+		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
+		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol, " +
+		"Janus by VideoRoom over its WebSocket API; the SRTP profile is what Pion and each server negotiate. " +
+		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2`. CPU is utime+stime of the server process " +
+		"over the steady window, divided by the packets the subscribers received in it (≈ packets forwarded when nothing is lost); " +
+		"RSS per peer is (RSS at the end − RSS before the first peer) ÷ receiving peers. Machine: 2 cores, shared and noisy: read ratios, not absolutes.\n\n")
+	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	type key struct {
+		scenario string
+		n        int
+	}
+	by := map[key]map[string]*run{}
+	var keys []key
+	for _, r := range runs {
+		if r.label == "hold" {
+			continue
+		}
+		s := r.res.Summary
+		rssPer := (s.TargetRSSMiB - s.TargetRSSStartMiB) / float64(receivers(r))
+		ff := s.SetupMs["firstFrame"]
+		fmt.Fprintf(&b, "| %s | %s | %d | %d / %d | %.0f | %.1f | %.2f | %.3f | %d | %d / %d | %.3f | %.2f / %.2f | %.0f / %.0f | %.1f |\n",
+			r.server, r.scenario, receivers(r), s.Connected, s.Failed, s.PPS, s.TargetCPU, s.TargetCPUusPerPkt, rssPer, r.threads,
+			s.NACKsSent, s.NACKsRecv, s.LossPct, s.DelayMs.P50, s.DelayMs.P99, ff.P50, ff.P95, s.SelfCPU)
+		k := key{r.scenario, r.n}
+		if by[k] == nil {
+			by[k] = map[string]*run{}
+			keys = append(keys, k)
+		}
+		by[k][r.server] = r
+	}
+	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
+	b.WriteString("| scenario | receivers | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | delay p99 ratio |\n|---|---:|---|---:|---:|---:|\n")
+	for _, k := range keys {
+		m := by[k]
+		p := m["petrel"]
+		var best *run
+		for _, srv := range []string{"janus", "janus-loops"} {
+			if r := m[srv]; r != nil && r.res.Summary.TargetCPUusPerPkt > 0 && (best == nil || r.res.Summary.TargetCPUusPerPkt < best.res.Summary.TargetCPUusPerPkt) {
+				best = r
+			}
+		}
+		if p == nil || best == nil {
+			continue
+		}
+		ps, js := p.res.Summary, best.res.Summary
+		rss := func(r *run) float64 {
+			s := r.res.Summary
+			return (s.TargetRSSMiB - s.TargetRSSStartMiB) / float64(receivers(r))
+		}
+		ratio := func(a, b float64) string {
+			if b <= 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", a/b)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", k.scenario, receivers(p), best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), ratio(ps.DelayMs.P99, js.DelayMs.P99))
+	}
+	if plot(runs, out) == nil {
+		b.WriteString("\n![server CPU-µs per packet vs receivers](../loadtest/results/cpu-per-packet.png)\n\n![server RSS per peer vs receivers](../loadtest/results/rss-per-peer.png)\n")
+	}
+
+	var g strings.Builder
+	g.WriteString("## Load generator\n\n")
+	g.WriteString("The generator's own cost in the runs above (same process, lean peers: no interceptors, 128 KiB RTP / 8 KiB RTCP buffers per stream, " +
+		"one shared DTLS certificate for the peers it creates itself, header-only accounting). CPU-µs per received packet is the generator's utime+stime " +
+		"over the steady window ÷ packets its peers received; it also pays for its publisher(s), the progress line and Go's runtime. " +
+		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet).\n\n")
+	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | RSS MiB | RSS/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range runs {
+		if r.server != "petrel" {
+			continue
+		}
+		s := r.res.Summary
+		name := fmt.Sprintf("%s %d vs Petrel", r.scenario, r.n)
+		if r.label == "hold" {
+			name = fmt.Sprintf("capacity: %d audio-only receivers", r.n)
+		}
+		d := s.SetupMs["dtlsConnected"]
+		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %.1f | %.0f | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, s.SelfRSSMiB, s.SelfRSSPerPeerKiB, d.P50, d.P95)
+	}
+	return b.String(), g.String()
+}
+
+func plot(runs []*run, out string) error {
+	if _, err := exec.LookPath("gnuplot"); err != nil {
+		return err
+	}
+	var cmds []string
+	var plotsCPU, plotsRSS []string
+	for _, srv := range []string{"petrel", "janus", "janus-loops"} {
+		var dat strings.Builder
+		for _, r := range runs {
+			if r.server != srv || r.scenario != "stream" || r.label == "hold" {
+				continue
+			}
+			s := r.res.Summary
+			fmt.Fprintf(&dat, "%d %.3f %.4f\n", receivers(r), s.TargetCPUusPerPkt, (s.TargetRSSMiB-s.TargetRSSStartMiB)/float64(receivers(r)))
+		}
+		if dat.Len() == 0 {
+			continue
+		}
+		f := filepath.Join(out, srv+".dat")
+		if err := os.WriteFile(f, []byte(dat.String()), 0o644); err != nil {
+			return err
+		}
+		plotsCPU = append(plotsCPU, fmt.Sprintf("%q using 1:2 with linespoints title %q", f, srv))
+		plotsRSS = append(plotsRSS, fmt.Sprintf("%q using 1:3 with linespoints title %q", f, srv))
+	}
+	if len(plotsCPU) == 0 {
+		return fmt.Errorf("nothing to plot")
+	}
+	cmds = append(cmds, "set terminal png size 720,420", "set grid", "set key top right", "set xlabel 'receivers (stream 1→N)'",
+		fmt.Sprintf("set output %q", filepath.Join(out, "cpu-per-packet.png")), "set ylabel 'server CPU-µs per packet'", "set yrange [0:*]",
+		"plot "+strings.Join(plotsCPU, ", "),
+		fmt.Sprintf("set output %q", filepath.Join(out, "rss-per-peer.png")), "set ylabel 'server RSS per receiver, MiB'",
+		"plot "+strings.Join(plotsRSS, ", "))
+	cmd := exec.Command("gnuplot")
+	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gnuplot: %v: %s", err, o)
+	}
+	return nil
+}
+
+// rewrite replaces the section that starts with heading (up to the next "## "
+// heading) in file, or appends it, leaving every other section alone.
+func rewrite(file, heading, body string) error {
+	old, err := os.ReadFile(file)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	if s == "" {
+		s = "# Benchmarks\n"
+	}
+	body = strings.TrimRight(body, "\n") + "\n"
+	i := strings.Index(s, "\n"+heading+"\n")
+	if i < 0 {
+		s = strings.TrimRight(s, "\n") + "\n\n" + body
+	} else {
+		start := i + 1
+		end := len(s)
+		if j := strings.Index(s[start+len(heading):], "\n## "); j >= 0 {
+			end = start + len(heading) + j + 1
+		}
+		sep := ""
+		if end < len(s) {
+			sep = "\n"
+		}
+		s = s[:start] + body + sep + s[end:]
+	}
+	return os.WriteFile(file, []byte(s), 0o644)
+}
