@@ -79,7 +79,7 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     $('room-name').textContent = r.room?.name ?? roomName;
     joinForm.hidden = true;
     call.hidden = false;
-    addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name} (you)`, true);
+    addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name || r.localParticipant?.identity} (you)`, true);
     statsTimer = setInterval(() => void refreshStats(r), 1000);
     // Media is optional: a participant without camera or microphone still joins.
     await r.publishCamera({ simulcast: params.get('simulcast') === '1' }).catch((err) => note(`camera: ${describe(err)}`));
@@ -244,7 +244,12 @@ async function toggle(source: 'microphone' | 'camera'): Promise<void> {
   if (!room) return;
   const pub = localBySource(source);
   if (!pub) await (source === 'camera' ? room.publishCamera() : room.publishMicrophone());
-  else await room.muteTrack(pub.sid, !pub.muted);
+  else {
+    // The track is muted locally at once; show that without waiting for the server.
+    const done = room.muteTrack(pub.sid, !pub.muted);
+    updateControls();
+    await done;
+  }
   updateControls();
 }
 

@@ -111,13 +111,51 @@ export class Participant {
     mkdirSync(outDir, { recursive: true });
     const base = `${outDir}${prefix}-${this.label}`;
     writeFileSync(`${base}.log`, this.log.join('\n') + '\n');
+    // The state of both peer connections: where a stuck negotiation shows.
+    const state = await this.page.evaluate(async () => {
+      const room = window.petrel?.room;
+      const pcState = async (pc) => {
+        if (!pc) return null;
+        const stats = [];
+        (await pc.getStats()).forEach((s) => {
+          if (['inbound-rtp', 'outbound-rtp', 'candidate-pair', 'transport'].includes(s.type)) stats.push(s);
+        });
+        return {
+          signalingState: pc.signalingState,
+          iceConnectionState: pc.iceConnectionState,
+          connectionState: pc.connectionState,
+          transceivers: pc.getTransceivers().map((t) => ({ mid: t.mid, direction: t.direction, currentDirection: t.currentDirection, track: t.receiver.track?.id })),
+          localSdp: pc.localDescription?.sdp,
+          remoteSdp: pc.remoteDescription?.sdp,
+          stats,
+        };
+      };
+      return room && {
+        state: room.state,
+        participants: [...room.participants.values()].map((p) => ({ sid: p.sid, identity: p.identity, tracks: [...p.tracks.values()].map((t) => ({ ...t.info, subscribed: t.subscribed, hasTrack: !!t.track })) })),
+        publisher: await pcState(room.publisherPc),
+        subscriber: await pcState(room.subscriberPc),
+      };
+    }).catch((e) => ({ error: String(e) }));
+    writeFileSync(`${base}-state.json`, JSON.stringify(state, null, 1));
     await this.page.screenshot({ path: `${base}.png` }).catch((e) => console.error(`screenshot ${base}: ${e.message}`));
   }
 }
 
-// Samples a counter twice and returns [first, second] so growth can be asserted.
-export async function growth(sample, ms = 2_000) {
+// Waits until each counter in `mins` has grown by at least that much since the
+// first sample. Polling instead of a fixed interval keeps it true to "it grows"
+// on a loaded machine, where a browser may decode at a few frames per second.
+export async function expectGrowth(what, sample, mins, timeoutMs = 20_000) {
   const a = await sample();
-  await sleep(ms);
-  return [a, await sample()];
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await sleep(500);
+    const b = await sample();
+    const short = Object.entries(mins).filter(([k, d]) => !(b[k] - a[k] >= d));
+    if (!short.length) return [a, b];
+    if (Date.now() > deadline) {
+      const detail = short.map(([k, d]) => `${k} ${a[k]} -> ${b[k]} (want +${d})`).join(', ');
+      throw new Error(`${what}: did not grow within ${timeoutMs} ms: ${detail}`);
+    }
+  }
 }

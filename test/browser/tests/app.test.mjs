@@ -30,7 +30,7 @@ test('dev mode: join through the form, see names, mute shows on the other side',
 
     const daveLabel = `.tile[data-sid="${dave.sid}"] .label`;
     await dave.page.click('#mic');
-    assert.equal(await dave.page.textContent('#mic'), 'Unmute');
+    await waitFor(dave.page, 'the mic button to say Unmute', () => document.getElementById('mic').textContent === 'Unmute');
     await waitFor(carol.page, "dave's tile to show muted", (sel) => document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
     await dave.page.click('#mic');
     await waitFor(carol.page, "dave's tile to show unmuted", (sel) => !document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
