@@ -431,7 +431,7 @@ func (cc *ctlConn) createSession(r *request) (map[string]any, error) {
 			_ = pc.Close()
 			return nil, cerr(ErrInternal, "add track: %v", err)
 		}
-		s.peer.ReadSenderRTCP(snd.Sender())
+		s.peer.ReadSenderRTCP(snd.Sender(), src)
 	}
 	if r.Receive != nil {
 		for _, k := range []struct {

@@ -285,7 +285,7 @@ func (r *Runner) janusSendOffer(ctx context.Context, h *JanusHandle, p *Peer, bo
 		if err != nil {
 			return nil, err
 		}
-		p.ReadSenderRTCP(t.Sender())
+		p.ReadSenderRTCP(t.Sender(), s)
 	}
 	offer, err := offerGathered(ctx, pc)
 	if err != nil {

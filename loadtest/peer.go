@@ -143,7 +143,9 @@ func (p *Peer) Receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection) {
 
 // ReadSenderRTCP counts the NACKs and keyframe requests a server sends about a
 // published track, without unmarshalling into objects.
-func (p *Peer) ReadSenderRTCP(s *webrtc.RTPSender) {
+// A keyframe request makes src (when not nil) send a keyframe next, as an
+// encoder would.
+func (p *Peer) ReadSenderRTCP(s *webrtc.RTPSender, src *Source) {
 	go func() {
 		buf := make([]byte, 1500)
 		for {
@@ -151,18 +153,22 @@ func (p *Peer) ReadSenderRTCP(s *webrtc.RTPSender) {
 			if err != nil {
 				return
 			}
-			p.countRTCP(buf[:n])
+			if p.countRTCP(buf[:n]) && src != nil {
+				src.RequestKeyframe()
+			}
 		}
 	}()
 }
 
-func (p *Peer) countRTCP(b []byte) {
+// countRTCP counts NACKed packets and keyframe requests in a compound packet
+// and says whether it held a keyframe request.
+func (p *Peer) countRTCP(b []byte) (key bool) {
 	for len(b) >= 4 {
 		fmt := b[0] & 0x1f
 		pt := b[1]
 		l := (int(binary.BigEndian.Uint16(b[2:])) + 1) * 4
 		if l > len(b) {
-			return
+			return key
 		}
 		switch {
 		case pt == 205 && fmt == 1: // generic NACK: items of PID and bitmask after 12 bytes
@@ -175,9 +181,11 @@ func (p *Peer) countRTCP(b []byte) {
 		case pt == 206 && (fmt == 1 || fmt == 4): // PLI, FIR
 			p.plisRecv.Add(1)
 			p.tot.PLIsRecv.Add(1)
+			key = true
 		}
 		b = b[l:]
 	}
+	return key
 }
 
 // PeerStats is one peer's record in the results.
@@ -208,7 +216,7 @@ func (p *Peer) Stats() PeerStats {
 	return s
 }
 
-func (p *Peer) countParsed(pkts []rtcp.Packet) {
+func (p *Peer) countParsed(pkts []rtcp.Packet, src *Source) {
 	for _, k := range pkts {
 		switch v := k.(type) {
 		case *rtcp.TransportLayerNack:
@@ -221,6 +229,9 @@ func (p *Peer) countParsed(pkts []rtcp.Packet) {
 		case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
 			p.plisRecv.Add(1)
 			p.tot.PLIsRecv.Add(1)
+			if src != nil {
+				src.RequestKeyframe()
+			}
 		}
 	}
 }

@@ -345,7 +345,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			pp.CountPublisherRTCP()
+			pp.CountPublisherRTCP(r.srcs...)
 			if sids, err = pp.Publish(ctx, r.srcs...); err != nil {
 				return err
 			}
@@ -376,7 +376,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 			if err != nil {
 				return p, err
 			}
-			pp.CountPublisherRTCP()
+			pp.CountPublisherRTCP(r.srcs...)
 			sids, err := pp.Publish(ctx, r.srcs...)
 			if err != nil {
 				return p, err
@@ -418,7 +418,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 				return p, err
 			}
 			tx.Peer = p // count the server's NACKs and PLIs on the echo peer
-			tx.CountPublisherRTCP()
+			tx.CountPublisherRTCP(r.srcs...)
 			sids, err := tx.Publish(ctx, r.srcs...)
 			if err != nil {
 				return p, err

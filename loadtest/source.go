@@ -64,7 +64,23 @@ type Source struct {
 	srcPkts  atomic.Uint64 // packets produced by the source itself
 	stampSeq uint32
 	addr     string
+
+	wantKey atomic.Bool
+	keys    atomic.Uint64
+	lastKey time.Time // when a requested keyframe was last sent (run goroutine only)
 }
+
+// RequestKeyframe makes a file or synthetic source jump to its next keyframe
+// (an encoder's answer to PLI/FIR), at most once a second however many peers
+// ask: one source feeds them all.
+func (s *Source) RequestKeyframe() {
+	if s.Kind == webrtc.RTPCodecTypeVideo {
+		s.wantKey.Store(true)
+	}
+}
+
+// Keyframes is the number of keyframes sent so far.
+func (s *Source) Keyframes() uint64 { return s.keys.Load() }
 
 type sink struct {
 	ssrc   uint32
@@ -133,6 +149,17 @@ func (s *Source) run() {
 				}
 				i = 0
 			}
+			if s.wantKey.Load() && !s.frames[i].Key {
+				if now := time.Now(); now.Sub(s.lastKey) >= time.Second {
+					if k := s.nextKey(i); k >= 0 {
+						i = k
+						s.lastKey = now
+					}
+				}
+			}
+			if s.frames[i].Key {
+				s.wantKey.Store(false)
+			}
 			f = s.frames[i]
 			now := time.Now()
 			if d := next.Sub(now); d > 0 {
@@ -152,6 +179,9 @@ func (s *Source) run() {
 		case <-s.stop:
 			return
 		default:
+		}
+		if f.Key {
+			s.keys.Add(1)
 		}
 		s.writeFrame(&f, ts)
 		ts += f.TSInc
@@ -283,4 +313,16 @@ func fmtpCompatible(got, want string) bool {
 	}
 	g, w := get(got, "profile-level-id"), get(want, "profile-level-id")
 	return len(g) < 4 || len(w) < 4 || g[:4] == w[:4]
+}
+
+// nextKey is the index of the first keyframe at or after i (wrapping), -1 if
+// the source has none (audio).
+func (s *Source) nextKey(i int) int {
+	for k := 0; k < len(s.frames); k++ {
+		j := (i + k) % len(s.frames)
+		if s.frames[j].Key {
+			return j
+		}
+	}
+	return -1
 }

@@ -266,3 +266,35 @@ func TestReadProc(t *testing.T) {
 		t.Fatalf("rss %d, cpu %v -> %v (%d)", a.RSS, a.CPU, b.CPU, x)
 	}
 }
+
+// TestKeyframeOnRequest: a keyframe request makes the source send its next
+// keyframe at once instead of at the next one-second boundary, and requests are
+// rate-limited to one a second.
+func TestKeyframeOnRequest(t *testing.T) {
+	s := Synthetic(false, 300, 30, 30)
+	var rec recorder
+	if _, err := s.Track("a", "st").Bind(bindCtx{"a", 1, &rec}); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer s.Stop()
+	time.Sleep(150 * time.Millisecond) // past the first keyframe
+	if k := s.Keyframes(); k != 1 {
+		t.Fatalf("%d keyframes at start, want 1", k)
+	}
+	s.RequestKeyframe()
+	time.Sleep(150 * time.Millisecond)
+	if k := s.Keyframes(); k != 2 {
+		t.Fatalf("%d keyframes 150 ms after a request, want 2", k)
+	}
+	s.RequestKeyframe() // within the second: waits for the limit
+	time.Sleep(150 * time.Millisecond)
+	if k := s.Keyframes(); k != 2 {
+		t.Fatalf("%d keyframes after a second request within 1 s, want still 2", k)
+	}
+	a := Synthetic(true, 0, 0, 0)
+	a.RequestKeyframe()
+	if a.wantKey.Load() {
+		t.Fatal("an audio source took a keyframe request")
+	}
+}

@@ -126,9 +126,14 @@ func (pp *Participant) Publish(ctx context.Context, srcs ...*Source) ([]string, 
 
 // CountPublisherRTCP counts NACKs and keyframe requests from the server. It must
 // be set before Publish (client.Publish reads the sender's RTCP itself).
-func (pp *Participant) CountPublisherRTCP() {
+// Keyframe requests reach the source of the track (by its id).
+func (pp *Participant) CountPublisherRTCP(srcs ...*Source) {
 	p := pp.Peer
-	pp.Client.OnPublisherRTCP = func(_ string, pkts []rtcp.Packet) { p.countParsed(pkts) }
+	byID := map[string]*Source{}
+	for i, s := range srcs {
+		byID[fmt.Sprintf("%s-%d", pp.Peer.ID, i)] = s
+	}
+	pp.Client.OnPublisherRTCP = func(id string, pkts []rtcp.Packet) { p.countParsed(pkts, byID[id]) }
 }
 
 // Subscribe asks for sids.
@@ -166,7 +171,7 @@ func WHIP(ctx context.Context, l *Lean, endpoint, token string, p *Peer, srcs ..
 		if err != nil {
 			return err
 		}
-		p.ReadSenderRTCP(snd.Sender())
+		p.ReadSenderRTCP(snd.Sender(), s)
 	}
 	return exchange(ctx, pc, endpoint, token, p)
 }
