@@ -182,7 +182,9 @@ class WhepViewer:
         except MediaStreamError:
             pass
 
-    async def start(self):
+    async def start(self, answer_delay=0.0):
+        """answer_delay: seconds between the server's answer and applying it, as
+        a client busy with something else (or on a slow device) takes."""
         self.pc.addTransceiver("video", direction="recvonly")
         self.pc.addTransceiver("audio", direction="recvonly")
         await self.pc.setLocalDescription(await self.pc.createOffer())
@@ -191,6 +193,8 @@ class WhepViewer:
         if r.status != 201:
             raise AssertionError(f"WHEP POST: {r.status} {r.body}")
         self.location = r.headers.get("Location")
+        if answer_delay:
+            await asyncio.sleep(answer_delay)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=r.body, type="answer"))
         return r
 

@@ -25,7 +25,7 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstSdp", "1.0")
 gi.require_version("GstWebRTC", "1.0")
-from gi.repository import Gst, GstSdp, GstWebRTC  # noqa: E402
+from gi.repository import GObject, Gst, GstSdp, GstWebRTC  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import petrel  # noqa: E402
@@ -49,7 +49,7 @@ def log(*a):
 
 
 class Viewer:
-    def __init__(self):
+    def __init__(self, tcp_only=False):
         self.lock = threading.Lock()
         self.stats = {
             "video_frames": 0,  # decoded pictures out of the video decoder
@@ -68,6 +68,13 @@ class Viewer:
         self.t_answer = time.monotonic()
         self.pipe = Gst.Pipeline.new("viewer")
         self.webrtc = Gst.ElementFactory.make("webrtcbin", "recv")
+        # PyGObject makes the Python class of webrtcbin's private pad type on the
+        # first pad it sees. The video and audio pads appear at once in two
+        # streaming threads, and the class made in that race was sometimes not a
+        # Gst.Pad ("argument 1: Must be Gst.Pad, not GstWebRTCBinSrcPad"), leaving
+        # the pad unlinked. Make the class here, in one thread, first.
+        GObject.new(GObject.type_from_name("GstWebRTCBinSrcPad"), direction=Gst.PadDirection.SRC, name="warmup")
+        self.pad_lock = threading.Lock()
         self.webrtc.set_property("bundle-policy", GstWebRTC.WebRTCBundlePolicy.MAX_BUNDLE)
         self.pipe.add(self.webrtc)
         # libnice, like most ICE agents, leaves loopback out of its host candidates;
@@ -77,6 +84,8 @@ class Viewer:
         # the wrapper would free the agent under webrtcbin (a crash in create-offer).
         self.agent = self.webrtc.get_property("ice-agent")
         self.agent.emit("add-local-ip-address", "127.0.0.1")
+        if tcp_only:  # as behind a firewall that drops UDP: ICE-TCP or nothing
+            self.agent.set_property("ice-udp", False)
         self.candidates = []
         self.webrtc.connect("on-ice-candidate", self._on_candidate)
         self.webrtc.connect("pad-added", self._on_pad)
@@ -98,7 +107,16 @@ class Viewer:
 
         return probe
 
-    def _on_pad(self, _el, pad):
+    def _on_pad(self, el, pad):
+        with self.pad_lock:
+            try:
+                self._link_pad(pad)
+            except Exception as e:  # an unlinked pad stops the stream: say why
+                log("pad-added failed:", repr(e))
+                with self.lock:
+                    self.stats["errors"].append(f"pad-added: {e!r}")
+
+    def _link_pad(self, pad):
         if pad.direction != Gst.PadDirection.SRC:
             return
         caps = pad.get_current_caps() or pad.query_caps(None)
@@ -261,6 +279,7 @@ def main():
     ap.add_argument("--want-audio", type=int, default=50)
     ap.add_argument("--whep-retry-seconds", type=float, default=5)
     ap.add_argument("--query", default="", help="appended to the WHEP URL, e.g. ?participant=cam")
+    ap.add_argument("--tcp", action="store_true", help="ICE over TCP only (libnice's ice-udp off)")
     ap.add_argument(
         "--trickle",
         action="store_true",
@@ -270,7 +289,7 @@ def main():
     os.environ["PETREL_INTEROP_URL"] = a.url
 
     Gst.init(None)
-    v = Viewer()
+    v = Viewer(tcp_only=a.tcp)
     v.pipe.set_state(Gst.State.PLAYING)
     result = {"ok": False}
     t0 = time.monotonic()
@@ -279,6 +298,7 @@ def main():
         if a.trickle:
             offer = petrel.strip_candidates(full_offer)
         result["offer_candidates"] = petrel.candidate_addresses(offer)
+        result["offer_transports"] = petrel.candidate_transports(full_offer)
         # Until the publisher's first packets arrive, its track is not published
         # and WHEP answers 404: retry for a bounded time, as a player would.
         deadline = time.monotonic() + a.whep_retry_seconds

@@ -83,6 +83,10 @@ def candidate_addresses(sdp):
     return sorted({c[4] for c in candidates(sdp)})
 
 
+def candidate_transports(sdp):
+    return sorted({c[2].lower() for c in candidates(sdp)})
+
+
 def require_loopback(sdp, what):
     """Refuse to signal an SDP offering anything but 127.0.0.0/8: the tests must
     send nothing to the machine's other addresses, so this is checked before the
