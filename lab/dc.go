@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"net"
 	"os"
 	"strings"
@@ -16,7 +17,7 @@ import (
 
 // newAPI builds a Pion API whose ICE uses only this host's lab address:
 // no mDNS, no STUN, no other interface.
-func newAPI(local net.IP, t SCTPTuning) *webrtc.API {
+func newAPI(local net.IP, t sctptune.Tuning) *webrtc.API {
 	var se webrtc.SettingEngine
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
@@ -25,17 +26,17 @@ func newAPI(local net.IP, t SCTPTuning) *webrtc.API {
 	if t.SocketBuffer > 0 {
 		// One socket for all of ICE, with big buffers; it lives as long
 		// as this peer process.
-		if c, err := ListenUDP(&net.UDPAddr{IP: local}, t.SocketBuffer); err == nil {
+		if c, err := sctptune.ListenUDP(&net.UDPAddr{IP: local}, t.SocketBuffer); err == nil {
 			se.SetICEUDPMux(ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: c}))
 		}
 	}
 	return webrtc.NewAPI(webrtc.WithSettingEngine(se))
 }
 
-func tuningFor(c PeerConfig) SCTPTuning {
-	t := DefaultTuning
+func tuningFor(c PeerConfig) sctptune.Tuning {
+	t := sctptune.Default
 	if c.Tuned {
-		t = PetrelTuning
+		t = sctptune.Petrel
 	}
 	if c.MsgSize > 0 {
 		t.MessageSize = c.MsgSize
@@ -171,6 +172,26 @@ func dcOffer(c PeerConfig) error {
 		default:
 		}
 	})
+	if os.Getenv("PETREL_LAB_DEBUG") != "" {
+		// cwnd, rwnd and RTT of the association every 250 ms, to stderr.
+		go func() {
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				for _, s := range pc.GetStats() {
+					if st, ok := s.(webrtc.SCTPTransportStats); ok {
+						fmt.Fprintf(os.Stderr, "sctp cwnd %d rwnd %d srtt %.1fms sent %d buffered %d\n",
+							st.CongestionWindow, st.ReceiverWindow, st.SmoothedRoundTripTime*1000, st.BytesSent, bulk.BufferedAmount())
+					}
+				}
+			}
+		}()
+	}
 	bulk.OnOpen(func() {
 		go func() {
 			buf := make([]byte, t.MessageSize)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,7 +115,7 @@ func TestParseCasesAndTuning(t *testing.T) {
 			t.Errorf("ParseCases(%q) succeeded", bad)
 		}
 	}
-	tu := DefaultTuning
+	tu := sctptune.Default
 	if err := tu.Set("mincwnd=262144"); err != nil || tu.MinCwnd != 262144 {
 		t.Errorf("Set mincwnd: %v %+v", err, tu)
 	}

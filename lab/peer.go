@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -166,8 +167,15 @@ func PeerMain(args []string) int {
 	fs.BoolVar(&c.Tuned, "tuned", false, "apply Petrel's SCTP tuning")
 	fs.IntVar(&c.MsgSize, "msgsize", 0, "bulk message size (data channels; 0: the tuning's)")
 	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, mincwnd, fastrtxwnd, castep (name=bytes,...)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this peer")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuprofile != "" {
+		if f, err := os.Create(*cpuprofile); err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 	}
 	var err error
 	var res Result

@@ -1,4 +1,9 @@
-package lab
+// Package sctptune holds how Petrel configures Pion's SCTP associations
+// (data channels) and the UDP socket under them, as measured by
+// `petrel lab bench` against TCP in a netem lab (docs/benchmarks.md, "Data
+// channels vs TCP"). The server calls TuneSCTP on the SettingEngine it
+// builds its API from, and SetSocketBuffers on its ICE UDP socket.
+package sctptune
 
 import (
 	"fmt"
@@ -10,10 +15,10 @@ import (
 	"github.com/pion/webrtc/v4"
 )
 
-// SCTPTuning is how Petrel configures its SCTP associations and how its
+// Tuning is how Petrel configures its SCTP associations and how its
 // senders keep a data channel's buffer full. The zero value is Pion's
 // default behaviour.
-type SCTPTuning struct {
+type Tuning struct {
 	// MaxReceiveBuffer is the receive window advertised to the peer. Pion's
 	// default of 1 MiB caps a transfer at 1 MiB per RTT: 105 Mbit/s at
 	// 80 ms.
@@ -35,6 +40,9 @@ type SCTPTuning struct {
 	// packet that a jittery link reorders by more than 64 packets (at
 	// 100 Mbit/s, about 6 ms): SCTP sees it as loss, again and again.
 	DTLSReplayWindow uint
+	// ZeroChecksum skips SCTP's CRC32c where both ends agree (RFC 9653):
+	// DTLS already authenticates every packet.
+	ZeroChecksum bool
 	// MinCwnd floors the congestion window (SetSCTPMinCwnd).
 	MinCwnd uint32
 	// FastRtxWnd is how much may be fast-retransmitted at once
@@ -46,7 +54,7 @@ type SCTPTuning struct {
 }
 
 // Set changes one field by name (for experiments: "mincwnd=262144").
-func (t *SCTPTuning) Set(kv string) error {
+func (t *Tuning) Set(kv string) error {
 	k, v, ok := strings.Cut(kv, "=")
 	n, err := strconv.ParseUint(v, 10, 64)
 	if !ok || err != nil {
@@ -63,6 +71,8 @@ func (t *SCTPTuning) Set(kv string) error {
 		t.MessageSize = int(n)
 	case "sockbuf":
 		t.SocketBuffer = int(n)
+	case "zerochecksum":
+		t.ZeroChecksum = n != 0
 	case "replay":
 		t.DTLSReplayWindow = uint(n)
 	case "mincwnd":
@@ -77,12 +87,12 @@ func (t *SCTPTuning) Set(kv string) error {
 	return nil
 }
 
-// DefaultTuning is Pion's defaults with the watermarks of Pion's flow
+// Default is Pion's defaults with the watermarks of Pion's flow
 // control example (1 MiB / 512 KiB): what an application gets without
 // thinking about it.
-var DefaultTuning = SCTPTuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSize: 64 << 10}
+var Default = Tuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSize: 64 << 10}
 
-// PetrelTuning is what Petrel uses, chosen with `petrel lab bench` (see
+// Petrel is what Petrel uses, chosen with `petrel lab bench` (see
 // docs/benchmarks.md, "Data channels vs TCP"):
 //
 //   - an 8 MiB UDP socket buffer: the default 208 KiB overflowed at the
@@ -101,7 +111,7 @@ var DefaultTuning = SCTPTuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSiz
 //     queue in one burst, and Pion recovers from a burst loss only by its
 //     retransmission timer (RTO.min 1 s, not configurable), which stalled
 //     10 Mbit/s links for a second at a time.
-var PetrelTuning = SCTPTuning{
+var Petrel = Tuning{
 	SendHigh:         2 << 20,
 	SendLow:          1 << 20,
 	MessageSize:      64 << 10,
@@ -112,13 +122,16 @@ var PetrelTuning = SCTPTuning{
 
 // TuneSCTP applies Petrel's SCTP settings to a SettingEngine. The server
 // calls it when it builds its webrtc.API; senders should also use
-// PetrelTuning's watermarks.
-func TuneSCTP(se *webrtc.SettingEngine) { PetrelTuning.Apply(se) }
+// Petrel's watermarks.
+func TuneSCTP(se *webrtc.SettingEngine) { Petrel.Apply(se) }
 
 // Apply sets the association-level options of t on se.
-func (t SCTPTuning) Apply(se *webrtc.SettingEngine) {
+func (t Tuning) Apply(se *webrtc.SettingEngine) {
 	if t.MaxReceiveBuffer > 0 {
 		se.SetSCTPMaxReceiveBufferSize(t.MaxReceiveBuffer)
+	}
+	if t.ZeroChecksum {
+		se.EnableSCTPZeroChecksum(true)
 	}
 	if t.DTLSReplayWindow > 0 {
 		se.SetDTLSReplayProtectionWindow(t.DTLSReplayWindow)
