@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ func loadMain(args []string) int {
 	jsonOut := fs.String("json", "", "write results as JSON to this file")
 	report := fs.String("report", "", "write report.md, samples and PNG plots into this directory")
 	quiet := fs.Bool("q", false, "no live progress line")
+	cpuprofile := fs.String("cpuprofile", "", "write the generator's CPU profile of the whole run to this file")
 	controller := fs.String("controller", "", "controller mode: serve the WebSocket protocol of docs/load.md on this address (e.g. 127.0.0.1:7890) instead of running a scenario")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: petrel load [flags]\n\nExamples:\n"+
@@ -66,6 +68,19 @@ func loadMain(args []string) int {
 	}
 	if !*quiet {
 		c.Progress = os.Stderr
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "petrel load:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel load:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := loadtest.Run(ctx, c)
 	if err != nil {
