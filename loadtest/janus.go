@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -346,7 +348,12 @@ func (r *Runner) runJanus(ctx context.Context) error {
 			return p, err
 		})
 		return nil
-	case "room", "stream":
+	case "stream":
+		if c.JanusStreaming {
+			return r.janusStreaming(ctx, j, attach)
+		}
+		fallthrough
+	case "room":
 		room := 1000 + rand.IntN(1_000_000)
 		admin := r.newPeer("janus-admin", "admin")
 		h, err := attach(ctx, "janus.plugin.videoroom", admin)
@@ -424,4 +431,68 @@ func (r *Runner) runJanus(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("target janus supports echo, room and stream, not %q", c.Scenario)
+}
+
+// janusStreaming is stream 1→N through the Streaming plugin: the sources are
+// sent as plain RTP to a mountpoint the generator creates, and every viewer
+// watches it.
+func (r *Runner) janusStreaming(ctx context.Context, j *Janus, attach func(context.Context, string, *Peer) (*JanusHandle, error)) error {
+	c := r.cfg
+	host, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(c.URL, "ws://"), "wss://"))
+	if err != nil {
+		return fmt.Errorf("janus url %q: %w", c.URL, err)
+	}
+	admin := NewPeer("janus-admin", "admin", &r.tot)
+	r.onClose(admin.Close)
+	h, err := attach(ctx, "janus.plugin.streaming", admin)
+	if err != nil {
+		return err
+	}
+	id := 1 + rand.IntN(1_000_000)
+	base := 30000 + 2*rand.IntN(10000)
+	var media []map[string]any
+	type feed struct {
+		src  *Source
+		port int
+		pt   uint8
+	}
+	var feeds []feed
+	for i, s := range r.srcs {
+		m := map[string]any{"mid": strconv.Itoa(i), "port": base + 2*i}
+		pt := uint8(96)
+		if s.Kind == webrtc.RTPCodecTypeAudio {
+			m["type"], m["codec"], m["pt"] = "audio", "opus", 111
+			pt = 111
+		} else {
+			m["type"], m["codec"], m["pt"] = "video", "vp8", 96
+		}
+		media = append(media, m)
+		feeds = append(feeds, feed{s, base + 2*i, pt})
+	}
+	if _, _, err := h.Message(ctx, map[string]any{"request": "create", "type": "rtp", "id": id, "name": "petrel-load", "media": media}, nil); err != nil {
+		return fmt.Errorf("streaming create: %w", err)
+	}
+	for _, f := range feeds {
+		stop, err := f.src.FeedRTP(net.JoinHostPort(host, strconv.Itoa(f.port)), f.pt)
+		if err != nil {
+			return err
+		}
+		r.onClose(stop)
+	}
+	r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
+		p := r.newPeer(fmt.Sprintf("viewer%04d", i), "subscriber")
+		h, err := attach(ctx, "janus.plugin.streaming", p)
+		if err != nil {
+			return p, err
+		}
+		_, offer, err := h.Message(ctx, map[string]any{"request": "watch", "id": id}, nil)
+		if err != nil {
+			return p, err
+		}
+		if offer == nil {
+			return p, errors.New("streaming watch: no offer")
+		}
+		return p, r.janusReceive(ctx, h, p, offer)
+	})
+	return nil
 }

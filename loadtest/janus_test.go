@@ -39,4 +39,6 @@ func TestJanusEchoAndVideoRoom(t *testing.T) {
 	}
 	res = runSmall(t, Config{Scenario: "stream", Target: "janus", URL: s.URL, Bind: ns.HostAddr, Peers: 2, Rate: 20, Duration: time.Second, Warmup: time.Second})
 	checkAllReceived(t, res, "subscriber", 2)
+	res = runSmall(t, Config{Scenario: "stream", Target: "janus", JanusStreaming: true, URL: s.URL, Bind: ns.HostAddr, Peers: 2, Rate: 20, Duration: time.Second, Warmup: time.Second})
+	checkAllReceived(t, res, "subscriber", 2)
 }

@@ -39,8 +39,9 @@ type Config struct {
 	Kbps       int           `json:"kbps"`
 	TargetPID  int           `json:"targetPid"`
 	Bind       string        `json:"bind"`
-	// Janus options.
-	JanusEventLoops bool `json:"-"`
+	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
+	// mountpoint fed by the generator) instead of VideoRoom.
+	JanusStreaming bool `json:"janusStreaming,omitempty"`
 
 	Progress io.Writer `json:"-"`
 }

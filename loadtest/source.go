@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,3 +328,47 @@ func (s *Source) nextKey(i int) int {
 	}
 	return -1
 }
+
+// FeedRTP sends the source as plain RTP (no SRTP) to addr with payload type
+// pt, e.g. into a Janus Streaming mountpoint or a GStreamer udpsrc. Only
+// loopback and private (namespace) addresses are accepted.
+func (s *Source) FeedRTP(addr string, pt uint8) (stop func(), err error) {
+	ua, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !ua.IP.IsLoopback() && !ua.IP.IsPrivate() {
+		return nil, fmt.Errorf("rtp feed %s: only loopback or private addresses", addr)
+	}
+	conn, err := net.DialUDP("udp4", nil, ua)
+	if err != nil {
+		return nil, err
+	}
+	ssrc := rand.Uint32()
+	k := &sink{ssrc: ssrc, pt: pt, w: &udpWriter{conn: conn, buf: make([]byte, 1500)}, id: "rtp-feed-" + addr,
+		seq: uint16(ssrc), tsOff: ssrc}
+	k.hdr = rtp.Header{Version: 2, SSRC: ssrc, PayloadType: pt}
+	s.addSink(k)
+	return func() { s.removeSink(k.id); conn.Close() }, nil
+}
+
+// udpWriter writes RTP in the clear to a connected UDP socket, reusing one
+// buffer (the source's goroutine is its only caller).
+type udpWriter struct {
+	conn *net.UDPConn
+	buf  []byte
+}
+
+func (u *udpWriter) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
+	n, err := h.MarshalTo(u.buf)
+	if err != nil {
+		return 0, err
+	}
+	if n+len(payload) > len(u.buf) {
+		return 0, io.ErrShortBuffer
+	}
+	n += copy(u.buf[n:], payload)
+	return u.conn.Write(u.buf[:n])
+}
+
+func (u *udpWriter) Write(b []byte) (int, error) { return u.conn.Write(b) }

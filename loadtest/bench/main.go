@@ -161,6 +161,16 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	case "janus-loops":
 		s, err = loadtest.StartJanus(ns, 2)
 		cfg.Target = "janus"
+	case "janus-streaming", "janus-streaming-loops":
+		if scenario != "stream" {
+			return nil, fmt.Errorf("%s: stream only", srv)
+		}
+		loops := 0
+		if srv == "janus-streaming-loops" {
+			loops = 2
+		}
+		s, err = loadtest.StartJanus(ns, loops)
+		cfg.Target, cfg.JanusStreaming = "janus", true
 	default:
 		return nil, fmt.Errorf("unknown server %q", srv)
 	}
@@ -201,7 +211,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	return &run{server: srv, scenario: scenario, n: n, res: res, threads: th}, nil
 }
 
-var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|hold)-?(stream|room)?-(\d+)\.json$`)
+var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|janus-streaming|janus-streaming-loops|hold)-?(stream|room)?-(\d+)\.json$`)
 
 func load(dir string) []*run {
 	ents, _ := os.ReadDir(dir)
@@ -281,7 +291,7 @@ func render(runs []*run, out string) (string, string) {
 		m := by[k]
 		p := m["petrel"]
 		var best *run
-		for _, srv := range []string{"janus", "janus-loops"} {
+		for _, srv := range []string{"janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
 			if r := m[srv]; r != nil && r.res.Summary.TargetCPUusPerPkt > 0 && (best == nil || r.res.Summary.TargetCPUusPerPkt < best.res.Summary.TargetCPUusPerPkt) {
 				best = r
 			}
@@ -334,7 +344,7 @@ func plot(runs []*run, out string) error {
 	}
 	var cmds []string
 	var plotsCPU, plotsRSS []string
-	for _, srv := range []string{"petrel", "janus", "janus-loops"} {
+	for _, srv := range []string{"petrel", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
 		var dat strings.Builder
 		for _, r := range runs {
 			if r.server != srv || r.scenario != "stream" || r.label == "hold" {
