@@ -134,7 +134,7 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 		}
 	}
 	if hold > 0 {
-		r, err := one(bin, ns, "petrel", "stream", hold, 1, duration, warmup, rate, loadtest.Config{Video: "none"})
+		r, err := one(bin, ns, "petrel", "stream", hold, 1, duration, warmup, rate, loadtest.Config{Video: "none", Proto: "whip"})
 		if err != nil {
 			log.Printf("hold %d: %v", hold, err)
 		} else {
@@ -150,7 +150,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	var s *loadtest.Server
 	var err error
 	cfg := loadtest.Config{Scenario: scenario, Peers: n, Publishers: p, Rate: rate, Duration: duration, Warmup: warmup,
-		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Parallel: 8}
+		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Proto: extra.Proto, Parallel: 8}
 	switch srv {
 	case "petrel":
 		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret)
@@ -330,7 +330,7 @@ func render(runs []*run, out string) (string, string) {
 		s := r.res.Summary
 		name := fmt.Sprintf("%s %d vs Petrel", r.scenario, r.n)
 		if r.label == "hold" {
-			name = fmt.Sprintf("capacity: %d audio-only receivers", r.n)
+			name = fmt.Sprintf("capacity: %d audio-only WHEP viewers", r.n)
 		}
 		d := s.SetupMs["dtlsConnected"]
 		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %.1f | %.0f | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, s.SelfRSSMiB, s.SelfRSSPerPeerKiB, d.P50, d.P95)
