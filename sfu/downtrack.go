@@ -217,6 +217,23 @@ func (d *DownTrack) updatePaused(askKeyframe bool) (resumed bool) {
 	return false
 }
 
+// transportReady is called when the subscriber's connection comes up: what it
+// waits for is a keyframe it can actually receive.
+func (d *DownTrack) transportReady() {
+	if d.pub.kind != webrtc.RTPCodecTypeVideo {
+		return
+	}
+	d.mu.Lock()
+	started := d.started
+	d.mu.Unlock()
+	if !started {
+		d.resync()
+		if l := d.pub.layer(int8(d.target.Load())); l != nil {
+			l.requestKeyframe()
+		}
+	}
+}
+
 // Paused reports whether nothing is forwarded to this subscriber.
 func (d *DownTrack) Paused() bool { return d.paused.Load() }
 
@@ -294,7 +311,13 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 		payload = d.scratch[:copy(d.scratch, p.Payload)]
 		p.VP8.rewrite(payload, o.picOffset, o.tl0Offset)
 	}
-	if _, err := d.writer.WriteRTP(h, payload); err != nil {
+	if n, err := d.writer.WriteRTP(h, payload); err != nil || n == 0 {
+		// n == 0 without an error: the subscriber's DTLS-SRTP is not up yet and
+		// Pion dropped the packet. A stream must not start with a keyframe the
+		// subscriber never got: wait for the next one.
+		if !d.started {
+			d.needSync.Store(true)
+		}
 		return false
 	}
 	if int16(h.SequenceNumber-o.lastSeq) > 0 || !d.started {

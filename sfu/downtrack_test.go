@@ -2,6 +2,7 @@ package sfu
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
@@ -269,5 +270,35 @@ func TestLayerForSize(t *testing.T) {
 	pub.info.Width, pub.info.Height = 1280, 720
 	if got := pub.layerForSize(300, 170); got != 0 {
 		t.Errorf("assumed sizes: layer %d, want 0", got)
+	}
+}
+
+func TestKeyframeRequestsAggregateWithoutLosingLateRequesters(t *testing.T) {
+	pub, _ := testPub(0, false, 0)
+	l := pub.layer(0)
+	sent := func() int64 { return l.lastPLI.Load() }
+	// The owner has no connection, so a request is only recorded in lastPLI.
+	l.remote = &webrtc.TrackRemote{}
+	t0 := now()
+	l.lastPLI.Store(t0 - int64(100*time.Millisecond))
+	// The requested keyframe has not arrived: a second requester rides on it.
+	l.lastKey.Store(t0 - int64(time.Second))
+	l.requestKeyframe()
+	if sent() != t0-int64(100*time.Millisecond) || l.deferred.Load() {
+		t.Fatal("request inside the window with a keyframe pending was not absorbed")
+	}
+	// The keyframe went by before this requester was ready: it gets its own,
+	// once the window is over.
+	l.lastKey.Store(t0 - int64(50*time.Millisecond))
+	l.requestKeyframe()
+	if !l.deferred.Load() {
+		t.Fatal("late requester's request was dropped")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for sent() < t0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sent() < t0 {
+		t.Fatal("deferred keyframe request never sent")
 	}
 }

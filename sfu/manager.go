@@ -290,7 +290,10 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 
 func (p *Participant) setupWHEP(pc *webrtc.PeerConnection) {
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
+		switch s {
+		case webrtc.PeerConnectionStateConnected:
+			p.subscriberReady()
+		case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed:
 			p.Close("disconnected")
 		}
 	})

@@ -145,8 +145,25 @@ func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
 	p.sub = pc
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		p.log.Debug("subscriber connection", "state", s.String())
+		if s == webrtc.PeerConnectionStateConnected {
+			p.subscriberReady()
+		}
 	})
 	go p.reportLoop(pc)
+}
+
+// subscriberReady asks for the keyframes that subscriptions bound before the
+// connection was up are still waiting for.
+func (p *Participant) subscriberReady() {
+	p.mu.Lock()
+	subs := make([]*DownTrack, 0, len(p.subs))
+	for _, d := range p.subs {
+		subs = append(subs, d)
+	}
+	p.mu.Unlock()
+	for _, d := range subs {
+		d.transportReady()
+	}
 }
 
 // HandleOffer applies a publisher offer (first one, renegotiation or ICE

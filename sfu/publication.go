@@ -60,6 +60,8 @@ type layer struct {
 	cache    *PacketCache
 	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
 	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
+	lastKey  atomic.Int64 // monotonic ns of the last keyframe packet
+	deferred atomic.Bool  // a keyframe request waits for the end of the window
 
 	// Audio: the RFC 6464 audio-level extension id and the speaker record it feeds.
 	levelExt uint8
@@ -248,6 +250,9 @@ func (l *layer) forward() {
 		if !l.parse(&pkt, buf[:n]) {
 			continue
 		}
+		if pkt.Keyframe {
+			l.lastKey.Store(pkt.Arrival)
+		}
 		if l.lastRecv.Swap(pkt.Arrival) == 0 {
 			// A layer that starts sending may be what subscribers should get.
 			for _, d := range t.Subscribers() {
@@ -349,13 +354,26 @@ func (l *layer) readRTCP() {
 // requestKeyframe asks the publisher for a keyframe on this layer unless one was
 // asked for less than minKeyframeInterval ago: requests from many subscribers
 // become one.
+//
+// A request inside the window is not lost: if the keyframe asked for has not
+// arrived yet it will serve this requester too; if it has already gone by, a new
+// request is sent when the window ends.
 func (l *layer) requestKeyframe() {
 	if l.pub.kind != webrtc.RTPCodecTypeVideo {
 		return
 	}
 	n := now()
 	last := l.lastPLI.Load()
-	if n-last < int64(minKeyframeInterval) || !l.lastPLI.CompareAndSwap(last, n) {
+	if wait := last + int64(minKeyframeInterval) - n; wait > 0 {
+		if l.lastKey.Load() > last && l.deferred.CompareAndSwap(false, true) {
+			time.AfterFunc(time.Duration(wait), func() {
+				l.deferred.Store(false)
+				l.requestKeyframe()
+			})
+		}
+		return
+	}
+	if !l.lastPLI.CompareAndSwap(last, n) {
 		return
 	}
 	metrics.PLIsOut.Inc()
