@@ -6,6 +6,7 @@ import fractions
 import math
 import struct
 import time
+import zlib
 
 import aioice.ice
 import av
@@ -154,6 +155,7 @@ class WhepViewer:
         self.audio_frames = 0
         self.video_size = None
         self.luma_means = []
+        self.fingerprints = []
         self.tones = []
         self.tasks = []
         self.location = None
@@ -174,6 +176,7 @@ class WhepViewer:
                         plane, ls = bytes(f.planes[0]), f.planes[0].line_size
                         y = b"".join(plane[r * ls : r * ls + f.width : 7] for r in range(0, f.height, 3))
                         self.luma_means.append(round(sum(y) / max(1, len(y)), 1))
+                        self.fingerprints.append(zlib.crc32(y))
                 else:
                     self.audio_frames += 1
                     if self.audio_frames % 10 == 5 and f.format.name == "s16":
@@ -182,14 +185,20 @@ class WhepViewer:
         except MediaStreamError:
             pass
 
-    async def start(self, answer_delay=0.0):
+    async def start(self, answer_delay=0.0, retry_404_seconds=0.0):
         """answer_delay: seconds between the server's answer and applying it, as
-        a client busy with something else (or on a slow device) takes."""
+        a client busy with something else (or on a slow device) takes.
+        retry_404_seconds: how long to retry while nothing is published yet."""
         self.pc.addTransceiver("video", direction="recvonly")
         self.pc.addTransceiver("audio", direction="recvonly")
         await self.pc.setLocalDescription(await self.pc.createOffer())
         petrel.require_loopback(self.pc.localDescription.sdp, "aiortc viewer's offer")
-        r = await asyncio.to_thread(petrel.post_sdp, "whep", self.room, self.token, self.pc.localDescription.sdp)
+        deadline = time.monotonic() + retry_404_seconds
+        while True:
+            r = await asyncio.to_thread(petrel.post_sdp, "whep", self.room, self.token, self.pc.localDescription.sdp)
+            if r.status != 404 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.25)
         if r.status != 201:
             raise AssertionError(f"WHEP POST: {r.status} {r.body}")
         self.location = r.headers.get("Location")

@@ -200,6 +200,52 @@ def test_gstreamer_viewer_over_ice_tcp_only(room):
     check_gst_view(v, "VP8")
 
 
+def test_gstreamer_publishes_aiortc_plays(room):
+    """The other direction: webrtcbin publishes over WHIP (its own VP8
+    packetizer, picture IDs and RTCP), aiortc decodes it over WHEP."""
+
+    async def scenario():
+        tok = petrel.token(room, "gst-publisher", publish=True)
+        proc = await asyncio.create_subprocess_exec(
+            GST_PYTHON, os.path.join(HERE, "gst_publisher.py"), petrel.base_url(), room, tok,
+            "--seconds", str(VIEW_SECONDS + 10), "--tone", "500", "--stop-on-stdin",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        viewer = aiortc_peer.WhepViewer(room)
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 15)
+            event = json.loads(line or b"{}")
+            assert event.get("event") == "connected", event
+            r = await viewer.start(retry_404_seconds=5)
+            assert r.status == 201, r
+            deadline = time.monotonic() + VIEW_SECONDS
+            while time.monotonic() < deadline and (viewer.video_frames <= WANT_FRAMES or viewer.audio_frames < 50):
+                await asyncio.sleep(0.1)
+            d = await viewer.stop()
+            assert d.status == 200, d
+            out, err = await asyncio.wait_for(proc.communicate(b"stop\n"), 30)
+            done = json.loads(out.decode().strip().splitlines()[-1])
+        except BaseException:
+            proc.kill()
+            out, err = await proc.communicate()
+            sys.stderr.write(err.decode()[-3000:])
+            raise
+        finally:
+            await viewer.stop()
+        return done, viewer
+
+    done, viewer = asyncio.run(scenario())
+    print("gstreamer publisher:", json.dumps(done))
+    print("aiortc viewer:", viewer.video_frames, viewer.video_size, viewer.luma_means, viewer.tones)
+    assert done.get("ok") and done["whip_status"] == 201 and done["delete_status"] == 200, done
+    assert viewer.video_frames > MIN_FRAMES
+    assert viewer.video_size == (320, 240)
+    assert viewer.luma_means and all(80 < m < 175 for m in viewer.luma_means), viewer.luma_means
+    assert len(set(viewer.fingerprints)) > 1, "the decoded picture does not move"
+    assert viewer.audio_frames > 0
+    check_tone(viewer.tones, 500)
+
+
 def test_two_independent_viewers_see_one_publisher(room):
     """Fan-out to two different stacks at once: webrtcbin and aiortc both decode
     the same aiortc publisher; then DELETE of the publisher ends the stream for
