@@ -146,7 +146,12 @@ function wireRoom(r: Room): void {
     el.textContent = `quality: ${q}`;
   });
   r.on('reconnecting', () => note('connection lost, reconnecting…'));
-  r.on('reconnected', () => note('reconnected'));
+  r.on('reconnected', () => {
+    // After a full reconnect we are a new participant with a new sid.
+    const own = tiles.querySelector<HTMLElement>('.tile[data-local]');
+    if (own && r.localParticipant) own.dataset.sid = r.localParticipant.sid;
+    note('reconnected');
+  });
   r.on('disconnected', (reason) => {
     clearInterval(statsTimer);
     tiles.replaceChildren();

@@ -347,8 +347,13 @@ export class Room extends Emitter<RoomEvents> {
     dc.send(encodeData({ to: opts.to?.length ? opts.to : undefined, topic: opts.topic, text }, bytes));
   }
 
-  /** Drops the signaling socket as a network failure would; the room then resumes. */
-  simulateSignalLoss(): void {
+  /**
+   * Drops the signaling socket as a network failure would; the room then resumes.
+   * With `fullReconnect` it also forgets its resume token, as after a long outage,
+   * so it must join again as a new participant and republish.
+   */
+  simulateSignalLoss(opts: { fullReconnect?: boolean } = {}): void {
+    if (opts.fullReconnect) this.resumeToken = '';
     this.signal?.drop();
   }
 
@@ -705,10 +710,13 @@ export class Room extends Emitter<RoomEvents> {
       delay = Math.min(delay * 2, 2_000);
       if (this.state !== 'reconnecting') return;
       try {
-        const joined = await this.openSignal({
-          participantSid: this.localParticipant?.sid ?? '',
-          resumeToken: this.resumeToken,
-        });
+        // Without a resume token (or once the server said it no longer knows us)
+        // join as a new participant.
+        const joined = await this.openSignal(
+          this.resumeToken
+            ? { participantSid: this.localParticipant?.sid ?? '', resumeToken: this.resumeToken }
+            : undefined,
+        );
         if (joined.resumed) {
           this.applyJoined(joined);
           // Same PCs, new paths: the publisher restarts by offering, the subscriber on request.
@@ -722,7 +730,9 @@ export class Room extends Emitter<RoomEvents> {
         this.emit('reconnected');
         return;
       } catch (err) {
-        if (err instanceof PetrelError && FATAL_CODES.has(err.code)) {
+        if (err instanceof PetrelError && err.code === 'not_found') {
+          this.resumeToken = ''; // the resume window has passed: rejoin next
+        } else if (err instanceof PetrelError && FATAL_CODES.has(err.code)) {
           this.finish(err.code);
           return;
         }
@@ -742,7 +752,9 @@ export class Room extends Emitter<RoomEvents> {
     this.closePeerConnections();
     await this.startSession(joined);
     for (const pub of old) {
-      if (pub.track.readyState === 'live') await this.publishTrack(pub.track, { source: pub.source, name: pub.info.name });
+      if (pub.track.readyState === 'live') {
+        await this.publishTrack(pub.track, { source: pub.source, name: pub.info.name, simulcast: pub.info.simulcast });
+      }
     }
   }
 

@@ -60,3 +60,32 @@ test('a dropped signaling socket is resumed with an ICE restart, media keeps flo
     await alice.page.evaluate(() => window.petrel.room.sendData('still here'));
     await waitFor(bob.page, 'a data message after resume', () => window.__data.some((m) => m.text === 'still here'));
   }));
+
+test('a participant the server no longer knows joins again and republishes', { timeout: 120_000 }, () =>
+  scenario('full-reconnect', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const alice = watch(new Participant('alice', await chromium.newPage()));
+    const bob = watch(new Participant('bob', await chromium.newPage()));
+    await alice.join(server.base, await server.token('rejoin', 'alice'));
+    await bob.join(server.base, await server.token('rejoin', 'bob'));
+    await bob.seesVideoOf(alice);
+    const oldSid = alice.sid;
+
+    await alice.page.evaluate(() => {
+      window.__events = [];
+      for (const e of ['reconnecting', 'reconnected', 'disconnected']) window.petrel.room.on(e, () => window.__events.push(e));
+      window.petrel.room.simulateSignalLoss({ fullReconnect: true });
+    });
+    const events = await waitFor(alice.page, 'alice to rejoin', () =>
+      window.__events.includes('reconnected') && window.petrel.room.localTracks.size === 2 && window.__events);
+    assert.deepEqual(events, ['reconnecting', 'reconnected']);
+    alice.sid = await alice.page.evaluate(() => window.petrel.room.localParticipant.sid);
+    assert.notEqual(alice.sid, oldSid, 'a new participant');
+
+    // Bob sees the new alice (the old one is gone), and alice sees bob on her new connections.
+    await bob.seesVideoOf(alice);
+    await waitFor(bob.page, "the old alice's tile to go", (sid) => !document.querySelector(`.tile[data-sid="${sid}"]`), oldSid);
+    await alice.seesVideoOf(bob);
+    await expectGrowth("alice's video at bob", () => bob.inbound(), { framesDecoded: 10 });
+    await expectGrowth("bob's video at alice", () => alice.inbound(), { framesDecoded: 10 });
+  }));
