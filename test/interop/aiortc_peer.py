@@ -104,19 +104,21 @@ async def wait_for(predicate, timeout, what):
 
 
 class WhipPublisher:
-    def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400):
+    def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400, video=True):
         self.room = room
         self.token = petrel.token(room, identity, publish=True)
         self.video_codec = video_codec
         self.pc = RTCPeerConnection(NO_ICE_SERVERS)
+        self.send_video = video
         self.video = PatternVideoTrack()
         self.audio = ToneAudioTrack(tone_hz)
         self.location = None
         self.offer = self.answer = None
 
     async def start(self, timeout=10):
-        vt = self.pc.addTransceiver(self.video, direction="sendonly")
-        prefer(vt, "video", self.video_codec)
+        if self.send_video:
+            vt = self.pc.addTransceiver(self.video, direction="sendonly")
+            prefer(vt, "video", self.video_codec)
         at = self.pc.addTransceiver(self.audio, direction="sendonly")
         prefer(at, "audio", "audio/opus")
         # aiortc gathers all candidates in setLocalDescription: the offer is complete.

@@ -42,7 +42,9 @@ async def wait_media_sent(pub, timeout=5):
     raise AssertionError("the publisher sent no video RTP")
 
 
-async def gst_view(room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", whep_retry_seconds=5, extra=()):
+async def gst_view(
+    room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", whep_retry_seconds=5, extra=(), want_frames=WANT_FRAMES
+):
     tok = petrel.token(room, identity, subscribe=True)
     proc = await asyncio.create_subprocess_exec(
         GST_PYTHON,
@@ -53,7 +55,7 @@ async def gst_view(room, seconds=VIEW_SECONDS, identity="gst-viewer", query="", 
         "--seconds",
         str(seconds),
         "--want-frames",
-        str(WANT_FRAMES),
+        str(want_frames),
         "--want-audio",
         str(MIN_AUDIO_PACKETS),
         "--query",
@@ -246,6 +248,32 @@ def test_gstreamer_publishes_aiortc_plays(room):
     check_tone(viewer.tones, 500)
 
 
+def test_audio_only_publisher_plays_as_audio(room):
+    """A publisher with a microphone and no camera (a radio, a podcast): the
+    viewer, which offers to receive video and audio, hears it and gets no
+    video."""
+
+    async def scenario():
+        pub = aiortc_peer.WhipPublisher(room, video=False)
+        try:
+            await pub.start()
+            assert "m=video" not in pub.offer
+            await asyncio.sleep(1)  # the track is published on its first packets
+            return await gst_view(room, want_frames=0)
+        finally:
+            await pub.stop()
+
+    v = asyncio.run(scenario())
+    print("gstreamer viewer:", json.dumps(v))
+    assert v.get("ok") and v["whep_status"] == 201, v
+    assert v["errors"] == [], v["errors"]
+    assert v["connection_state"] == "connected", v
+    assert v["video_codec"] is None and v["video_rtp"] == 0, v
+    assert v["audio_codec"] == "OPUS" and v["audio_rtp"] >= MIN_AUDIO_PACKETS, v
+    check_tone(v["tones"], 400)
+    assert v["delete_status"] == 200
+
+
 def test_two_independent_viewers_see_one_publisher(room):
     """Fan-out to two different stacks at once: webrtcbin and aiortc both decode
     the same aiortc publisher; then DELETE of the publisher ends the stream for
@@ -325,13 +353,6 @@ def test_whep_plays_the_selected_participant(room):
     check_gst_view(vn, "H264", tone_hz=600)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug: the keyframe a new subscriber asks for is forwarded before its "
-    "DTLS/SRTP is up, where Pion drops it without error; the downtrack counts as started and "
-    "forwards delta frames only, and nothing asks again: a player that does not send PLI "
-    "itself (aiortc) never shows a picture",
-)
 def test_whep_viewer_that_applies_the_answer_late_sees_a_picture(room):
     """A player that takes half a second to apply the answer (a busy or slow
     device) still sees a picture. aiortc as the publisher sends a keyframe only
@@ -362,12 +383,6 @@ def test_whep_viewer_that_applies_the_answer_late_sees_a_picture(room):
     assert frames > MIN_FRAMES, f"no picture: {frames} frames decoded from {received} video packets"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug: a WHIP publisher that reconnects with the same identity (an encoder "
-    "retrying) kicks its old session, the room is closed as empty in between, and the new "
-    "publisher lands in a room nobody can find: WHEP answers 404 'room has no publisher'",
-)
 def test_republish_with_same_identity_replaces_the_old_session(room):
     """An encoder that lost its connection publishes again with the same token
     before the server noticed: the new session replaces the old one and viewers
