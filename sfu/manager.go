@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -94,9 +95,12 @@ func (m *Manager) getOrCreate(name string) (*Room, error) {
 func (m *Manager) dropIfEmpty(r *Room) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r.mu.RLock()
+	r.mu.Lock()
 	empty := len(r.participants) == 0 && !r.explicit
-	r.mu.RUnlock()
+	if empty {
+		r.closed = true
+	}
+	r.mu.Unlock()
 	if empty && m.rooms[r.name] == r {
 		r.stop()
 		delete(m.rooms, r.name)
@@ -110,6 +114,9 @@ func (m *Manager) forget(r *Room) {
 	defer m.mu.Unlock()
 	if m.rooms[r.name] == r {
 		r.stop()
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
 		delete(m.rooms, r.name)
 		metrics.Rooms.Dec()
 		m.log.Info("room closed", "room", r.name)
@@ -152,13 +159,31 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	if old := p.room.ByIdentity(p.identity); old != nil {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
-	if err := p.room.add(p); err != nil {
+	if err := m.admit(p); err != nil {
 		_ = pub.Close()
 		_ = sub.Close()
 		return nil, err
 	}
 	p.log.Info("participant joined")
 	return p, nil
+}
+
+// admit adds p to its room. If the room closed since p was made (its last
+// member left, as when a reconnecting client replaces its old session), p joins
+// the room's successor.
+func (m *Manager) admit(p *Participant) error {
+	for i := 0; i < 3; i++ {
+		err := p.room.add(p)
+		if !errors.Is(err, errRoomGone) {
+			return err
+		}
+		r, err := m.getOrCreate(p.room.name)
+		if err != nil {
+			return err
+		}
+		p.room = r
+	}
+	return protocol.Errorf(protocol.CodeServerBusy, "room %q keeps closing, try again", p.room.name)
 }
 
 // Start subscribes a newly joined participant to what is already published. It
@@ -220,7 +245,7 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 	if old := p.room.ByIdentity(p.identity); old != nil {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
-	if err := p.room.add(p); err != nil {
+	if err := m.admit(p); err != nil {
 		_ = pc.Close()
 		return nil, "", err
 	}
@@ -260,7 +285,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	// subscriber connection without server renegotiation.
 	p.sub = pc
 	p.setupWHEP(pc)
-	if err := p.room.add(p); err != nil {
+	if err := m.admit(p); err != nil {
 		_ = pc.Close()
 		return nil, "", err
 	}

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -94,12 +95,16 @@ func (r *Room) BySid(sid string) *Participant {
 	return r.participants[sid]
 }
 
+// errRoomGone: the room closed (it emptied, or was closed by an admin) between
+// looking it up and joining it; the joiner gets the room's successor.
+var errRoomGone = errors.New("room closed")
+
 // add admits p, enforcing the size limit.
 func (r *Room) add(p *Participant) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return protocol.Errorf(protocol.CodeNotFound, "room %q is closed", r.name)
+		return errRoomGone
 	}
 	visible := 0
 	for _, q := range r.participants {

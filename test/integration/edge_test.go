@@ -561,3 +561,31 @@ func TestICETCPAndTURNOverTCP(t *testing.T) {
 		t.Fatalf("selected pair %v (%v), want relay", p, err)
 	}
 }
+
+// A client that reconnects with the same identity replaces its old session, even
+// when that session was alone in the room (the room must not vanish under it).
+func TestSameIdentityReplacesTheOldSession(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 15*time.Second)
+	first := e.join("solo", "alice")
+	second := e.join("solo", "alice")
+	if ev, err := first.WaitEvent(ctx, "leave"); err != nil || ev["reason"] != "duplicate_identity" {
+		t.Fatalf("old session: %v %v", ev, err)
+	}
+	r := e.srv.Manager.Room("solo")
+	if r == nil {
+		t.Fatal("the room vanished")
+	}
+	ps := r.Participants()
+	if len(ps) != 1 || ps[0].Sid() != sidOf(second) {
+		t.Fatalf("room holds %d participants", len(ps))
+	}
+	// And it works: a viewer sees what the new session publishes.
+	v := newVideo("cam")
+	if _, _, err := second.Publish(ctx, v.track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	v.run(t)
+	bob := e.join("solo", "bob")
+	readPackets(t, waitTrack(t, bob, 10*time.Second).Remote, 10, 5*time.Second)
+}

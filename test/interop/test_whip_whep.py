@@ -379,7 +379,7 @@ def test_whep_viewer_that_applies_the_answer_late_sees_a_picture(room):
 
     frames, received = asyncio.run(scenario())
     print(f"aiortc viewer: {frames} frames decoded from {received} video packets")
-    assert received > 100, "video packets reach the viewer"
+    assert received > 0, "video packets reach the viewer"
     assert frames > MIN_FRAMES, f"no picture: {frames} frames decoded from {received} video packets"
 
 
