@@ -24,6 +24,10 @@ type APIOptions struct {
 	Bind string
 	// RTPBuffer and RTCPBuffer bound each stream's receive buffer in bytes.
 	RTPBuffer, RTCPBuffer int
+	// PionRead receives through Pion's track read path (a reader goroutine
+	// per track) instead of counting packets inline in the SRTP session's
+	// goroutine.
+	PionRead bool
 }
 
 // Lean is a Pion API for cheap peers: no interceptors (receivers count loss and
@@ -33,6 +37,9 @@ type APIOptions struct {
 type Lean struct {
 	API  *webrtc.API
 	Cert webrtc.Certificate
+	o    APIOptions
+	se   webrtc.SettingEngine
+	me   *webrtc.MediaEngine
 }
 
 // NewLean builds the API.
@@ -72,11 +79,11 @@ func NewLean(o APIOptions) (*Lean, error) {
 		}
 		return b
 	}
-	l := &Lean{}
 	m := &webrtc.MediaEngine{}
 	if err := rtc.RegisterCodecs(m); err != nil {
 		return nil, err
 	}
+	l := &Lean{o: o, se: se, me: m}
 	l.API = webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(&interceptor.Registry{}))
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -97,6 +104,30 @@ func (l *Lean) Config(servers ...webrtc.ICEServer) webrtc.Configuration {
 
 // NewPC makes a peer connection with the shared certificate.
 func (l *Lean) NewPC() (*webrtc.PeerConnection, error) { return l.API.NewPeerConnection(l.Config()) }
+
+// For is the API for p's peer connections: RTP they receive is counted inline
+// into p (see inlineStream) unless PionRead is set.
+func (l *Lean) For(p *Peer) *webrtc.API {
+	if l.o.PionRead {
+		return l.API
+	}
+	se := l.se
+	rtcpLimit := l.o.RTCPBuffer
+	se.BufferFactory = func(t packetio.BufferPacketType, ssrc uint32) io.ReadWriteCloser {
+		if t == packetio.RTCPBufferPacket {
+			b := packetio.NewBuffer()
+			b.SetLimitSize(rtcpLimit)
+			return b
+		}
+		return p.newInlineStream(ssrc)
+	}
+	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(l.me), webrtc.WithInterceptorRegistry(&interceptor.Registry{}))
+}
+
+// NewPCFor makes a peer connection for p with the shared certificate.
+func (l *Lean) NewPCFor(p *Peer, servers ...webrtc.ICEServer) (*webrtc.PeerConnection, error) {
+	return l.For(p).NewPeerConnection(l.Config(servers...))
+}
 
 // Close releases nothing today; peers own their sockets. (One shared socket
 // for every peer was tried: servers that demultiplex by remote address, Petrel

@@ -401,13 +401,13 @@ func (cc *ctlConn) createSession(r *request) (map[string]any, error) {
 		srcs = append(srcs, s)
 	}
 	cc.mu.Unlock()
-	cfg := cc.lean.Config(r.ICEServers...)
-	pc, err := cc.lean.API.NewPeerConnection(cfg)
+	id := "s" + strconv.FormatInt(cc.ctl.ids.Add(1), 10)
+	peer := NewPeer(id, "session", cc.tot)
+	pc, err := cc.lean.NewPCFor(peer, r.ICEServers...)
 	if err != nil {
 		return nil, cerr(ErrInternal, "peer connection: %v", err)
 	}
-	id := "s" + strconv.FormatInt(cc.ctl.ids.Add(1), 10)
-	s := &session{id: id, pc: pc, peer: NewPeer(id, "session", cc.tot), done: make(chan struct{})}
+	s := &session{id: id, pc: pc, peer: peer, done: make(chan struct{})}
 	s.peer.Events = func(ev string, f map[string]any) {
 		if ev == "hangup" {
 			if s.hungup.CompareAndSwap(false, true) {

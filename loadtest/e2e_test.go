@@ -25,8 +25,7 @@ func startPetrel(t *testing.T) string {
 	cfg.HTTP = "127.0.0.1:0"
 	cfg.RTC.UDPPort = 0
 	cfg.RTC.TCPPort = 0
-	cfg.TURN.Port = 0
-	cfg.TURN.RelayIP = "127.0.0.1"
+	cfg.TURN.Enabled = false // the generator never relays; and no port race between TURN's UDP and TCP
 	cfg.APIKey, cfg.APISecret = testKey, testSecret
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := server.Start(cfg, auth.Keys{testKey: testSecret}, testKey, false, log)

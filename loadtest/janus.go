@@ -272,7 +272,7 @@ func answerGathered(ctx context.Context, pc *webrtc.PeerConnection, offer *webrt
 // janusPublish sends srcs on a new peer connection with an offer to handle,
 // wrapped in body (EchoTest: {audio,video}; VideoRoom: {request: publish}).
 func (r *Runner) janusSendOffer(ctx context.Context, h *JanusHandle, p *Peer, body map[string]any, recv bool) (map[string]any, error) {
-	pc, err := r.lean.NewPC()
+	pc, err := r.lean.NewPCFor(p)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (r *Runner) janusSendOffer(ctx context.Context, h *JanusHandle, p *Peer, bo
 // janusReceive answers a Janus offer on a new receive-only connection and sends
 // start with the answer.
 func (r *Runner) janusReceive(ctx context.Context, h *JanusHandle, p *Peer, offer *webrtc.SessionDescription) error {
-	pc, err := r.lean.NewPC()
+	pc, err := r.lean.NewPCFor(p)
 	if err != nil {
 		return err
 	}

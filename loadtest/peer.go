@@ -23,12 +23,14 @@ type Peer struct {
 	iceAt, dtlsAt, rtpAt, frameAt atomic.Int64 // ns after start; 0 = not yet
 	failed                        atomic.Value // string
 	up                            atomic.Bool  // counted as connected
+	pairSeen                      atomic.Bool
 
 	mu      sync.Mutex
 	streams []*streamRx
 	closers []func()
 
 	nacksRecv, plisRecv atomic.Uint64
+	inline              map[uint32]*inlineStream
 
 	// Events, when set, sees state changes (the controller forwards them).
 	Events func(ev string, fields map[string]any)
@@ -88,7 +90,8 @@ func (p *Peer) Close() {
 func (p *Peer) Watch(pc *webrtc.PeerConnection, media bool) {
 	pc.OnICEConnectionStateChange(func(s webrtc.ICEConnectionState) {
 		p.emit("ice-state", map[string]any{"state": s.String()})
-		if s == webrtc.ICEConnectionStateConnected && media && p.mark(&p.iceAt) {
+		if s == webrtc.ICEConnectionStateConnected && media && p.pairSeen.CompareAndSwap(false, true) {
+			p.mark(&p.iceAt)
 			if pair, err := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePair(); err == nil && pair != nil {
 				p.emit("selected-pair", map[string]any{"local": pair.Local.String(), "remote": pair.Remote.String()})
 			}
@@ -97,9 +100,12 @@ func (p *Peer) Watch(pc *webrtc.PeerConnection, media bool) {
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		switch s {
 		case webrtc.PeerConnectionStateConnected:
-			if media && p.mark(&p.dtlsAt) {
-				p.up.Store(true)
-				p.emit("webrtcup", nil)
+			if media {
+				p.mark(&p.iceAt)
+				p.mark(&p.dtlsAt)
+				if p.up.CompareAndSwap(false, true) {
+					p.emit("webrtcup", nil)
+				}
 			}
 		case webrtc.PeerConnectionStateFailed:
 			p.Fail(errFailed)
@@ -120,6 +126,9 @@ const errFailed = peerError("peer connection failed")
 
 // Receive counts track's packets until it ends.
 func (p *Peer) Receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection) {
+	if p.adoptInline(tr, pc) {
+		return
+	}
 	st := &streamRx{kind: tr.Kind().String(), clock: float64(tr.Codec().ClockRate), start: p.start}
 	if st.clock == 0 {
 		st.clock = 90000
@@ -128,13 +137,7 @@ func (p *Peer) Receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection) {
 	p.streams = append(p.streams, st)
 	p.mu.Unlock()
 	go func() {
-		receive(tr, pc, st, p.tot, func(frame bool) {
-			if frame {
-				p.mark(&p.frameAt)
-			} else {
-				p.mark(&p.rtpAt)
-			}
-		})
+		receive(tr, pc, st, p.tot, p.onFirst)
 		st.mu.Lock()
 		st.ended = true
 		st.mu.Unlock()

@@ -111,110 +111,134 @@ type streamRx struct {
 	ended     bool
 }
 
+// nacker sends one NACK per gap, reusing its packet (no allocation unless a
+// gap is seen and Pion's RTCP marshal allocates).
+type nacker struct {
+	pkts [1]rtcp.Packet
+	nack *rtcp.TransportLayerNack
+}
+
+func newNacker() *nacker {
+	n := &nacker{nack: &rtcp.TransportLayerNack{Nacks: make([]rtcp.NackPair, 1)}}
+	n.pkts[0] = n.nack
+	return n
+}
+
+// send NACKs up to 17 packets from gapFrom (a PID and its bitmask).
+func (n *nacker) send(pc *webrtc.PeerConnection, ssrc, gapFrom, gapN uint32) {
+	if pc == nil {
+		return
+	}
+	pair := rtcp.NackPair{PacketID: uint16(gapFrom)}
+	for i := uint32(1); i < min(gapN, 17); i++ {
+		pair.LostPackets |= 1 << (i - 1)
+	}
+	n.nack.MediaSSRC = ssrc
+	n.nack.Nacks[0] = pair
+	_ = pc.WriteRTCP(n.pkts[:])
+}
+
 // receive reads track until it ends, counting into st and tot. It sends a NACK
 // for each gap it sees (once), as a browser would, so that a server's
 // retransmission path is exercised and NACKs can be counted; it never decodes.
 func receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection, st *streamRx, tot *Counters, onFirst func(frame bool)) {
 	buf := make([]byte, 1500)
-	var nack [1]rtcp.Packet
-	nackPkt := &rtcp.TransportLayerNack{Nacks: make([]rtcp.NackPair, 1)}
-	nack[0] = nackPkt
+	nk := newNacker()
 	for {
 		n, _, err := tr.Read(buf)
 		if err != nil {
 			return
 		}
-		if n < 12 {
-			continue
-		}
-		now := time.Now()
-		b := buf[:n]
-		seq := uint32(binary.BigEndian.Uint16(b[2:]))
-		ts := binary.BigEndian.Uint32(b[4:])
-		marker := b[1]&0x80 != 0
-		hl := 12 + 4*int(b[0]&0x0f)
-		if b[0]&0x10 != 0 && n >= hl+4 {
-			hl += 4 + 4*int(binary.BigEndian.Uint16(b[hl+2:]))
-		}
-		end := n
-		if b[0]&0x20 != 0 {
-			end -= int(b[n-1])
-		}
-
-		st.mu.Lock()
-		var gapFrom, gapN uint32
-		if !st.started {
-			st.started = true
-			st.baseSeq, st.maxSeq = seq, seq
-			st.firstRTP = now
-			if onFirst != nil {
-				onFirst(false)
-			}
-		} else {
-			// Extend the 16-bit sequence number around the highest seen.
-			ext := st.maxSeq&^0xffff | seq
-			if d := int32(ext - st.maxSeq); d < -0x8000 {
-				ext += 0x10000
-			} else if d > 0x8000 {
-				ext -= 0x10000
-			}
-			if ext > st.maxSeq {
-				if ext > st.maxSeq+1 {
-					gapFrom, gapN = st.maxSeq+1, ext-st.maxSeq-1
-				}
-				st.maxSeq = ext
-			}
-		}
-		if marker && st.firstFrm.IsZero() {
-			st.firstFrm = now
-			if onFirst != nil {
-				onFirst(true)
-			}
-		}
-		st.packets++
-		st.bytes += uint64(n)
-		// RFC 3550 interarrival jitter, in timestamp units.
-		arr := float64(now.UnixNano()) * st.clock / 1e9
-		transit := arr - float64(ts)
-		if st.packets > 1 {
-			d := math.Abs(transit - st.lastTrans)
-			if d < st.clock*10 { // a source loop or restart is not jitter
-				st.jitter += (d - st.jitter) / 16
-			}
-		}
-		st.lastTrans = transit
-		st.lastRx = now
-		if end > hl {
-			if _, sent, ok := ReadStamp(b[hl:end]); ok {
-				d := time.Duration(now.UnixNano() - sent)
-				if d >= 0 {
-					st.delaySum += d
-					st.delayN++
-					st.delayMax = max(st.delayMax, d)
-					tot.Delay.Add(d)
-				}
-			}
-		}
-		if gapN > 0 {
-			st.nacks += uint64(min(gapN, 17))
-		}
-		st.mu.Unlock()
-
-		tot.Packets.Add(1)
-		tot.Bytes.Add(uint64(n))
-		if gapN > 0 {
-			tot.Lost.Add(int64(gapN))
-			tot.NACKsSent.Add(uint64(min(gapN, 17)))
-			// One NACK per gap, up to 17 packets (a PID and its bitmask).
-			pair := rtcp.NackPair{PacketID: uint16(gapFrom)}
-			for i := uint32(1); i < min(gapN, 17); i++ {
-				pair.LostPackets |= 1 << (i - 1)
-			}
-			nackPkt.MediaSSRC = uint32(tr.SSRC())
-			nackPkt.Nacks[0] = pair
-			_ = pc.WriteRTCP(nack[:])
+		if gapFrom, gapN := st.onPacket(buf[:n], tot, onFirst); gapN > 0 {
+			nk.send(pc, uint32(tr.SSRC()), gapFrom, gapN)
 		}
 	}
+}
+
+// onPacket counts one RTP packet and returns the gap before it, if any.
+func (st *streamRx) onPacket(b []byte, tot *Counters, onFirst func(frame bool)) (gapFrom, gapN uint32) {
+	n := len(b)
+	if n < 12 {
+		return 0, 0
+	}
+	now := time.Now()
+	seq := uint32(binary.BigEndian.Uint16(b[2:]))
+	ts := binary.BigEndian.Uint32(b[4:])
+	marker := b[1]&0x80 != 0
+	hl := 12 + 4*int(b[0]&0x0f)
+	if b[0]&0x10 != 0 && n >= hl+4 {
+		hl += 4 + 4*int(binary.BigEndian.Uint16(b[hl+2:]))
+	}
+	end := n
+	if b[0]&0x20 != 0 {
+		end -= int(b[n-1])
+	}
+
+	st.mu.Lock()
+	if !st.started {
+		st.started = true
+		st.baseSeq, st.maxSeq = seq, seq
+		st.firstRTP = now
+		if onFirst != nil {
+			onFirst(false)
+		}
+	} else {
+		// Extend the 16-bit sequence number around the highest seen.
+		ext := st.maxSeq&^0xffff | seq
+		if d := int32(ext - st.maxSeq); d < -0x8000 {
+			ext += 0x10000
+		} else if d > 0x8000 {
+			ext -= 0x10000
+		}
+		if ext > st.maxSeq {
+			if ext > st.maxSeq+1 {
+				gapFrom, gapN = st.maxSeq+1, ext-st.maxSeq-1
+			}
+			st.maxSeq = ext
+		}
+	}
+	if marker && st.firstFrm.IsZero() {
+		st.firstFrm = now
+		if onFirst != nil {
+			onFirst(true)
+		}
+	}
+	st.packets++
+	st.bytes += uint64(n)
+	// RFC 3550 interarrival jitter, in timestamp units.
+	arr := float64(now.UnixNano()) * st.clock / 1e9
+	transit := arr - float64(ts)
+	if st.packets > 1 {
+		d := math.Abs(transit - st.lastTrans)
+		if d < st.clock*10 { // a source loop or restart is not jitter
+			st.jitter += (d - st.jitter) / 16
+		}
+	}
+	st.lastTrans = transit
+	st.lastRx = now
+	if end > hl {
+		if _, sent, ok := ReadStamp(b[hl:end]); ok {
+			d := time.Duration(now.UnixNano() - sent)
+			if d >= 0 {
+				st.delaySum += d
+				st.delayN++
+				st.delayMax = max(st.delayMax, d)
+				tot.Delay.Add(d)
+			}
+		}
+	}
+	if gapN > 0 {
+		st.nacks += uint64(min(gapN, 17))
+	}
+	st.mu.Unlock()
+
+	tot.Packets.Add(1)
+	tot.Bytes.Add(uint64(n))
+	if gapN > 0 {
+		tot.Lost.Add(int64(gapN))
+		tot.NACKsSent.Add(uint64(min(gapN, 17)))
+	}
+	return gapFrom, gapN
 }
 
 func (st *streamRx) snapshot() StreamStats {

@@ -39,6 +39,7 @@ type Config struct {
 	Kbps       int           `json:"kbps"`
 	TargetPID  int           `json:"targetPid"`
 	Bind       string        `json:"bind"`
+	PionRead   bool          `json:"pionRead,omitempty"` // receive through Pion's track reader (see APIOptions)
 	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
 	// mountpoint fed by the generator) instead of VideoRoom.
 	JanusStreaming bool `json:"janusStreaming,omitempty"`
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkURL(cfg.URL, cfg.WHIPURL, cfg.WHEPURL); err != nil {
 		return nil, err
 	}
-	lean, err := NewLean(APIOptions{Bind: cfg.Bind})
+	lean, err := NewLean(APIOptions{Bind: cfg.Bind, PionRead: cfg.PionRead})
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,7 @@ func (t *Petrel) Join(ctx context.Context, room string, p *Peer, publishOnly boo
 		return nil, err
 	}
 	no := false
-	c, err := client.Join(ctx, t.wsURL(), tok, client.Options{Name: p.ID, API: t.Lean.API, AutoSubscribe: &no})
+	c, err := client.Join(ctx, t.wsURL(), tok, client.Options{Name: p.ID, API: t.Lean.For(p), AutoSubscribe: &no})
 	if err != nil {
 		return nil, fmt.Errorf("join %s as %s: %w", room, p.ID, err)
 	}
@@ -160,7 +160,7 @@ func (pp *Participant) Subscribe(ctx context.Context, sids []string) error {
 // WHIP publishes srcs to a WHIP endpoint (non-trickle: the offer carries the
 // candidates) and returns when the answer is applied.
 func WHIP(ctx context.Context, l *Lean, endpoint, token string, p *Peer, srcs ...*Source) error {
-	pc, err := l.NewPC()
+	pc, err := l.NewPCFor(p)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func WHIP(ctx context.Context, l *Lean, endpoint, token string, p *Peer, srcs ..
 
 // WHEP plays from a WHEP endpoint: one recvonly video and one audio transceiver.
 func WHEP(ctx context.Context, l *Lean, endpoint, token string, p *Peer) error {
-	pc, err := l.NewPC()
+	pc, err := l.NewPCFor(p)
 	if err != nil {
 		return err
 	}
