@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 import uuid
@@ -7,6 +8,11 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import petrel  # noqa: E402
+
+
+# aiortc logs a warning per undecodable packet; a failing test's own message
+# already says how many frames were decoded from how many packets.
+logging.getLogger("aiortc.codecs").setLevel(logging.ERROR)
 
 
 def pytest_configure(config):
