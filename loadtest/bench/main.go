@@ -318,11 +318,17 @@ func render(runs []*run, out string) (string, string) {
 
 	var g strings.Builder
 	g.WriteString("## Load generator\n\n")
-	g.WriteString("The generator's own cost in the runs above (same process, lean peers: no interceptors, 128 KiB RTP / 8 KiB RTCP buffers per stream, " +
-		"one shared DTLS certificate for the peers it creates itself, header-only accounting). CPU-µs per received packet is the generator's utime+stime " +
-		"over the steady window ÷ packets its peers received; it also pays for its publisher(s), the progress line and Go's runtime. " +
-		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet).\n\n")
-	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | RSS MiB | RSS/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	g.WriteString("The generator's own cost in the runs above (the same process drives every run; lean peers: no interceptors, received RTP counted " +
+		"from its header inside Pion's SRTP session goroutine instead of a reader goroutine per track, 8 KiB RTCP buffers, one shared DTLS " +
+		"certificate for the peer connections it creates itself). CPU-µs per received packet is the generator's utime+stime over the steady " +
+		"window ÷ packets its peers received; it also pays for its publisher(s), its sources, the progress line and Go's runtime. " +
+		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
+		"Petrel peers use the room protocol (two peer connections and two data channels each); the capacity run uses WHEP viewers (one).\n\n")
+	floor, floorDesc := receiveFloor("bench/results/floor.txt")
+	if floor > 0 {
+		fmt.Fprintf(&g, "Floor used for the × column: %s.\n\n", floorDesc)
+	}
+	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | × floor | RSS MiB | RSS/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
 		if r.server != "petrel" {
 			continue
@@ -333,7 +339,11 @@ func render(runs []*run, out string) (string, string) {
 			name = fmt.Sprintf("capacity: %d audio-only WHEP viewers", r.n)
 		}
 		d := s.SetupMs["dtlsConnected"]
-		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %.1f | %.0f | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, s.SelfRSSMiB, s.SelfRSSPerPeerKiB, d.P50, d.P95)
+		x := "–"
+		if floor > 0 {
+			x = fmt.Sprintf("%.1f", s.SelfCPUusPerPkt*1000/floor)
+		}
+		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %s | %.1f | %.0f | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, x, s.SelfRSSMiB, s.SelfRSSPerPeerKiB, d.P50, d.P95)
 	}
 	return b.String(), g.String()
 }
@@ -407,4 +417,45 @@ func rewrite(file, heading, body string) error {
 		s = s[:start] + body + sep + s[end:]
 	}
 	return os.WriteFile(file, []byte(s), 0o644)
+}
+
+// receiveFloor is the median of BenchmarkFloorReceive/AES256GCM in the floor
+// benchmark's saved output: its CPU-ns per packet when recorded, else ns/op.
+func receiveFloor(file string) (float64, string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, ""
+	}
+	var ns, cpu []float64
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "BenchmarkFloorReceive/AES256GCM") {
+			continue
+		}
+		f := strings.Fields(l)
+		for i := 1; i < len(f); i++ {
+			v, err := strconv.ParseFloat(f[i-1], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i] {
+			case "ns/op":
+				ns = append(ns, v)
+			case "cpu-ns/op":
+				cpu = append(cpu, v)
+			}
+		}
+	}
+	med := func(v []float64) float64 {
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	if len(cpu) > 0 {
+		m := med(cpu)
+		return m, fmt.Sprintf("BenchmarkFloorReceive/AES256GCM in `bench/results/floor.txt`, median %.0f CPU-ns per packet (UDP receive + SRTP decrypt of 1200 bytes)", m)
+	}
+	if len(ns) > 0 {
+		m := med(ns)
+		return m, fmt.Sprintf("BenchmarkFloorReceive/AES256GCM in `bench/results/floor.txt`, median %.0f ns per packet", m)
+	}
+	return 0, ""
 }
