@@ -187,11 +187,15 @@ class WhepViewer:
         except MediaStreamError:
             pass
 
-    async def start(self, answer_delay=0.0, retry_404_seconds=0.0):
+    async def start(self, answer_delay=0.0, retry_404_seconds=0.0, video_codec=None, expect=201):
         """answer_delay: seconds between the server's answer and applying it, as
         a client busy with something else (or on a slow device) takes.
-        retry_404_seconds: how long to retry while nothing is published yet."""
-        self.pc.addTransceiver("video", direction="recvonly")
+        retry_404_seconds: how long to retry while nothing is published yet.
+        video_codec: offer only this video codec (e.g. "video/H264").
+        expect: the status the caller expects; others raise."""
+        vt = self.pc.addTransceiver("video", direction="recvonly")
+        if video_codec:
+            prefer(vt, "video", video_codec)
         self.pc.addTransceiver("audio", direction="recvonly")
         await self.pc.setLocalDescription(await self.pc.createOffer())
         petrel.require_loopback(self.pc.localDescription.sdp, "aiortc viewer's offer")
@@ -201,8 +205,10 @@ class WhepViewer:
             if r.status != 404 or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.25)
-        if r.status != 201:
+        if r.status != expect:
             raise AssertionError(f"WHEP POST: {r.status} {r.body}")
+        if r.status != 201:
+            return r
         self.location = r.headers.get("Location")
         if answer_delay:
             await asyncio.sleep(answer_delay)

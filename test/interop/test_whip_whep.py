@@ -494,6 +494,26 @@ def test_whip_with_garbage_sdp_is_400(room):
     check_json_error(petrel.post_sdp("whip", room, tok, "v=0\r\nthis is not sdp\r\n"), 400, "sdp_invalid")
 
 
+def test_whep_player_without_the_publishers_codec_is_told_so(room):
+    """A player that can only decode H.264 asks for a VP8 stream: a 400 that
+    names the problem, not a 201 and a black picture."""
+
+    async def scenario():
+        pub = aiortc_peer.WhipPublisher(room, video_codec="video/VP8")
+        viewer = aiortc_peer.WhepViewer(room)
+        try:
+            await pub.start()
+            await wait_media_sent(pub)
+            return await viewer.start(video_codec="video/H264", expect=400, retry_404_seconds=5)
+        finally:
+            await viewer.stop()
+            await pub.stop()
+
+    r = asyncio.run(scenario())
+    body = check_json_error(r, 400, "sdp_invalid")
+    assert "codec" in body["message"], body
+
+
 def test_whep_before_anything_is_published_is_404(room):
     tok = petrel.token(room, "viewer", subscribe=True)
     check_json_error(petrel.post_sdp("whep", room, tok, OFFER_STUB), 404, "not_found")
