@@ -37,6 +37,11 @@ go build -o "$tmp/benchserver" ./bench/cmd/benchserver
 go build -o "$tmp/fanout" ./bench/cmd/fanout
 
 if [ -z "${REPORT_ONLY:-}" ]; then
+# What was measured: the commit, and whether the server's packages differed from it.
+built="$(git rev-parse --short HEAD)"
+if ! git diff --quiet HEAD -- sfu rtc signal server client config metrics 2>/dev/null; then
+	built="$built plus uncommitted changes in the server's packages"
+fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u +"%Y-%m-%d %H:%M UTC")
 
@@ -88,8 +93,8 @@ go tool pprof -top -cum -sample_index=inuse_space -nodecount 40 "$tmp/benchserve
 go tool pprof -top -sample_index=inuse_space -nodecount 25 "$tmp/benchserver" "$OUT/fanout-n$PROFILE_N-heap.pprof" 2>/dev/null >"$OUT/fanout-n$PROFILE_N-heap-flat.txt"
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-printf 'started="%s"\nload_before="%s"\nload_after="%s"\nRUNS=%s\nDURATION=%s\nPROFILE_N=%s\n' \
-	"$started" "$load_before" "$load_after" "$RUNS" "$DURATION" "$PROFILE_N" >"$OUT/meta.env"
+printf 'started="%s"\nbuilt="%s"\nload_before="%s"\nload_after="%s"\nRUNS=%s\nDURATION=%s\nPROFILE_N=%s\n' \
+	"$started" "$built" "$load_before" "$load_after" "$RUNS" "$DURATION" "$PROFILE_N" >"$OUT/meta.env"
 fi
 . "$OUT/meta.env"
 FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $2 }' "$OUT/floor-medians.txt")
@@ -114,7 +119,7 @@ EOF
 {
 	echo "$SECTION"
 	echo
-	echo "_Written by \`bench/run.sh\` on $started: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), KVM guest), $(go version | cut -d' ' -f3), Linux $(uname -r). The machine is shared and noisy: load average $load_before before, $load_after after (other sessions build and test on it). Every figure is the median of $RUNS runs; compare ratios within one run of this script, not absolute values across runs._"
+	echo "_Written by \`bench/run.sh\` on $started, server built from ${built:-?}: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), KVM guest), $(go version | cut -d' ' -f3), Linux $(uname -r). The machine is shared and noisy: load average $load_before before, $load_after after (other sessions build and test on it). Every figure is the median of $RUNS runs; compare ratios within one run of this script, not absolute values across runs._"
 	echo
 	echo "### The floor (\`go test -run '^\$' -bench Floor -benchmem ./bench/\`)"
 	echo
