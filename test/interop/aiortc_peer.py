@@ -106,6 +106,7 @@ async def wait_for(predicate, timeout, what):
 class WhipPublisher:
     def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400, video=True):
         self.room = room
+        self.identity = identity
         self.token = petrel.token(room, identity, publish=True)
         self.video_codec = video_codec
         self.pc = RTCPeerConnection(NO_ICE_SERVERS)
@@ -214,6 +215,14 @@ class WhepViewer:
             await asyncio.sleep(answer_delay)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=r.body, type="answer"))
         return r
+
+    async def received(self):
+        """RTP packets received per kind, from the peer connection's stats."""
+        out = {}
+        for st in (await self.pc.getStats()).values():
+            if st.type == "inbound-rtp":
+                out[st.kind] = out.get(st.kind, 0) + st.packetsReceived
+        return out
 
     async def stop(self):
         r = None

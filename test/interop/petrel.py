@@ -35,6 +35,34 @@ def token(room, identity, publish=False, subscribe=False):
     return out.stdout.strip()
 
 
+_admin = None
+
+
+def admin_token():
+    global _admin
+    if _admin is None:
+        out = subprocess.run(
+            [env("PETREL_BIN"), "token", "--admin", "--identity", "interop-admin"],
+            check=True, capture_output=True, text=True, timeout=10,
+        )
+        _admin = out.stdout.strip()
+    return _admin
+
+
+def published(room, identity):
+    """{kind: mimeType} of what identity has published in room, from the admin
+    API (as an operator checks that an encoder is live); {} if not there."""
+    r = request(
+        "GET", f"{base_url()}/v1/admin/rooms/{room}/participants/{identity}",
+        headers={"Authorization": "Bearer " + admin_token()},
+    )
+    if r.status == 404:
+        return {}
+    if r.status != 200:
+        raise RuntimeError(f"admin API: {r.status} {r.body}")
+    return {t["kind"]: t.get("mimeType", "") for t in r.json()["participant"].get("tracks") or []}
+
+
 @dataclass
 class Response:
     status: int

@@ -30,16 +30,17 @@ def all_loopback(addresses):
 
 
 async def wait_media_sent(pub, timeout=5):
-    """Until the publisher has sent video RTP: the server publishes the track on
-    its first packets, and only then can WHEP find it."""
+    """Until the server has published each of the publisher's tracks, which it
+    does on their first packets: a WHEP viewer gets what is published when it
+    asks, and cannot be given a track later (no renegotiation in WHEP)."""
+    want = {"video", "audio"} if pub.send_video else {"audio"}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stats = await pub.pc.getStats()
-        sent = [s.packetsSent for s in stats.values() if s.type == "outbound-rtp" and s.kind == "video"]
-        if sent and sent[0] > 0:
-            return sent[0]
-        await asyncio.sleep(0.1)
-    raise AssertionError("the publisher sent no video RTP")
+        got = await asyncio.to_thread(petrel.published, pub.room, pub.identity)
+        if want <= set(got):
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the server did not publish {want} within {timeout}s (has {got})")
 
 
 async def gst_view(
@@ -218,7 +219,11 @@ def test_gstreamer_publishes_aiortc_plays(room):
             line = await asyncio.wait_for(proc.stdout.readline(), 15)
             event = json.loads(line or b"{}")
             assert event.get("event") == "connected", event
-            r = await viewer.start(retry_404_seconds=5)
+            deadline = time.monotonic() + 5
+            while set(await asyncio.to_thread(petrel.published, room, "gst-publisher")) != {"video", "audio"}:
+                assert time.monotonic() < deadline, "the server did not publish webrtcbin's tracks"
+                await asyncio.sleep(0.05)
+            r = await viewer.start()
             assert r.status == 201, r
             deadline = time.monotonic() + VIEW_SECONDS
             while time.monotonic() < deadline and (viewer.video_frames <= WANT_FRAMES or viewer.audio_frames < 50):
@@ -258,7 +263,7 @@ def test_audio_only_publisher_plays_as_audio(room):
         try:
             await pub.start()
             assert "m=video" not in pub.offer
-            await asyncio.sleep(1)  # the track is published on its first packets
+            await wait_media_sent(pub)
             return await gst_view(room, want_frames=0)
         finally:
             await pub.stop()
@@ -293,6 +298,7 @@ def test_two_independent_viewers_see_one_publisher(room):
             while time.monotonic() < deadline and (viewer.video_frames <= WANT_FRAMES or viewer.audio_frames < 50):
                 await asyncio.sleep(0.1)
             v = await gst
+            viewer.rtp = await viewer.received()
             d = await viewer.stop()
             assert d.status == 200, d
             await ended(pub, room)
@@ -306,12 +312,13 @@ def test_two_independent_viewers_see_one_publisher(room):
 
     v, viewer, late = asyncio.run(scenario())
     print("gstreamer viewer:", json.dumps(v))
-    print("aiortc viewer:", viewer.video_frames, "frames", viewer.audio_frames, "audio frames", viewer.luma_means, viewer.tones)
+    print("aiortc viewer:", viewer.video_frames, "frames", viewer.audio_frames, "audio frames", viewer.rtp, "RTP")
+    print("aiortc viewer:", viewer.luma_means, viewer.tones)
     check_gst_view(v, "VP8")
     assert viewer.video_frames > MIN_FRAMES
     assert viewer.video_size == (aiortc_peer.WIDTH, aiortc_peer.HEIGHT)
     assert viewer.luma_means and all(80 < m < 175 for m in viewer.luma_means), viewer.luma_means
-    assert viewer.audio_frames > 0
+    assert viewer.audio_frames > 0, f"no audio decoded; RTP packets received: {viewer.rtp}"
     check_tone(viewer.tones, 400)
     assert late.status == 404 and late.json()["code"] == "not_found", late
 
