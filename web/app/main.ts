@@ -127,6 +127,10 @@ function wireRoom(r: Room): void {
     });
   });
   r.on('trackMuted', (_pub, p) => updateLabel(p));
+  r.on('dominantSpeakerChanged', (sid) => {
+    tiles.querySelectorAll('.tile.speaking').forEach((t) => t.classList.remove('speaking'));
+    tileOf(sid)?.classList.add('speaking');
+  });
   r.on('localTrackPublished', (pub) => {
     if (pub.kind === 'video' && pub.source === 'camera') {
       const video = tileOf(r.localParticipant?.sid ?? 'local')?.querySelector('video');

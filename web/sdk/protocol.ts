@@ -100,6 +100,8 @@ export type ClientMessage =
     }
   | { type: 'muteTrack'; trackSid: string; muted: boolean }
   | { type: 'subscribe'; trackSids: string[]; subscribe: boolean }
+  | { type: 'setLastN'; n: number }
+  | { type: 'pin'; participantSids: string[] }
   | { type: 'updateMetadata'; metadata?: string; name?: string }
   | { type: 'restartIce' }
   | { type: 'ping'; t?: number }
@@ -127,6 +129,8 @@ export type ServerMessage =
   | { type: 'trackPublished'; participantSid: string; track: TrackInfo }
   | { type: 'trackUnpublished'; participantSid: string; trackSid: string }
   | { type: 'trackMuted'; participantSid: string; trackSid: string; muted: boolean }
+  | { type: 'dominantSpeaker'; participantSid: string }
+  | { type: 'trackDemand'; trackSid: string; active: boolean; layers?: boolean[] }
   | { type: 'trackSubscribed'; participantSid: string; trackSid: string; mid?: string }
   | { type: 'trackUnsubscribed'; participantSid: string; trackSid: string }
   | { type: 'response'; id: number; track?: TrackInfo; [k: string]: unknown }

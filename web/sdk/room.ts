@@ -145,6 +145,8 @@ export interface RoomEvents {
   localTrackPublished: (pub: LocalTrackPublication) => void;
   localTrackUnpublished: (pub: LocalTrackPublication) => void;
   dataReceived: (msg: DataMessage) => void;
+  /** The room's dominant speaker changed; `sid` may be our own participant sid. */
+  dominantSpeakerChanged: (sid: string, p: RemoteParticipant | undefined) => void;
   connectionQuality: (quality: ConnectionQuality, stats: StatsSummary) => void;
   connectionStateChanged: (state: ConnectionState) => void;
   reconnecting: () => void;
@@ -163,6 +165,7 @@ export class Room extends Emitter<RoomEvents> {
   readonly participants = new Map<string, RemoteParticipant>();
   readonly localTracks = new Map<string, LocalTrackPublication>();
   quality: ConnectionQuality = 'unknown';
+  dominantSpeaker?: string;
 
   private url = '';
   private token = '';
@@ -329,6 +332,18 @@ export class Room extends Emitter<RoomEvents> {
   async updateTrackSettings(trackSid: string, settings: TrackSettings): Promise<void> {
     if (!this.signal) throw new Error('updateTrackSettings: not connected');
     await this.signal.request({ type: 'updateTrackSettings', trackSid, ...settings });
+  }
+
+  /** Receive video from at most `n` other participants, most recent speakers first (0: all). */
+  async setLastN(n: number): Promise<void> {
+    if (!this.signal) throw new Error('setLastN: not connected');
+    await this.signal.request({ type: 'setLastN', n });
+  }
+
+  /** Always receive these participants' video, whatever Last-N says (replaces earlier pins). */
+  async pin(participantSids: string[]): Promise<void> {
+    if (!this.signal) throw new Error('pin: not connected');
+    await this.signal.request({ type: 'pin', participantSids });
   }
 
   async updateMetadata(update: { metadata?: string; name?: string }): Promise<void> {
@@ -544,6 +559,13 @@ export class Room extends Emitter<RoomEvents> {
         }
         break;
       }
+      case 'dominantSpeaker':
+        this.dominantSpeaker = msg.participantSid;
+        this.emit('dominantSpeakerChanged', msg.participantSid, this.participants.get(msg.participantSid));
+        break;
+      case 'trackDemand':
+        void this.applyDemand(msg.trackSid, msg.active, msg.layers);
+        break;
       case 'trackSubscribed': {
         const pub = this.participants.get(msg.participantSid)?.tracks.get(msg.trackSid);
         if (pub) pub.subscribed = true;
@@ -564,6 +586,26 @@ export class Room extends Emitter<RoomEvents> {
         break;
       default:
         break;
+    }
+  }
+
+  // Nobody needs some of our encodings (or the whole track): stop encoding them,
+  // which saves our CPU and uplink. Re-enabled encodings start with a keyframe.
+  private async applyDemand(trackSid: string, active: boolean, layers?: boolean[]): Promise<void> {
+    const pub = this.localTracks.get(trackSid);
+    if (!pub) return;
+    const sender = pub.transceiver.sender;
+    const params = sender.getParameters();
+    if (!params.encodings?.length) return;
+    const rids = ['q', 'h', 'f'];
+    for (const enc of params.encodings) {
+      const i = enc.rid ? rids.indexOf(enc.rid) : -1;
+      enc.active = active && (i < 0 || !layers || layers[i] !== false);
+    }
+    try {
+      await sender.setParameters(params);
+    } catch (err) {
+      console.warn('petrel: could not apply track demand', err);
     }
   }
 
