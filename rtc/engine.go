@@ -146,7 +146,9 @@ func newAPI(se webrtc.SettingEngine, publisher bool) (*webrtc.API, error) {
 	if publisher {
 		// Ask publishers for what the server lost, report reception, and give their
 		// congestion controllers transport-wide feedback so they ramp up.
-		gen, err := nack.NewGeneratorInterceptor(nack.GeneratorSize(1024), nack.GeneratorInterval(20*time.Millisecond))
+		// Every timer here ticks per publisher connection; these intervals are
+		// Pion's defaults halved for NACK (faster recovery) and kept for the rest.
+		gen, err := nack.NewGeneratorInterceptor(nack.GeneratorSize(1024), nack.GeneratorInterval(50*time.Millisecond))
 		if err != nil {
 			return nil, err
 		}
@@ -156,7 +158,7 @@ func newAPI(se webrtc.SettingEngine, publisher bool) (*webrtc.API, error) {
 			return nil, err
 		}
 		ir.Add(rr)
-		tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(50 * time.Millisecond))
+		tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(100 * time.Millisecond))
 		if err != nil {
 			return nil, err
 		}
@@ -179,8 +181,14 @@ func (e *Engine) Configuration(policy webrtc.ICETransportPolicy) webrtc.Configur
 	}
 }
 
-// NewPublisherPC makes a connection that receives media from a client.
-func (e *Engine) NewPublisherPC() (*webrtc.PeerConnection, error) {
+// NewPublisherPC makes a connection that receives media from a client. A
+// participant that may not publish media gets one without the media
+// interceptors, whose timers would otherwise tick for nothing: its publisher
+// connection only carries the data channels.
+func (e *Engine) NewPublisherPC(media bool) (*webrtc.PeerConnection, error) {
+	if !media {
+		return e.subAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
+	}
 	return e.pubAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
 }
 

@@ -145,7 +145,7 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	}
 	p.autoSubscribe = opt.AutoSubscribe
 	p.out = out
-	pub, err := m.engine.NewPublisherPC()
+	pub, err := m.engine.NewPublisherPC(c.Grants.Publish)
 	if err != nil {
 		return nil, fmt.Errorf("publisher connection: %w", err)
 	}
@@ -232,7 +232,7 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 	if err != nil {
 		return nil, "", err
 	}
-	pc, err := m.engine.NewPublisherPC()
+	pc, err := m.engine.NewPublisherPC(true)
 	if err != nil {
 		return nil, "", err
 	}
