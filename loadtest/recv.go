@@ -69,7 +69,11 @@ type Counters struct {
 	NACKsSent atomic.Uint64
 	NACKsRecv atomic.Uint64
 	PLIsRecv  atomic.Uint64
-	Delay     DelayHist
+	Delay     DelayHist // the whole run
+	// SteadyDelay holds the delays of the steady window only (while Steady
+	// is set): joins, handshakes and keyframe bursts of the ramp stay out.
+	SteadyDelay DelayHist
+	Steady      atomic.Bool
 }
 
 // StreamStats is what one receiver measured on one incoming stream.
@@ -224,6 +228,9 @@ func (st *streamRx) onPacket(b []byte, tot *Counters, onFirst func(frame bool)) 
 				st.delayN++
 				st.delayMax = max(st.delayMax, d)
 				tot.Delay.Add(d)
+				if tot.Steady.Load() {
+					tot.SteadyDelay.Add(d)
+				}
 			}
 		}
 	}

@@ -50,7 +50,8 @@ func SummaryTable(res *Result) string {
 	row("NACKed packets sent by receivers / received by publishers", "%d / %d", s.NACKsSent, s.NACKsRecv)
 	row("PLI/FIR received by publishers", "%d", s.PLIsRecv)
 	row("jitter mean (ms)", "%.2f", s.JitterMs)
-	row("one-way delay p50 / p95 / p99 (ms)", "%.2f / %.2f / %.2f", s.DelayMs.P50, s.DelayMs.P95, s.DelayMs.P99)
+	row("one-way delay, steady window, p50 / p95 / p99 (ms)", "%.2f / %.2f / %.2f", s.DelayMs.P50, s.DelayMs.P95, s.DelayMs.P99)
+	row("one-way delay, whole run, p50 / p99 / max (ms)", "%.2f / %.2f / %.2f", s.DelayAllMs.P50, s.DelayAllMs.P99, s.DelayAllMs.Max)
 	if c.TargetPID > 0 {
 		row("target CPU (% of a core) / RSS (MiB)", "%.1f / %.1f", s.TargetCPU, s.TargetRSSMiB)
 		row("target CPU-µs per received packet", "%.2f", s.TargetCPUusPerPkt)

@@ -43,7 +43,8 @@ type Summary struct {
 	NACKsRecv         uint64                 `json:"nacksReceived"`
 	PLIsRecv          uint64                 `json:"plisReceived"`
 	JitterMs          float64                `json:"jitterMsMean"`
-	DelayMs           Percentiles            `json:"delayMs"`
+	DelayMs           Percentiles            `json:"delayMs"`    // steady window (whole run if it had none)
+	DelayAllMs        Percentiles            `json:"delayAllMs"` // whole run, ramp included
 	WindowS           float64                `json:"windowS"`
 	PPS               float64                `json:"ppsReceived"` // in the steady window
 	KbpsPerPeer       float64                `json:"kbpsPerReceivingPeer"`
@@ -202,8 +203,14 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 	for _, j := range jit {
 		sm.JitterMs += j / float64(len(jit))
 	}
-	h := &r.tot.Delay
-	sm.DelayMs = Percentiles{N: int(h.Count()), P50: ms(h.Quantile(0.5)), P95: ms(h.Quantile(0.95)), P99: ms(h.Quantile(0.99)), Max: ms(h.Quantile(1))}
+	pct := func(h *DelayHist) Percentiles {
+		return Percentiles{N: int(h.Count()), P50: ms(h.Quantile(0.5)), P95: ms(h.Quantile(0.95)), P99: ms(h.Quantile(0.99)), Max: ms(h.Quantile(1))}
+	}
+	sm.DelayAllMs = pct(&r.tot.Delay)
+	sm.DelayMs = sm.DelayAllMs
+	if r.tot.SteadyDelay.Count() > 0 {
+		sm.DelayMs = pct(&r.tot.SteadyDelay)
+	}
 	// Steady window figures come from the samples inside it.
 	var n int
 	var selfMax float64

@@ -183,7 +183,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.setPhase("steady")
 	w0 := r.mark()
+	r.tot.Steady.Store(true)
 	sleepCtx(ctx, cfg.Duration)
+	r.tot.Steady.Store(false)
 	w1 := r.mark()
 	r.setPhase("done")
 	stopSampler()

@@ -54,6 +54,7 @@ func main() {
 	docs := flag.String("docs", "docs/benchmarks.md", "file whose sections are rewritten ('' to skip)")
 	hold := flag.Int("hold", 0, "also run a generator capacity run: this many audio-only receivers from Petrel")
 	reportOnly := flag.Bool("report-only", false, "re-render from the JSON in -out")
+	strip := flag.Bool("strip", false, "with -report-only: rewrite the JSON in -out without per-peer records")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("loadbench: ")
@@ -63,6 +64,13 @@ func main() {
 	var runs []*run
 	if *reportOnly {
 		runs = load(*out)
+		if *strip {
+			for _, e := range mustGlob(filepath.Join(*out, "*.json")) {
+				if res, err := loadtest.ReadJSON(e); err == nil {
+					_ = save(res, e)
+				}
+			}
+		}
 	} else {
 		runs = measure(*petrelBin, *servers, *sizes, *roomSpec, *duration, *warmup, *rate, *out, *hold)
 	}
@@ -128,7 +136,7 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 				continue
 			}
 			runs = append(runs, r)
-			if err := loadtest.WriteJSON(r.res, filepath.Join(out, fmt.Sprintf("%s-%s-%d.json", srv, j.scenario, j.n))); err != nil {
+			if err := save(r.res, filepath.Join(out, fmt.Sprintf("%s-%s-%d.json", srv, j.scenario, j.n))); err != nil {
 				log.Fatal(err)
 			}
 		}
@@ -140,7 +148,7 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 		} else {
 			r.label = "hold"
 			runs = append(runs, r)
-			_ = loadtest.WriteJSON(r.res, filepath.Join(out, fmt.Sprintf("hold-%d.json", hold)))
+			_ = save(r.res, filepath.Join(out, fmt.Sprintf("hold-%d.json", hold)))
 		}
 	}
 	return runs
@@ -458,4 +466,17 @@ func receiveFloor(file string) (float64, string) {
 		return m, fmt.Sprintf("BenchmarkFloorReceive/AES256GCM in `bench/results/floor.txt`, median %.0f ns per packet", m)
 	}
 	return 0, ""
+}
+
+// save keeps the summary and the samples of a run (what the report needs), not
+// its per-peer records, so that results stay small enough to commit.
+func save(res *loadtest.Result, file string) error {
+	c := *res
+	c.Peers = nil
+	return loadtest.WriteJSON(&c, file)
+}
+
+func mustGlob(p string) []string {
+	m, _ := filepath.Glob(p)
+	return m
 }
