@@ -333,7 +333,7 @@ async function refreshStats(r: Room): Promise<void> {
       t.kind === 'video'
         ? `${t.frameWidth ?? 0}×${t.frameHeight ?? 0} ${Math.round(t.framesPerSecond ?? 0)}fps ${t.framesDecoded ?? t.framesEncoded ?? 0}f`
         : '';
-    return [who, `${t.direction === 'outbound' ? '↑' : '↓'} ${t.kind}`, kbps(t.bitrate), video, `lost ${t.packetsLost}`];
+    return [who, `${t.direction === 'outbound' ? '↑' : '↓'} ${t.kind}`, kbps(t.bitrate), video, t.packetsLost ? `lost ${t.packetsLost}` : ''];
   });
   $('stats').replaceChildren(
     ...rows.map((cells) => {
