@@ -61,6 +61,10 @@ func main() {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
 	}
+	ensure("gnuplot", "gnuplot-nox")
+	if !*reportOnly && strings.Contains(*servers, "janus") {
+		ensure("janus", "janus")
+	}
 	var runs []*run
 	if *reportOnly {
 		runs = load(*out)
@@ -479,4 +483,18 @@ func save(res *loadtest.Result, file string) error {
 func mustGlob(p string) []string {
 	m, _ := filepath.Glob(p)
 	return m
+}
+
+// ensure installs Debian package pkg when command is missing (the benchmark
+// installs what it needs; tests skip instead).
+func ensure(command, pkg string) {
+	if _, err := exec.LookPath(command); err == nil || os.Geteuid() != 0 {
+		return
+	}
+	log.Printf("installing %s", pkg)
+	cmd := exec.Command("apt-get", "install", "-y", "-q", "--no-install-recommends", pkg)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Printf("apt-get install %s: %v: %s", pkg, err, out)
+	}
 }
