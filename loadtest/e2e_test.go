@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +151,32 @@ func TestEchoAndWHEPAgainstPetrel(t *testing.T) {
 	}
 	res = runSmall(t, Config{Scenario: "whep", Target: "whip", WHIPURL: url + "/whip/g", WHEPURL: url + "/whep/g", Token: tok, Peers: 3, Rate: 50, Duration: time.Second, Warmup: time.Second})
 	checkAllReceived(t, res, "subscriber", 3)
+}
+
+func TestH264StreamAndReport(t *testing.T) {
+	url := startPetrel(t)
+	res := runSmall(t, Config{Scenario: "stream", Target: "petrel", URL: url, Peers: 2, Rate: 50, Duration: 2 * time.Second, Warmup: time.Second, Video: "testdata/clip.h264", Audio: "testdata/tone.ogg"})
+	checkAllReceived(t, res, "subscriber", 2)
+	dir := t.TempDir()
+	if err := WriteReport(res, dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(dir + "/report.md")
+	if err != nil || !strings.Contains(string(md), "peers connected / failed | 3 / 0") {
+		t.Fatalf("report: %v\n%s", err, md)
+	}
+	if _, err := exec.LookPath("gnuplot"); err == nil {
+		for _, png := range []string{"cpu.png", "rss.png", "nacks.png", "delay.png"} {
+			if st, err := os.Stat(dir + "/" + png); err != nil || st.Size() < 1000 {
+				t.Errorf("%s: %v", png, err)
+			}
+		}
+	}
+	if err := WriteJSON(res, dir+"/r.json"); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(dir + "/r.json")
+	if err != nil || back.Summary.Connected != 3 || len(back.Peers) != 3 {
+		t.Fatalf("JSON round trip: %v %+v", err, back.Summary)
+	}
 }
