@@ -220,7 +220,13 @@ export class Room extends Emitter<RoomEvents> {
     }
     this.setState('connected');
     this.startQualityTimer();
+    window.addEventListener('online', this.onOnline);
   }
+
+  // Back online after an outage: the old ICE paths are likely gone.
+  private onOnline = (): void => {
+    if (this.state === 'connected') this.restartIce();
+  };
 
   /** Leaves the room, stops local tracks and closes everything. */
   async disconnect(): Promise<void> {
@@ -360,6 +366,16 @@ export class Room extends Emitter<RoomEvents> {
     const text = typeof payload === 'string';
     const bytes = text ? textEncoder.encode(payload) : payload;
     dc.send(encodeData({ to: opts.to?.length ? opts.to : undefined, topic: opts.topic, text }, bytes));
+  }
+
+  /**
+   * ICE-restarts both peer connections without touching the socket, e.g. after a
+   * network change. The room does this by itself on ICE failure and when the
+   * browser comes back online.
+   */
+  restartIce(): void {
+    this.restartIceOf('publisher');
+    this.restartIceOf('subscriber');
   }
 
   /**
@@ -718,16 +734,16 @@ export class Room extends Emitter<RoomEvents> {
     const state = pc.iceConnectionState;
     clearTimeout(this.iceTimers[target]);
     if (this.state !== 'connected') return;
-    if (state === 'failed') this.restartIce(target);
+    if (state === 'failed') this.restartIceOf(target);
     else if (state === 'disconnected') {
       // Often recovers by itself (a brief loss); restart only if it does not.
       this.iceTimers[target] = setTimeout(() => {
-        if (pc.iceConnectionState === 'disconnected') this.restartIce(target);
+        if (pc.iceConnectionState === 'disconnected') this.restartIceOf(target);
       }, ICE_DISCONNECTED_GRACE_MS);
     }
   }
 
-  private restartIce(target: PcTarget): void {
+  private restartIceOf(target: PcTarget): void {
     if (!this.signal?.open) return;
     const done =
       target === 'publisher'
@@ -763,8 +779,7 @@ export class Room extends Emitter<RoomEvents> {
           this.applyJoined(joined);
           // Same PCs, new paths: the publisher restarts by offering, the subscriber on request.
           this.setState('connected');
-          this.restartIce('publisher');
-          this.restartIce('subscriber');
+          this.restartIce();
         } else {
           await this.rejoin(joined);
           this.setState('connected');
@@ -816,6 +831,7 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private teardown(): void {
+    window.removeEventListener('online', this.onOnline);
     if (this.qualityTimer) clearInterval(this.qualityTimer);
     this.qualityTimer = null;
     const signal = this.signal;

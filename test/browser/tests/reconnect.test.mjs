@@ -59,6 +59,16 @@ test('a dropped signaling socket is resumed with an ICE restart, media keeps flo
     await bob.collectData();
     await alice.page.evaluate(() => window.petrel.room.sendData('still here'));
     await waitFor(bob.page, 'a data message after resume', () => window.__data.some((m) => m.text === 'still here'));
+
+    // An ICE restart without losing the socket (a network change): new ICE
+    // credentials on both connections, and bob keeps seeing alice.
+    await alice.page.evaluate(() => window.petrel.room.restartIce());
+    await waitFor(alice.page, 'both ICE restarts again', (b) => {
+      const s = (0, eval)(`(${b.fn})`)();
+      return s.publisherUfrag !== b.before.publisherUfrag && s.subscriberUfrag !== b.before.subscriberUfrag && s;
+    }, { fn: snapshot.toString(), before: after });
+    await expectGrowth("alice's video at bob after an ICE restart", () => bob.inbound(), { framesDecoded: 10 });
+    await expectGrowth("bob's video at alice after an ICE restart", () => alice.inbound(), { framesDecoded: 10 });
   }));
 
 test('a participant the server no longer knows joins again and republishes', { timeout: 120_000 }, () =>
