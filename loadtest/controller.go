@@ -534,7 +534,12 @@ func (cc *ctlConn) state(r *request) (map[string]any, error) {
 	cc.mu.Unlock()
 	sess := make([]map[string]any, 0, len(list))
 	for _, s := range list {
+		local := ""
+		if d := s.pc.LocalDescription(); d != nil {
+			local = d.SDP
+		}
 		sess = append(sess, map[string]any{
+			"local_sdp":        local,
 			"session":          s.id,
 			"ice_state":        s.pc.ICEConnectionState().String(),
 			"connection_state": s.pc.ConnectionState().String(),

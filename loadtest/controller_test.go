@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -264,4 +266,69 @@ func waitEvent(t *testing.T, c *ctl, match func(map[string]any) bool) {
 			t.Fatal("event did not come")
 		}
 	}
+}
+
+// TestControllerAgainstPetrelWHEP is the docs/load.md example: a controller
+// creates a receive-only session, gathers its candidates, does the WHEP POST
+// itself, hands the answer back, and sees media start.
+func TestControllerAgainstPetrelWHEP(t *testing.T) {
+	url := startPetrel(t)
+	tp := &Petrel{Base: url, APIKey: testKey, APISecret: testSecret}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lean, err := NewLean(APIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, a := Synthetic(false, 300, 30, 30), Synthetic(true, 0, 0, 0)
+	v.Start()
+	a.Start()
+	defer v.Stop()
+	defer a.Stop()
+	tok, _ := tp.Token(ctx, "c", "pub")
+	pub := NewPeer("pub", "publisher", &Counters{})
+	defer pub.Close()
+	if err := WHIP(ctx, lean, url+"/whip/c", tok, pub, v, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitMedia(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+
+	c := dialCtl(t)
+	c.ok(map[string]any{"request": "register"})
+	s := c.ok(map[string]any{"request": "create_session", "receive": map[string]any{"video": 1, "audio": 1}})["session"].(string)
+	c.ok(map[string]any{"request": "generate_offer", "session": s})
+	waitEvent(t, c, func(ev map[string]any) bool {
+		cand, _ := ev["candidate"].(map[string]any)
+		return ev["event"] == "trickle" && cand["completed"] == true
+	})
+	// A non-trickle server (WHEP here) wants the offer with its candidates:
+	// get_state has the local description as it is after gathering.
+	st := c.ok(map[string]any{"request": "get_state", "session": s})
+	sdp, _ := st["sessions"].([]any)[0].(map[string]any)["local_sdp"].(string)
+	if !strings.Contains(sdp, "a=candidate:") {
+		t.Fatalf("local_sdp has no candidates: %q", sdp)
+	}
+	tok2, _ := tp.Token(ctx, "c", "viewer")
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/whep/c", strings.NewReader(sdp))
+	req.Header.Set("Content-Type", "application/sdp")
+	req.Header.Set("Authorization", "Bearer "+tok2)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("WHEP: %s %s", resp.Status, body)
+	}
+	c.ok(map[string]any{"request": "handle_answer", "session": s, "sdp": string(body)})
+	got := map[string]bool{}
+	waitEvent(t, c, func(ev map[string]any) bool {
+		if ev["event"] == "media" && ev["receiving"] == true {
+			got[ev["kind"].(string)] = true
+		}
+		return got["video"] && got["audio"]
+	})
 }
