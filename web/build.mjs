@@ -6,6 +6,17 @@ import { copyFile, mkdir, readdir, rm } from 'node:fs/promises';
 
 const dist = new URL('./dist/', import.meta.url);
 
+// `--tests`: compile the SDK unit tests for Node's test runner instead.
+if (process.argv.includes('--tests')) {
+  const { readdirSync } = await import('node:fs');
+  const entryPoints = readdirSync(new URL('./test/', import.meta.url))
+    .filter((f) => f.endsWith('.test.ts'))
+    .map((f) => `test/${f}`);
+  await rm(new URL('./.test-out/', import.meta.url), { recursive: true, force: true });
+  await build({ entryPoints, outdir: '.test-out', bundle: true, platform: 'node', format: 'esm', outExtension: { '.js': '.mjs' }, logLevel: 'warning' });
+  process.exit(0);
+}
+
 // Clear old bundles but keep .gitkeep, which keeps the embed directory in git.
 await mkdir(dist, { recursive: true });
 for (const f of await readdir(dist)) if (f !== '.gitkeep') await rm(new URL(f, dist), { recursive: true });

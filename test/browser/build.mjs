@@ -15,4 +15,5 @@ const run = (cmd, args, cwd) => {
 };
 if (!existsSync(`${web}/node_modules`)) run('npm', ['ci', '--no-audit', '--no-fund'], web);
 run('npm', ['run', 'build'], web);
+run('npm', ['test'], web); // the SDK's Node unit tests: quick, and they guard the parts browsers rely on
 run('go', ['build', '-o', 'bin/petrel', './cmd/petrel'], root);
