@@ -12,6 +12,7 @@ import aioice.ice
 import av
 from aiortc import (
     RTCConfiguration,
+    RTCIceServer,
     RTCPeerConnection,
     RTCRtpSender,
     RTCSessionDescription,
@@ -24,7 +25,11 @@ import petrel
 # aioice leaves 127.0.0.1 out of its host candidates, and the server under test
 # only listens there (--loopback). Offer loopback only: the test must not send
 # anything to the machine's other addresses.
-aioice.ice.get_host_addresses = lambda use_ipv4=True, use_ipv6=True: ["127.0.0.1"]
+# HOST_ADDRESSES is emptied while a relay-only peer gathers (aiortc has no
+# iceTransportPolicy): with no host address, aioice gathers only its TURN
+# allocation.
+HOST_ADDRESSES = ["127.0.0.1"]
+aioice.ice.get_host_addresses = lambda use_ipv4=True, use_ipv6=True: list(HOST_ADDRESSES)
 
 # No iceServers at all: aiortc's default is a public STUN server.
 NO_ICE_SERVERS = RTCConfiguration(iceServers=[])
@@ -104,12 +109,16 @@ async def wait_for(predicate, timeout, what):
 
 
 class WhipPublisher:
-    def __init__(self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400, video=True):
+    def __init__(
+        self, room, identity="aiortc-publisher", video_codec="video/VP8", tone_hz=400, video=True, turn=None
+    ):
+        """turn: an RTCIceServer to use relay-only (no host candidate)."""
         self.room = room
         self.identity = identity
         self.token = petrel.token(room, identity, publish=True)
         self.video_codec = video_codec
-        self.pc = RTCPeerConnection(NO_ICE_SERVERS)
+        self.turn = turn
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[turn]) if turn else NO_ICE_SERVERS)
         self.send_video = video
         self.video = PatternVideoTrack()
         self.audio = ToneAudioTrack(tone_hz)
@@ -123,7 +132,13 @@ class WhipPublisher:
         at = self.pc.addTransceiver(self.audio, direction="sendonly")
         prefer(at, "audio", "audio/opus")
         # aiortc gathers all candidates in setLocalDescription: the offer is complete.
-        await self.pc.setLocalDescription(await self.pc.createOffer())
+        saved = list(HOST_ADDRESSES)
+        if self.turn:
+            HOST_ADDRESSES.clear()
+        try:
+            await self.pc.setLocalDescription(await self.pc.createOffer())
+        finally:
+            HOST_ADDRESSES[:] = saved
         self.offer = self.pc.localDescription.sdp
         petrel.require_loopback(self.offer, "aiortc publisher's offer")
         r = await asyncio.to_thread(petrel.post_sdp, "whip", self.room, self.token, self.offer)
@@ -137,6 +152,15 @@ class WhipPublisher:
         if self.pc.connectionState != "connected":
             raise AssertionError(f"WHIP peer connection {self.pc.connectionState}")
         return r
+
+    def selected_pair(self):
+        """(local, remote) candidate types of the pair ICE nominated (aioice's
+        internals: aiortc does not expose it)."""
+        for t in self.pc.getTransceivers():
+            conn = t.sender.transport.transport._connection
+            for pair in conn._nominated.values():
+                return pair.local_candidate.type, pair.remote_candidate.type
+        return None
 
     async def stop(self):
         r = None

@@ -7,6 +7,7 @@ import array
 import json
 import math
 import os
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -166,3 +167,18 @@ def patch(location, tok, body, etag=None):
     if etag:
         headers["If-Match"] = etag
     return request("PATCH", url, body, headers)
+
+
+def ice_servers(links):
+    """The ICE servers of WHIP/WHEP Link headers (RFC 9725 section 4.6):
+    [{"urls", "username", "credential"}]."""
+    out = []
+    for link in links:
+        for part in re.split(r",\s*(?=<)", link):
+            m = re.match(r"<([^>]+)>(.*)", part.strip())
+            if not m:
+                continue
+            params = dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(2)))
+            if params.get("rel") == "ice-server":
+                out.append({"urls": m.group(1), "username": params.get("username"), "credential": params.get("credential")})
+    return out

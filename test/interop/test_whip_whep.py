@@ -253,6 +253,50 @@ def test_gstreamer_publishes_aiortc_plays(room):
     check_tone(viewer.tones, 500)
 
 
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
+def test_relay_only_publisher_through_the_advertised_turn_server(room, transport):
+    """An encoder whose network allows only the TURN server uses the one the
+    WHIP endpoint advertised in its Link headers (aioice as the TURN client,
+    REST credentials), publishes through the embedded TURN server, and a
+    viewer plays it."""
+
+    async def scenario():
+        # The Link headers of an earlier session of the same encoder.
+        probe = aiortc_peer.WhipPublisher(room, identity="encoder")
+        await probe.start()
+        links = petrel.ice_servers(probe.response.link)
+        await probe.stop()
+        turn = next(s for s in links if s["urls"].endswith("transport=" + transport))
+        pub = aiortc_peer.WhipPublisher(
+            room, identity="encoder",
+            turn=aiortc_peer.RTCIceServer(urls=turn["urls"], username=turn["username"], credential=turn["credential"]),
+        )
+        try:
+            await pub.start()
+            await wait_media_sent(pub)
+            pair = pub.selected_pair()
+            v = await gst_view(room)
+            await ended(pub, room)
+        finally:
+            await pub.stop()
+        return links, pub, pair, v
+
+    links, pub, pair, v = asyncio.run(scenario())
+    print("ice servers:", links)
+    print("publisher offer candidates:", petrel.candidates(pub.offer))
+    print("selected pair:", pair)
+    print("gstreamer viewer:", json.dumps(v))
+    # The advertised TURN server is where the client reached the endpoint, on
+    # UDP and TCP, with REST credentials ("expiry:identity").
+    assert all(s["urls"].startswith("turn:127.0.0.1:") for s in links), links
+    assert {s["urls"].rsplit("=", 1)[-1] for s in links} == {"udp", "tcp"}, links
+    assert all(re.fullmatch(r"\d+:encoder", s["username"]) and s["credential"] for s in links), links
+    types = {c[7] for c in petrel.candidates(pub.offer)}
+    assert types == {"relay"}, f"the relay-only offer has {types} candidates"
+    assert pair == ("relay", "host"), pair
+    check_gst_view(v, "VP8")
+
+
 def test_audio_only_publisher_plays_as_audio(room):
     """A publisher with a microphone and no camera (a radio, a podcast): the
     viewer, which offers to receive video and audio, hears it and gets no
