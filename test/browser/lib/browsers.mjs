@@ -14,6 +14,9 @@ const chromiumArgs = [
   '--disable-sync',
   // Play remote audio without a click, as a user who clicked Join would hear it.
   '--autoplay-policy=no-user-gesture-required',
+  // Pages without camera permission would otherwise announce their host
+  // candidates over multicast DNS on the network: tests stay on loopback.
+  '--disable-features=WebRtcHideLocalIpsWithMdns',
 ];
 
 export async function launchChromium() {
