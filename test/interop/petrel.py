@@ -25,9 +25,11 @@ def base_url():
     return env("PETREL_INTEROP_URL").rstrip("/")
 
 
-def token(room, identity, publish=False, subscribe=False):
+def token(room, identity, publish=False, subscribe=False, ttl=None):
     """A join token made by `petrel token`, the way an operator makes one."""
     args = [env("PETREL_BIN"), "token", "--room", room, "--identity", identity]
+    if ttl:
+        args.append("--ttl=" + ttl)
     if publish:
         args.append("--publish")
     if subscribe:

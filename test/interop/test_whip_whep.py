@@ -523,6 +523,14 @@ def test_whip_with_a_bad_token_is_unauthorized(room):
     check_json_error(petrel.post_sdp("whip", room, forged, OFFER_STUB), 401, "unauthorized")
 
 
+def test_whip_with_an_expired_token_says_so(room):
+    """An encoder left configured with yesterday's token is told it expired,
+    not that it is forged."""
+    tok = petrel.token(room, "pub", publish=True, ttl="-1h")
+    body = check_json_error(petrel.post_sdp("whip", room, tok, OFFER_STUB), 401, "token_expired")
+    assert "expired" in body["message"], body
+
+
 def test_whip_with_a_wrong_content_type_is_415(room):
     tok = petrel.token(room, "pub", publish=True)
     r = petrel.post_sdp("whip", room, tok, OFFER_STUB, content_type="application/json")
