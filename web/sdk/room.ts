@@ -221,7 +221,14 @@ export class Room extends Emitter<RoomEvents> {
     this.setState('connected');
     this.startQualityTimer();
     window.addEventListener('online', this.onOnline);
+    window.addEventListener('pagehide', this.onPageHide);
   }
+
+  // Closing the tab is leaving: tell the server now, so that the others do not
+  // look at a frozen tile for the whole resume window.
+  private onPageHide = (): void => {
+    void this.disconnect();
+  };
 
   // Back online after an outage: the old ICE paths are likely gone.
   private onOnline = (): void => {
@@ -832,6 +839,7 @@ export class Room extends Emitter<RoomEvents> {
 
   private teardown(): void {
     window.removeEventListener('online', this.onOnline);
+    window.removeEventListener('pagehide', this.onPageHide);
     if (this.qualityTimer) clearInterval(this.qualityTimer);
     this.qualityTimer = null;
     const signal = this.signal;

@@ -77,4 +77,9 @@ test('SDK: selective subscription and addressed / lossy data messages', { timeou
     const lossy = await waitFor(carol.page, 'a lossy message', () => window.__data.find((m) => m.text?.startsWith('lossy')));
     assert.equal(lossy.reliable, false);
     assert.equal(lossy.from, 'alice');
+
+    // Navigating away is leaving: carol's tile goes at once, not after the 20 s resume window.
+    await waitFor(alice.page, "carol's tile", (sid) => !!document.querySelector(`.tile[data-sid="${sid}"]`), carol.sid);
+    await carol.page.goto('about:blank');
+    await waitFor(alice.page, "carol's tile to go", (sid) => !document.querySelector(`.tile[data-sid="${sid}"]`), carol.sid, 8_000);
   }));
