@@ -20,8 +20,12 @@ test('Firefox ESR and Chromium in one room decode each other', { timeout: 120_00
     }
 
     await chrome.collectData();
+    await fox.collectData();
     await fox.page.evaluate(() => window.petrel.room.sendData('from firefox'));
+    await chrome.page.evaluate(() => window.petrel.room.sendData(new Uint8Array([9, 8, 7]), { topic: 'bin' }));
     const got = await waitFor(chrome.page, 'the message from firefox', () => window.__data.length && window.__data);
     assert.equal(got[0].text, 'from firefox');
     assert.equal(got[0].from, fox.identity);
+    const atFox = await waitFor(fox.page, 'the binary message from chromium', () => window.__data.length && window.__data);
+    assert.deepEqual({ bytes: atFox[0].bytes, topic: atFox[0].topic, from: atFox[0].from }, { bytes: [9, 8, 7], topic: 'bin', from: chrome.identity });
   }));
