@@ -53,6 +53,7 @@ func main() {
 	out := flag.String("out", "loadtest/results", "JSON results and plots")
 	docs := flag.String("docs", "docs/benchmarks.md", "file whose sections are rewritten ('' to skip)")
 	hold := flag.Int("hold", 0, "also run a generator capacity run: this many audio-only receivers from Petrel")
+	repeat := flag.Int("repeat", 1, "run everything this many times; the report takes, per server and size, the run with the median server CPU per packet")
 	reportOnly := flag.Bool("report-only", false, "re-render from the JSON in -out")
 	strip := flag.Bool("strip", false, "with -report-only: rewrite the JSON in -out without per-peer records")
 	flag.Parse()
@@ -76,7 +77,10 @@ func main() {
 			}
 		}
 	} else {
-		runs = measure(*petrelBin, *servers, *sizes, *roomSpec, *duration, *warmup, *rate, *out, *hold)
+		for _, old := range mustGlob(filepath.Join(*out, "*.json")) {
+			_ = os.Remove(old) // a new run replaces the previous results
+		}
+		runs = measure(*petrelBin, *servers, *sizes, *roomSpec, *duration, *warmup, *rate, *out, *hold, *repeat)
 	}
 	pv, lg := render(runs, *out)
 	fmt.Println(pv)
@@ -91,7 +95,7 @@ func main() {
 	}
 }
 
-func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold int) []*run {
+func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold, repeat int) []*run {
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "loadbench")
 		if err != nil {
@@ -132,16 +136,21 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 		jobs = append(jobs, job{"room", subs, pubs})
 	}
 	var runs []*run
-	for _, j := range jobs {
-		for _, srv := range strings.Split(servers, ",") {
-			r, err := one(bin, ns, srv, j.scenario, j.n, j.p, duration, warmup, rate, loadtest.Config{})
-			if err != nil {
-				log.Printf("%s %s n=%d: %v", srv, j.scenario, j.n, err)
-				continue
-			}
-			runs = append(runs, r)
-			if err := save(r.res, filepath.Join(out, fmt.Sprintf("%s-%s-%d.json", srv, j.scenario, j.n))); err != nil {
-				log.Fatal(err)
+	for rep := 1; rep <= max(repeat, 1); rep++ {
+		for _, j := range jobs {
+			for _, srv := range strings.Split(servers, ",") {
+				if strings.HasPrefix(srv, "janus-streaming") && j.scenario != "stream" {
+					continue
+				}
+				r, err := one(bin, ns, srv, j.scenario, j.n, j.p, duration, warmup, rate, loadtest.Config{})
+				if err != nil {
+					log.Printf("%s %s n=%d: %v", srv, j.scenario, j.n, err)
+					continue
+				}
+				runs = append(runs, r)
+				if err := save(r.res, filepath.Join(out, fmt.Sprintf("%s-%s-%d-r%d.json", srv, j.scenario, j.n, rep))); err != nil {
+					log.Fatal(err)
+				}
 			}
 		}
 	}
@@ -223,7 +232,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	return &run{server: srv, scenario: scenario, n: n, res: res, threads: th}, nil
 }
 
-var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|janus-streaming|janus-streaming-loops|hold)-?(stream|room)?-(\d+)\.json$`)
+var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|janus-streaming|janus-streaming-loops|hold)-?(stream|room)?-(\d+)(-r\d+)?\.json$`)
 
 func load(dir string) []*run {
 	ents, _ := os.ReadDir(dir)
@@ -261,7 +270,44 @@ func receivers(r *run) int {
 	return max(r.res.Summary.Receiving, 1)
 }
 
-func render(runs []*run, out string) (string, string) {
+// medians keeps, per server, scenario and size, the run with the median
+// server CPU per packet (repeated runs), and says how many runs there were.
+func medians(runs []*run) ([]*run, int) {
+	type key struct {
+		server, scenario, label string
+		n                       int
+	}
+	by := map[key][]*run{}
+	var order []key
+	for _, r := range runs {
+		k := key{r.server, r.scenario, r.label, r.n}
+		if by[k] == nil {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	reps := 1
+	var out []*run
+	for _, k := range order {
+		rs := by[k]
+		reps = max(reps, len(rs))
+		slices.SortFunc(rs, func(a, b *run) int {
+			x, y := a.res.Summary.TargetCPUusPerPkt, b.res.Summary.TargetCPUusPerPkt
+			switch {
+			case x < y:
+				return -1
+			case x > y:
+				return 1
+			}
+			return 0
+		})
+		out = append(out, rs[(len(rs)-1)/2])
+	}
+	return out, reps
+}
+
+func render(all []*run, out string) (string, string) {
+	runs, reps := medians(all)
 	var b strings.Builder
 	b.WriteString("## Petrel vs Janus\n\n")
 	b.WriteString("Written by `go run ./loadtest/bench` (see its flags; `-report-only` re-renders from `loadtest/results/*.json`). " +
@@ -271,7 +317,11 @@ func render(runs []*run, out string) (string, string) {
 		"Janus by VideoRoom over its WebSocket API; the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2`. CPU is utime+stime of the server process " +
 		"over the steady window, divided by the packets the subscribers received in it (≈ packets forwarded when nothing is lost); " +
-		"RSS per peer is (RSS at the end − RSS before the first peer) ÷ receiving peers. Machine: 2 cores, shared and noisy: read ratios, not absolutes.\n\n")
+		"RSS per peer is (RSS at the end − RSS before the first peer) ÷ receiving peers. Delay is the one-way delay of the synthetic stamps " +
+		"in the steady window (same host clock). Machine: 2 cores, shared with other sessions' builds and browser tests while this ran: read ratios, not absolutes.\n\n")
+	if reps > 1 {
+		fmt.Fprintf(&b, "Everything ran %d times, interleaved; each row is the run with the median server CPU per packet.\n\n", reps)
+	}
 	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	type key struct {
