@@ -215,7 +215,9 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 	cur := pc.RemoteDescription().SDP
 	if frag.ufrag != "" && !strings.Contains(cur, "a=ice-ufrag:"+frag.ufrag) {
 		if sess.kind != "whip" {
-			writeErr(w, &statusError{405, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
+			// RFC 9725 section 4.3: a session that supports trickle but not
+			// restarts answers 422 to a restart.
+			writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
 			return
 		}
 		// ICE restart: the same offer with new credentials, answered anew.
