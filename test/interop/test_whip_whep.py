@@ -573,6 +573,38 @@ def test_whep_player_without_the_publishers_codec_is_told_so(room):
     assert "codec" in body["message"], body
 
 
+def test_whep_ice_restart_is_refused_with_422_and_the_session_plays_on(room):
+    """WHEP sessions take trickle PATCHes but not ICE restarts: a restart gets
+    422 (RFC 9725 section 4.3, for a session that supports one of the two)
+    with a JSON reason, and the session is unharmed."""
+
+    async def scenario():
+        pub = aiortc_peer.WhipPublisher(room)
+        viewer = aiortc_peer.WhepViewer(room)
+        try:
+            await pub.start()
+            await wait_media_sent(pub)
+            await viewer.start()
+            offer = viewer.pc.localDescription.sdp
+            restart = re.sub(r"a=ice-ufrag:\S+", "a=ice-ufrag:restart1", offer)
+            restart = re.sub(r"a=ice-pwd:\S+", "a=ice-pwd:restartrestartrestartrestart", restart)
+            frag = petrel.sdpfrag(restart, [])
+            r = await asyncio.to_thread(petrel.patch, viewer.location, viewer.token, frag, "*")
+            before = viewer.video_frames
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and viewer.video_frames <= before + MIN_FRAMES:
+                await asyncio.sleep(0.1)
+            return r, viewer.video_frames - before
+        finally:
+            await viewer.stop()
+            await pub.stop()
+
+    r, frames_after = asyncio.run(scenario())
+    body = check_json_error(r, 422, "bad_request")
+    assert "restart" in body["message"], body
+    assert frames_after > MIN_FRAMES, f"{frames_after} frames after the refused restart"
+
+
 def test_whep_before_anything_is_published_is_404(room):
     tok = petrel.token(room, "viewer", subscribe=True)
     check_json_error(petrel.post_sdp("whep", room, tok, OFFER_STUB), 404, "not_found")
