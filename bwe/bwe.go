@@ -1,0 +1,387 @@
+// Package bwe estimates the bandwidth toward one subscriber from transport-wide
+// congestion control feedback (draft-holmer-rmcat-transport-wide-cc-extensions),
+// the way Google Congestion Control does on the send side: a delay-based
+// estimate (a trendline of queuing delay growth, an adaptive overuse threshold
+// and AIMD rate control) capped by a loss-based one.
+//
+// OnSent is called for every packet sent and must stay cheap: it writes one slot
+// of a ring without locks. Feedback and the estimate take a mutex; they run a few
+// times a second.
+package bwe
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/rtcp"
+)
+
+const (
+	ringSize = 1 << 13 // packets remembered for feedback (a few seconds at video rates)
+
+	burstInterval  = 5 * time.Millisecond // packets sent this close form one group
+	trendWindow    = 20
+	smoothing      = 0.9
+	thresholdGain  = 4.0
+	maxDeltas      = 60
+	overuseTime    = 10 * time.Millisecond
+	kUp, kDown     = 0.0087, 0.039
+	minThreshold   = 6.0 // ms
+	maxThreshold   = 600.0
+	initThreshold  = 12.5
+	beta           = 0.85 // decrease to this share of the acknowledged rate
+	ackedWindow    = 500 * time.Millisecond
+	lossHigh       = 0.10
+	lossLow        = 0.02
+	defaultMin     = 30_000
+	defaultMax     = 20_000_000
+	defaultInitial = 1_000_000
+)
+
+type sent struct {
+	seq  atomic.Uint32 // seq+1, 0 = empty
+	at   atomic.Int64  // ns
+	size atomic.Int32
+}
+
+// Estimator is the bandwidth estimate toward one receiver.
+type Estimator struct {
+	ring [ringSize]sent
+	next atomic.Uint32 // next transport-wide sequence number
+
+	mu       sync.Mutex
+	min, max int
+	delay    float64 // delay-based estimate, bps
+	loss     float64 // loss-based estimate, bps
+	state    int     // hold, increase, decrease
+	lastRate time.Time
+
+	// trendline
+	groupSend, groupArrive    int64 // first send / last arrival of the current group, ns
+	prevSend, prevArrive      int64 // of the previous complete group
+	haveGroup, havePrev       bool
+	accDelay, smoothed        float64
+	firstArrive               int64
+	window                    [][2]float64
+	numDeltas                 int
+	threshold                 float64
+	lastThresh                int64
+	overuseFor                float64 // ms
+	overuseCount              int
+	prevTrend                 float64
+	signal                    int
+	linkCapacity, capacityVar float64
+
+	acked    [][2]int64 // (arrival ns, size) of recently acknowledged packets
+	lastLoss time.Time
+}
+
+const (
+	stateHold = iota
+	stateIncrease
+	stateDecrease
+)
+
+const (
+	signalNormal = iota
+	signalOveruse
+	signalUnderuse
+)
+
+// New returns an estimator that starts at initial bps and stays in [min, max].
+func New(initial, min, max int) *Estimator {
+	if initial <= 0 {
+		initial = defaultInitial
+	}
+	if min <= 0 {
+		min = defaultMin
+	}
+	if max <= 0 {
+		max = defaultMax
+	}
+	return &Estimator{min: min, max: max, delay: float64(initial), loss: float64(max), threshold: initThreshold, state: stateIncrease}
+}
+
+// NextSeq allocates the transport-wide sequence number of a packet about to be
+// sent.
+func (e *Estimator) NextSeq() uint16 { return uint16(e.next.Add(1) - 1) }
+
+// OnSent records a packet's send time (monotonic ns) and size in bytes.
+func (e *Estimator) OnSent(seq uint16, at int64, size int) {
+	s := &e.ring[int(seq)&(ringSize-1)]
+	s.at.Store(at)
+	s.size.Store(int32(size))
+	s.seq.Store(uint32(seq) + 1)
+}
+
+// Estimate is the current estimate in bits per second.
+func (e *Estimator) Estimate() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int(math.Min(e.delay, e.loss))
+}
+
+// OnFeedback processes one transport-wide feedback packet received at now (ns).
+func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
+	type ack struct {
+		send, arrive int64
+		size         int
+	}
+	acks := make([]ack, 0, fb.PacketStatusCount)
+	lost := 0
+	ref := int64(fb.ReferenceTime) * 64 * int64(time.Millisecond)
+	arrive := ref
+	seq := fb.BaseSequenceNumber
+	deltas := fb.RecvDeltas
+	status := func(sym uint16) {
+		s := &e.ring[int(seq)&(ringSize-1)]
+		known := s.seq.Load() == uint32(seq)+1
+		switch sym {
+		case rtcp.TypeTCCPacketReceivedSmallDelta, rtcp.TypeTCCPacketReceivedLargeDelta:
+			if len(deltas) > 0 {
+				arrive += deltas[0].Delta * int64(time.Microsecond)
+				deltas = deltas[1:]
+			}
+			if known {
+				acks = append(acks, ack{send: s.at.Load(), arrive: arrive, size: int(s.size.Load())})
+			}
+		default:
+			if known {
+				lost++
+			}
+		}
+		seq++
+	}
+	remaining := int(fb.PacketStatusCount)
+	for _, c := range fb.PacketChunks {
+		switch ch := c.(type) {
+		case *rtcp.RunLengthChunk:
+			for i := 0; i < int(ch.RunLength) && remaining > 0; i++ {
+				status(ch.PacketStatusSymbol)
+				remaining--
+			}
+		case *rtcp.StatusVectorChunk:
+			for _, sym := range ch.SymbolList {
+				if remaining == 0 {
+					break
+				}
+				status(sym)
+				remaining--
+			}
+		}
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range acks {
+		e.onPacket(a.send, a.arrive)
+		e.acked = append(e.acked, [2]int64{a.arrive, int64(a.size)})
+	}
+	e.trimAcked()
+	e.updateLoss(len(acks), lost, now)
+	e.updateRate(now)
+}
+
+// onPacket feeds one acknowledged packet to the trendline.
+func (e *Estimator) onPacket(send, arrive int64) {
+	if !e.haveGroup {
+		e.groupSend, e.groupArrive, e.haveGroup = send, arrive, true
+		return
+	}
+	if send-e.groupSend <= int64(burstInterval) {
+		e.groupArrive = max(e.groupArrive, arrive)
+		return
+	}
+	// The current group is complete.
+	if e.havePrev {
+		sendDelta := float64(e.groupSend-e.prevSend) / 1e6
+		arriveDelta := float64(e.groupArrive-e.prevArrive) / 1e6
+		e.trend(arriveDelta-sendDelta, e.groupArrive, sendDelta)
+	}
+	e.prevSend, e.prevArrive, e.havePrev = e.groupSend, e.groupArrive, true
+	e.groupSend, e.groupArrive = send, arrive
+}
+
+// trend updates the delay trendline with one inter-group delay variation (ms).
+func (e *Estimator) trend(delayDelta float64, arrive int64, sendDelta float64) {
+	if e.firstArrive == 0 {
+		e.firstArrive = arrive
+	}
+	e.numDeltas = min(e.numDeltas+1, 1000)
+	e.accDelay += delayDelta
+	e.smoothed = smoothing*e.smoothed + (1-smoothing)*e.accDelay
+	e.window = append(e.window, [2]float64{float64(arrive-e.firstArrive) / 1e6, e.smoothed})
+	if len(e.window) > trendWindow {
+		e.window = e.window[1:]
+	}
+	if len(e.window) < trendWindow {
+		return
+	}
+	slope := regression(e.window)
+	modified := float64(min(e.numDeltas, maxDeltas)) * slope * thresholdGain
+	e.detect(modified, sendDelta, arrive)
+}
+
+func regression(pts [][2]float64) float64 {
+	var sx, sy float64
+	for _, p := range pts {
+		sx += p[0]
+		sy += p[1]
+	}
+	mx, my := sx/float64(len(pts)), sy/float64(len(pts))
+	var num, den float64
+	for _, p := range pts {
+		num += (p[0] - mx) * (p[1] - my)
+		den += (p[0] - mx) * (p[0] - mx)
+	}
+	if den == 0 {
+		return 0
+	}
+	return num / den
+}
+
+// detect is the overuse detector with its adaptive threshold.
+func (e *Estimator) detect(trend, tsDelta float64, now int64) {
+	switch {
+	case trend > e.threshold:
+		if e.overuseFor < 0 {
+			e.overuseFor = tsDelta / 2
+		} else {
+			e.overuseFor += tsDelta
+		}
+		e.overuseCount++
+		if e.overuseFor > float64(overuseTime/time.Millisecond) && e.overuseCount > 1 && trend >= e.prevTrend {
+			e.overuseFor, e.overuseCount = 0, 0
+			e.signal = signalOveruse
+		}
+	case trend < -e.threshold:
+		e.overuseFor, e.overuseCount = -1, 0
+		e.signal = signalUnderuse
+	default:
+		e.overuseFor, e.overuseCount = -1, 0
+		e.signal = signalNormal
+	}
+	e.prevTrend = trend
+	// Adapt the threshold, ignoring spikes far above it.
+	if math.Abs(trend) <= e.threshold+15 {
+		k := kDown
+		if math.Abs(trend) >= e.threshold {
+			k = kUp
+		}
+		dt := 100.0
+		if e.lastThresh != 0 {
+			dt = math.Min(float64(now-e.lastThresh)/1e6, 100)
+		}
+		e.threshold += k * (math.Abs(trend) - e.threshold) * dt
+		e.threshold = math.Max(minThreshold, math.Min(maxThreshold, e.threshold))
+	}
+	e.lastThresh = now
+}
+
+func (e *Estimator) trimAcked() {
+	if len(e.acked) == 0 {
+		return
+	}
+	last := e.acked[len(e.acked)-1][0]
+	i := 0
+	for i < len(e.acked) && last-e.acked[i][0] > int64(ackedWindow) {
+		i++
+	}
+	e.acked = append(e.acked[:0], e.acked[i:]...)
+}
+
+// ackedRate is what the receiver got over the last window, bps (0 if unknown).
+func (e *Estimator) ackedRate() float64 {
+	if len(e.acked) < 2 {
+		return 0
+	}
+	span := float64(e.acked[len(e.acked)-1][0]-e.acked[0][0]) / 1e9
+	if span < 0.1 {
+		return 0
+	}
+	var bytes int64
+	for _, a := range e.acked[1:] {
+		bytes += a[1]
+	}
+	return float64(bytes*8) / span
+}
+
+// updateRate is the AIMD rate controller.
+func (e *Estimator) updateRate(now int64) {
+	t := time.Unix(0, now)
+	dt := 0.0
+	if !e.lastRate.IsZero() {
+		dt = math.Min(t.Sub(e.lastRate).Seconds(), 1)
+	}
+	e.lastRate = t
+	acked := e.ackedRate()
+	switch e.signal {
+	case signalOveruse:
+		if e.state != stateDecrease || dt > 0 {
+			if acked > 0 {
+				e.delay = beta * acked
+				e.updateCapacity(acked)
+			} else {
+				e.delay *= beta
+			}
+			e.state = stateHold
+			e.signal = signalNormal // one decrease per detection
+		}
+	case signalUnderuse:
+		e.state = stateHold
+	default:
+		if e.state == stateHold {
+			e.state = stateIncrease
+		}
+		if e.state == stateIncrease && dt > 0 {
+			if e.linkCapacity > 0 && e.delay > e.linkCapacity-3*math.Sqrt(e.capacityVar*e.linkCapacity) {
+				// Near the last known capacity: additive, about one packet per RTT.
+				e.delay += 1200 * 8 * dt / 0.2
+			} else {
+				e.delay *= math.Pow(1.08, dt)
+			}
+			if acked > 0 {
+				e.delay = math.Min(e.delay, 1.5*acked+10_000)
+			}
+		}
+	}
+	e.delay = math.Max(float64(e.min), math.Min(float64(e.max), e.delay))
+}
+
+func (e *Estimator) updateCapacity(rate float64) {
+	if e.linkCapacity == 0 {
+		e.linkCapacity, e.capacityVar = rate, 0.4
+		return
+	}
+	const alpha = 0.05
+	e.linkCapacity = (1-alpha)*e.linkCapacity + alpha*rate
+	norm := math.Max(e.linkCapacity, 1)
+	e.capacityVar = (1-alpha)*e.capacityVar + alpha*(e.linkCapacity-rate)*(e.linkCapacity-rate)/norm
+	e.capacityVar = math.Max(0.4, math.Min(2.5, e.capacityVar))
+}
+
+// updateLoss is the loss-based controller: back off above 10% loss, grow below 2%.
+func (e *Estimator) updateLoss(received, lost int, now int64) {
+	total := received + lost
+	if total == 0 {
+		return
+	}
+	frac := float64(lost) / float64(total)
+	t := time.Unix(0, now)
+	switch {
+	case frac > lossHigh:
+		if t.Sub(e.lastLoss) > 300*time.Millisecond {
+			base := math.Min(e.loss, math.Max(e.delay, e.ackedRate()))
+			e.loss = base * (1 - 0.5*frac)
+			e.lastLoss = t
+		}
+	case frac < lossLow:
+		if t.Sub(e.lastLoss) > 200*time.Millisecond {
+			e.loss = math.Min(float64(e.max), e.loss*1.05+1000)
+			e.lastLoss = t
+		}
+	}
+	e.loss = math.Max(float64(e.min), e.loss)
+}

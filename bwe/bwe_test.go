@@ -1,0 +1,172 @@
+package bwe
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/pion/rtcp"
+)
+
+// link is a simulated bottleneck: a FIFO served at capacity bps, a propagation
+// delay, and random loss.
+type link struct {
+	capacity func(t time.Duration) float64
+	prop     time.Duration
+	loss     float64
+	free     time.Duration // when the queue is next empty
+	rng      *rand.Rand
+}
+
+// pass returns the arrival time of a packet sent at t, or false if lost.
+func (l *link) pass(t time.Duration, size int) (time.Duration, bool) {
+	if l.rng.Float64() < l.loss {
+		return 0, false
+	}
+	start := max(t, l.free)
+	l.free = start + time.Duration(float64(size*8)/l.capacity(t)*float64(time.Second))
+	return l.free + l.prop, true
+}
+
+type rx struct {
+	seq    uint16
+	ok     bool
+	arrive time.Duration
+}
+
+// feedback builds a transport-wide feedback packet for consecutive packets.
+func feedback(pkts []rx, count uint8) *rtcp.TransportLayerCC {
+	fb := &rtcp.TransportLayerCC{BaseSequenceNumber: pkts[0].seq, PacketStatusCount: uint16(len(pkts)), FbPktCount: count}
+	var first time.Duration = -1
+	for _, p := range pkts {
+		if p.ok && (first < 0 || p.arrive < first) {
+			first = p.arrive
+		}
+	}
+	if first < 0 {
+		first = 0
+	}
+	ref := first / (64 * time.Millisecond)
+	fb.ReferenceTime = uint32(ref)
+	prev := ref * 64 * time.Millisecond
+	for i := 0; i < len(pkts); i += 7 {
+		ch := &rtcp.StatusVectorChunk{SymbolSize: rtcp.TypeTCCSymbolSizeTwoBit}
+		for j := i; j < i+7 && j < len(pkts); j++ {
+			p := pkts[j]
+			if !p.ok {
+				ch.SymbolList = append(ch.SymbolList, rtcp.TypeTCCPacketNotReceived)
+				continue
+			}
+			us := int64((p.arrive-prev)/(250*time.Microsecond)) * 250 // deltas are in 250 µs steps
+			typ := uint16(rtcp.TypeTCCPacketReceivedSmallDelta)
+			if us < 0 || us > 63750 {
+				typ = rtcp.TypeTCCPacketReceivedLargeDelta
+			}
+			ch.SymbolList = append(ch.SymbolList, typ)
+			fb.RecvDeltas = append(fb.RecvDeltas, &rtcp.RecvDelta{Type: typ, Delta: us})
+			prev += time.Duration(us) * time.Microsecond
+		}
+		fb.PacketChunks = append(fb.PacketChunks, ch)
+	}
+	return fb
+}
+
+// simulate sends at the estimate through l for d and returns the estimate over time.
+func simulate(e *Estimator, l *link, d time.Duration) []int {
+	const size = 1200
+	var t time.Duration
+	var pending []rx
+	var count uint8
+	nextFB := 100 * time.Millisecond
+	var est []int
+	nextSample := time.Second
+	for t < d {
+		rate := float64(e.Estimate())
+		seq := e.NextSeq()
+		e.OnSent(seq, int64(t), size)
+		at, ok := l.pass(t, size)
+		pending = append(pending, rx{seq: seq, ok: ok, arrive: at})
+		t += time.Duration(float64(size*8) / rate * float64(time.Second))
+		if t >= nextFB {
+			// Report the packets that have arrived (or are lost) by now.
+			var ready []rx
+			i := 0
+			for ; i < len(pending); i++ {
+				if pending[i].ok && pending[i].arrive > t {
+					break
+				}
+				ready = append(ready, pending[i])
+			}
+			pending = pending[i:]
+			if len(ready) > 0 {
+				e.OnFeedback(feedback(ready, count), int64(t))
+				count++
+			}
+			nextFB += 100 * time.Millisecond
+		}
+		if t >= nextSample {
+			est = append(est, e.Estimate())
+			nextSample += time.Second
+		}
+	}
+	return est
+}
+
+func TestConvergesToCapacity(t *testing.T) {
+	l := &link{capacity: func(time.Duration) float64 { return 2e6 }, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(1))}
+	est := simulate(New(500_000, 0, 0), l, 40*time.Second)
+	last := est[len(est)-5:]
+	for _, v := range last {
+		if v < 1_200_000 || v > 2_600_000 {
+			t.Fatalf("estimate %d bps on a 2 Mbit/s link (last seconds %v, all %v)", v, last, est)
+		}
+	}
+	// It ramped up from 500 kbit/s.
+	if est[0] > est[15] {
+		t.Fatalf("no ramp-up: %v", est)
+	}
+}
+
+func TestBacksOffWhenCapacityDrops(t *testing.T) {
+	l := &link{capacity: func(t time.Duration) float64 {
+		if t < 20*time.Second {
+			return 3e6
+		}
+		return 1e6
+	}, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(2))}
+	est := simulate(New(2_000_000, 0, 0), l, 26*time.Second)
+	if est[18] < 1_500_000 {
+		t.Fatalf("estimate %d before the drop on a 3 Mbit/s link (%v)", est[18], est)
+	}
+	after := est[23:]
+	for _, v := range after {
+		if v > 1_300_000 {
+			t.Fatalf("estimate %d bps three seconds after the link fell to 1 Mbit/s (%v)", v, est)
+		}
+	}
+}
+
+func TestLossLowersTheEstimate(t *testing.T) {
+	l := &link{capacity: func(time.Duration) float64 { return 50e6 }, prop: 20 * time.Millisecond, loss: 0.25, rng: rand.New(rand.NewSource(3))}
+	est := simulate(New(3_000_000, 0, 0), l, 10*time.Second)
+	if est[len(est)-1] > 1_000_000 {
+		t.Fatalf("estimate %d bps with 25%% loss (%v)", est[len(est)-1], est)
+	}
+}
+
+func TestUnknownAndMalformedFeedbackIsHarmless(t *testing.T) {
+	e := New(1_000_000, 0, 0)
+	e.OnFeedback(&rtcp.TransportLayerCC{BaseSequenceNumber: 500, PacketStatusCount: 10,
+		PacketChunks: []rtcp.PacketStatusChunk{&rtcp.RunLengthChunk{PacketStatusSymbol: rtcp.TypeTCCPacketReceivedSmallDelta, RunLength: 200}}}, 1)
+	if got := e.Estimate(); got != 1_000_000 {
+		t.Fatalf("estimate moved to %d on feedback about packets never sent", got)
+	}
+}
+
+func BenchmarkOnSent(b *testing.B) {
+	e := New(0, 0, 0)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		e.OnSent(e.NextSeq(), int64(i), 1200)
+	}
+}
