@@ -66,6 +66,17 @@ def published(room, identity):
     return {t["kind"]: t.get("mimeType", "") for t in r.json()["participant"].get("tracks") or []}
 
 
+def track_sids(room, identity):
+    """{kind: track sid} of what identity has published in room (admin API)."""
+    r = request(
+        "GET", f"{base_url()}/v1/admin/rooms/{room}/participants/{identity}",
+        headers={"Authorization": "Bearer " + admin_token()},
+    )
+    if r.status != 200:
+        raise RuntimeError(f"admin API: {r.status} {r.body}")
+    return {t["kind"]: t["sid"] for t in r.json()["participant"].get("tracks") or []}
+
+
 @dataclass
 class Response:
     status: int

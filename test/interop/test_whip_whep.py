@@ -369,7 +369,8 @@ def test_two_independent_viewers_see_one_publisher(room):
 
 def test_whep_plays_the_selected_participant(room):
     """Two cameras in one room: ?participant= picks whose video and audio a
-    viewer gets, and without it the viewer gets the newest publisher. The
+    viewer gets, ?track= picks tracks by sid (here b's picture with a's
+    sound), and without either the viewer gets the newest publisher. The
     codecs (VP8, H.264) and the tones (400, 600 Hz) tell the two apart."""
 
     async def scenario():
@@ -380,23 +381,27 @@ def test_whep_plays_the_selected_participant(room):
             await wait_media_sent(a)
             await b.start()
             await wait_media_sent(b)
-            # All three at once: two of them subscribe to the same track inside
-            # the server's keyframe-aggregation window.
+            sa = await asyncio.to_thread(petrel.track_sids, room, "cam-a")
+            sb = await asyncio.to_thread(petrel.track_sids, room, "cam-b")
+            # All at once: several subscribe to the same track inside the
+            # server's keyframe-aggregation window.
             return await asyncio.gather(
                 gst_view(room, identity="viewer-a", query="?participant=cam-a"),
                 gst_view(room, identity="viewer-b", query="?participant=cam-b"),
                 gst_view(room, identity="viewer-newest"),
+                gst_view(room, identity="viewer-mixed", query=f"?track={sb['video']}&track={sa['audio']}"),
             )
         finally:
             await b.stop()
             await a.stop()
 
-    va, vb, vn = asyncio.run(scenario())
-    for name, v in (("a", va), ("b", vb), ("newest", vn)):
+    va, vb, vn, vm = asyncio.run(scenario())
+    for name, v in (("a", va), ("b", vb), ("newest", vn), ("mixed", vm)):
         print(f"viewer {name}:", json.dumps(v))
     check_gst_view(va, "VP8", tone_hz=400)
     check_gst_view(vb, "H264", tone_hz=600)
     check_gst_view(vn, "H264", tone_hz=600)
+    check_gst_view(vm, "H264", tone_hz=400)
 
 
 def test_whep_viewer_that_applies_the_answer_late_sees_a_picture(room):
