@@ -12,7 +12,7 @@ import aioice.ice
 import av
 from aiortc import (
     RTCConfiguration,
-    RTCIceServer,
+    RTCIceServer,  # noqa: F401 (tests build relay-only publishers with it)
     RTCPeerConnection,
     RTCRtpSender,
     RTCSessionDescription,
