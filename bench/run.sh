@@ -97,7 +97,7 @@ printf 'started="%s"\nbuilt="%s"\nload_before="%s"\nload_after="%s"\nRUNS=%s\nDU
 	"$started" "$built" "$load_before" "$load_after" "$RUNS" "$DURATION" "$PROFILE_N" >"$OUT/meta.env"
 fi
 . "$OUT/meta.env"
-FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $2 }' "$OUT/floor-medians.txt")
+FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $3 }' "$OUT/floor-medians.txt")
 
 # 4. The plot: CPU-µs per packet against N, total and media path, and the floor.
 awk -F'|' '{ gsub(/ /, ""); print $2, $5, $7 }' "$OUT/fanout-rows.md" >"$tmp/plot.dat"
