@@ -21,6 +21,8 @@ NS=${NS:-"10 25 50 100"}
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-20s}
 PROFILE_N=${PROFILE_N:-100}
+# One more N where the subscribers' tokens also grant publish (empty: skip).
+PUBGRANT_N=${PUBGRANT_N:-100}
 OUT=bench/results
 DOC=docs/benchmarks.md
 SECTION="## Forwarding: CPU per packet"
@@ -76,6 +78,13 @@ for n in $NS; do
 	echo "run.sh: fan-out N=$n ($RUNS runs of $DURATION)" >&2
 	"$tmp/fanout" -server "$tmp/benchserver" -n "$n" -runs "$RUNS" -duration "$DURATION" -floor-ns "$FLOOR_NS" \
 		>>"$OUT/fanout-rows.md" 2> >(tee -a "$OUT/fanout.log" >&2)
+done
+
+: >"$OUT/fanout-rows-pubgrant.md"
+for n in $PUBGRANT_N; do
+	echo "run.sh: fan-out N=$n, subscribers with the publish grant ($RUNS runs of $DURATION)" >&2
+	"$tmp/fanout" -server "$tmp/benchserver" -n "$n" -runs "$RUNS" -duration "$DURATION" -floor-ns "$FLOOR_NS" -sub-publish \
+		>>"$OUT/fanout-rows-pubgrant.md" 2> >(tee -a "$OUT/fanout.log" >&2)
 done
 
 # 3. Profiles: the steady-state window, and the same participants joined but
@@ -143,11 +152,18 @@ EOF
 	echo
 	echo "### Fan-out: one publisher, N subscribers (\`go run ./bench/cmd/fanout -n N -runs $RUNS -duration $DURATION\`)"
 	echo
-	echo "Publisher: VP8-like video at 30 fps (1800-byte frames and an 8000-byte keyframe every second, about 480 kbit/s, 65 packets/s at Pion's 1200-byte MTU) and Opus-like audio (80-byte frames, 50 packets/s), so about 115 packets/s in and 115·N out; _bytes/packet_ is RTP header and payload as the subscribers received them. Subscribers are lean Pion clients of the room protocol (no interceptors; they read RTP and count), all in the driver process; Petrel (\`bench/cmd/benchserver\`, i.e. \`server.Start\` as in \`petrel serve\`) is a separate process, so its utime+stime from \`/proc/PID/stat\` is the server alone. Packets out are the exact sum of the server's DownTrack counters (admin API) over the $DURATION window; \`/metrics\` \`petrel_packets_total{direction=\"out\"}\` is logged beside them in \`bench/results/fanout.log\` but moves in steps of 128 received packets per track. RSS/subscriber is (RSS after the window − RSS with the publisher alone) / N. _Media path_ is the CPU above the same N participants joined but not yet subscribed, over packets out; _idle CPU per participant_ is that joined-but-unsubscribed CPU above the publisher alone, per participant."
+	echo "Publisher: VP8-like video at 30 fps (1800-byte frames and an 8000-byte keyframe every second, about 480 kbit/s, 65 packets/s at Pion's 1200-byte MTU) and Opus-like audio (80-byte frames, 50 packets/s), so about 115 packets/s in and 115·N out; _bytes/packet_ is RTP header and payload as the subscribers received them. Subscribers are viewers (tokens that grant subscribe and data, not publish) and lean Pion clients of the room protocol (no interceptors; they read RTP and count), all in the driver process; Petrel (\`bench/cmd/benchserver\`, i.e. \`server.Start\` as in \`petrel serve\`) is a separate process, so its utime+stime from \`/proc/PID/stat\` is the server alone. Packets out are the exact sum of the server's DownTrack counters (admin API) over the $DURATION window; \`/metrics\` \`petrel_packets_total{direction=\"out\"}\` is logged beside them in \`bench/results/fanout.log\` but moves in steps of 128 received packets per track. RSS/subscriber is (RSS after the window − RSS with the publisher alone) / N. _Media path_ is the CPU above the same N participants joined but not yet subscribed, over packets out; _idle CPU per participant_ is that joined-but-unsubscribed CPU above the publisher alone, per participant."
 	echo
 	"$tmp/fanout" -header-only
 	cat "$OUT/fanout-rows.md"
 	echo
+	if [ -s "$OUT/fanout-rows-pubgrant.md" ]; then
+		echo "The same with subscribers whose tokens also grant publish (Petrel then gives their publisher connections the media interceptors, NACK generator, receiver reports and TWCC, although they publish nothing; \`-sub-publish\`):"
+		echo
+		"$tmp/fanout" -header-only
+		cat "$OUT/fanout-rows-pubgrant.md"
+		echo
+	fi
 	echo "![CPU-µs per forwarded packet against N](../bench/results/fanout-cpu.png)"
 	echo
 	echo "### Where the time goes (pprof, N = $PROFILE_N, $DURATION window)"

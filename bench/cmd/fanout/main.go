@@ -80,6 +80,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write the server's CPU profile over the window of the last run to this file")
 	idleprofile := flag.String("idleprofile", "", "write the server's CPU profile with N participants joined but not subscribed (the 10 s idle window) of the last run to this file")
 	heapprofile := flag.String("heapprofile", "", "write the server's heap profile at the end of the window of the last run to this file")
+	subPublish := flag.Bool("sub-publish", false, "give subscribers' tokens the publish grant too (by default they are viewers: subscribe and data only)")
 	header := flag.Bool("header", false, "print the table header first")
 	verbose := flag.Bool("v", false, "server log to stderr")
 	headerOnly := flag.Bool("header-only", false, "print the table header and exit")
@@ -111,7 +112,7 @@ func main() {
 		if i == *runs-1 {
 			p = profiles{cpu: *cpuprofile, idle: *idleprofile, heap: *heapprofile}
 		}
-		r, err := run(bin, *n, *warmup, *duration, p, *verbose)
+		r, err := run(bin, *n, *warmup, *duration, p, *subPublish, *verbose)
 		if err != nil {
 			log.Fatalf("run %d: %v", i+1, err)
 		}
@@ -305,8 +306,8 @@ func (s *server) metric(name, dir string) (float64, error) {
 	return 0, nil // not yet incremented
 }
 
-func (s *server) token(room, identity string) string {
-	c := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
+func (s *server) token(room, identity string, publish bool) string {
+	c := auth.Claims{Room: room, Grants: auth.Grants{Publish: publish, Subscribe: true, PublishData: true}}
 	c.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
 	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, c, time.Hour)
 	if err != nil {
@@ -434,7 +435,7 @@ type counters struct {
 // profiles are the files to write profiles to; empty means none.
 type profiles struct{ cpu, idle, heap string }
 
-func run(bin string, n int, warmup, window time.Duration, prof profiles, verbose bool) (result, error) {
+func run(bin string, n int, warmup, window time.Duration, prof profiles, subPublish, verbose bool) (result, error) {
 	cpuprofile, idleprofile := prof.cpu, prof.idle
 	s, err := startServer(bin, n, verbose)
 	if err != nil {
@@ -446,7 +447,7 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, verbose
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, err := client.Join(ctx, ws, s.token(room, "publisher"), client.Options{Name: "publisher"})
+	pub, err := client.Join(ctx, ws, s.token(room, "publisher", true), client.Options{Name: "publisher"})
 	if err != nil {
 		return result{}, fmt.Errorf("publisher join: %w", err)
 	}
@@ -501,7 +502,7 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, verbose
 	if err := parallel(n, func(i int) error {
 		jctx, jcancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer jcancel()
-		c, err := client.Join(jctx, ws, s.token(room, ids[i]), client.Options{Name: ids[i], API: api, AutoSubscribe: &no})
+		c, err := client.Join(jctx, ws, s.token(room, ids[i], subPublish), client.Options{Name: ids[i], API: api, AutoSubscribe: &no})
 		if err != nil {
 			return fmt.Errorf("%s join: %w", ids[i], err)
 		}
