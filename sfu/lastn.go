@@ -177,9 +177,10 @@ func (r *Room) updateDemand() {
 				if d.Paused() {
 					continue
 				}
-				// The target and every layer below it stay on, so that a
-				// receiver can always step down without waiting.
-				for i := 0; i <= int(d.target.Load()) && i < maxLayers; i++ {
+				// What the receiver wants (not what it gets now: a layer turned
+				// off would never be chosen again), and every layer below it, so
+				// that it can always step down without waiting.
+				for i := 0; i <= int(d.maxLayer.Load()) && i < maxLayers; i++ {
 					need[i] = true
 				}
 				any = true

@@ -510,6 +510,17 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 	metrics.Subscriptions.Dec()
 	t.removeDown(d)
 	d.close()
+	if p.hidden && renegotiate {
+		// A WHEP viewer cannot be offered anything new: when what it plays is
+		// gone, its session ends.
+		p.mu.Lock()
+		left := len(p.subs)
+		p.mu.Unlock()
+		if left == 0 {
+			go p.Close("publisher_left")
+			return
+		}
+	}
 	if sub != nil && renegotiate {
 		_ = sub.RemoveTrack(d.sender)
 		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})

@@ -144,14 +144,18 @@ func httpError(w http.ResponseWriter, err error) {
 // verify checks a token and maps its failure to a protocol error.
 func (s *Server) verify(token string) (*auth.Claims, error) {
 	c, err := s.keys.Verify(token)
-	switch {
-	case err == nil:
+	if err == nil {
 		return c, nil
-	case errors.Is(err, auth.ErrExpired):
-		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%v", err)
-	default:
-		return nil, protocol.Errorf(protocol.CodeUnauthorized, "%v", err)
 	}
+	// The code carries the kind; the message only the reason.
+	msg := err.Error()
+	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	if errors.Is(err, auth.ErrExpired) {
+		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%s", msg)
+	}
+	return nil, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg)
 }
 
 func bearer(r *http.Request) string {

@@ -185,6 +185,11 @@ func TestWHIPAndWHEP(t *testing.T) {
 		r := e.srv.Manager.Room("w")
 		return r == nil || len(r.Participants()) == 0
 	})
+	// Its WHEP viewer is not left connected to nothing: the server ends it.
+	waitFor(t, 10*time.Second, "WHEP session ended with its publisher", func() bool {
+		s := viewer.ConnectionState()
+		return s == webrtc.PeerConnectionStateClosed || s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateDisconnected
+	})
 }
 
 func TestWHIPBadInput(t *testing.T) {
