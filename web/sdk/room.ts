@@ -99,6 +99,10 @@ export class RemoteTrackPublication {
 }
 
 export class LocalTrackPublication {
+  /** The latest trackDemand from the server: which encodings anyone receives. */
+  demand?: { active: boolean; layers?: boolean[] };
+  /** @internal serializes encoder parameter changes */
+  readonly demandQueue = new TaskQueue();
   constructor(
     public info: TrackInfo,
     readonly track: MediaStreamTrack,
@@ -465,14 +469,17 @@ export class Room extends Emitter<RoomEvents> {
     }
   }
 
-  private createPeerConnections(): void {
-    const config: RTCConfiguration = {
+  private rtcConfig(): RTCConfiguration {
+    return {
       iceServers: [...this.iceServers, ...(this.opts.iceServers ?? [])],
       iceTransportPolicy: this.opts.iceTransportPolicy ?? 'all',
       bundlePolicy: 'max-bundle',
     };
-    const pub = new RTCPeerConnection(config);
-    const sub = new RTCPeerConnection(config);
+  }
+
+  private createPeerConnections(): void {
+    const pub = new RTCPeerConnection(this.rtcConfig());
+    const sub = new RTCPeerConnection(this.rtcConfig());
     this.pub = pub;
     this.sub = sub;
     this.subMids.clear();
@@ -614,22 +621,29 @@ export class Room extends Emitter<RoomEvents> {
 
   // Nobody needs some of our encodings (or the whole track): stop encoding them,
   // which saves our CPU and uplink. Re-enabled encodings start with a keyframe.
+  // Demands are applied one at a time per sender, each time the latest one: a
+  // setParameters still in flight makes the next getParameters stale, and Chrome
+  // then rejects the update (the encoder would stay off).
   private async applyDemand(trackSid: string, active: boolean, layers?: boolean[]): Promise<void> {
     const pub = this.localTracks.get(trackSid);
     if (!pub) return;
-    const sender = pub.transceiver.sender;
-    const params = sender.getParameters();
-    if (!params.encodings?.length) return;
-    const rids = ['q', 'h', 'f'];
-    for (const enc of params.encodings) {
-      const i = enc.rid ? rids.indexOf(enc.rid) : -1;
-      enc.active = active && (i < 0 || !layers || layers[i] !== false);
-    }
-    try {
-      await sender.setParameters(params);
-    } catch (err) {
-      console.warn('petrel: could not apply track demand', err);
-    }
+    pub.demand = { active, layers };
+    await pub.demandQueue.run(async () => {
+      const sender = pub.transceiver.sender;
+      const want = pub.demand;
+      const params = sender.getParameters();
+      if (!want || !params.encodings?.length) return;
+      const rids = ['q', 'h', 'f'];
+      for (const enc of params.encodings) {
+        const i = enc.rid ? rids.indexOf(enc.rid) : -1;
+        enc.active = want.active && (i < 0 || !want.layers || want.layers[i] !== false);
+      }
+      try {
+        await sender.setParameters(params);
+      } catch (err) {
+        console.warn('petrel: could not apply track demand', err);
+      }
+    });
   }
 
   private upsertParticipant(info: ParticipantInfo): void {
@@ -784,6 +798,8 @@ export class Room extends Emitter<RoomEvents> {
         );
         if (joined.resumed) {
           this.applyJoined(joined);
+          // Fresh TURN credentials for the restart: the old ones may have expired.
+          for (const pc of [this.pub, this.sub]) pc?.setConfiguration(this.rtcConfig());
           // Same PCs, new paths: the publisher restarts by offering, the subscriber on request.
           this.setState('connected');
           this.restartIce();

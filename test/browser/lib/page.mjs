@@ -31,6 +31,19 @@ export class Participant {
     this.log = [];
     page.on('console', (m) => this.log.push(`[${m.type()}] ${m.text()}`));
     page.on('pageerror', (e) => this.log.push(`[pageerror] ${e?.message ?? e}`));
+    // The signaling transcript (Playwright pages only), for failure reports.
+    this.signal = [];
+    const t0 = Date.now();
+    if (typeof page.context === 'function') {
+      page.on('websocket', (ws) => {
+        const keep = (dir) => (f) => {
+          if (!/"type":"(ping|pong)"/.test(f.payload)) this.signal.push(`${Date.now() - t0}ms ${dir} ${f.payload}`);
+        };
+        ws.on('framesent', keep('->'));
+        ws.on('framereceived', keep('<-'));
+        ws.on('close', () => this.signal.push(`${Date.now() - t0}ms socket closed`));
+      });
+    }
   }
 
   // Opens the app with a token (autojoin) and waits until camera and mic are published.
@@ -111,6 +124,7 @@ export class Participant {
     mkdirSync(outDir, { recursive: true });
     const base = `${outDir}${prefix}-${this.label}`;
     writeFileSync(`${base}.log`, this.log.join('\n') + '\n');
+    if (this.signal.length) writeFileSync(`${base}-signal.log`, this.signal.join('\n') + '\n');
     // The state of both peer connections: where a stuck negotiation shows.
     const state = await this.page.evaluate(async () => {
       const room = window.petrel?.room;
