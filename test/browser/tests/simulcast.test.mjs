@@ -36,7 +36,7 @@ test('simulcast: the viewer gets the layer its quality asks for, down and up aga
           waitFor(viewer.page, `a ${quality} layer (width ${atLeast}..${atMost})`, (c) => {
             const w = document.querySelector(`.tile[data-sid="${c.sid}"] video`).videoWidth;
             return w >= c.atLeast && w <= c.atMost && w;
-          }, { sid: sender.sid, atLeast, atMost }, 30_000),
+          }, { sid: sender.sid, atLeast, atMost }, 15_000),
         );
     const low = await widthAt('low', 1, 400);
     const high = await widthAt('high', low * 2, 4096);
