@@ -123,6 +123,13 @@ func (e *Estimator) Estimate() int {
 	return int(math.Min(e.delay, e.loss))
 }
 
+// Received is the rate the receiver acknowledged over the last half second, bps.
+func (e *Estimator) Received() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int(e.ackedRate())
+}
+
 // OnFeedback processes one transport-wide feedback packet received at now (ns).
 func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
 	type ack struct {
@@ -336,14 +343,17 @@ func (e *Estimator) updateRate(now int64) {
 			e.state = stateIncrease
 		}
 		if e.state == stateIncrease && dt > 0 {
+			prev := e.delay
 			if e.linkCapacity > 0 && e.delay > e.linkCapacity-3*math.Sqrt(e.capacityVar*e.linkCapacity) {
 				// Near the last known capacity: additive, about one packet per RTT.
 				e.delay += 1200 * 8 * dt / 0.2
 			} else {
 				e.delay *= math.Pow(1.08, dt)
 			}
-			if acked > 0 {
-				e.delay = math.Min(e.delay, 1.5*acked+10_000)
+			// Do not grow far beyond what actually gets through, but a cap is
+			// never a reason to go down (libwebrtc's AIMD does the same).
+			if limit := 1.5*acked + 10_000; acked > 0 && e.delay > limit {
+				e.delay = math.Max(prev, limit)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // DownTrack is one publication as one subscriber receives it: the end of the
@@ -39,8 +40,15 @@ type DownTrack struct {
 	// target is the layer the subscriber should get; current switches to it at
 	// the target's next keyframe.
 	target   atomic.Int32
-	maxLayer atomic.Int32
-	needSync atomic.Bool
+	maxLayer atomic.Int32 // what the subscriber asks for (tile size, quality)
+	// allocLayer is what the bandwidth allocation grants (allocate.go).
+	allocLayer atomic.Int32
+	needSync   atomic.Bool
+
+	// Transport-wide congestion control: the negotiated extension id, and the
+	// subscriber connection's estimator that numbers and records every packet.
+	twccID  uint8
+	twccBuf [2]byte
 
 	mu      sync.Mutex
 	writer  webrtc.TrackLocalWriter
@@ -52,7 +60,7 @@ type DownTrack struct {
 	out     outState
 	// segments map outgoing sequence ranges back to the layer and offsets they
 	// came from, so NACKs are answered from the right cache.
-	segs    [4]segment
+	segs    [16]segment
 	nsegs   int
 	hdr     rtp.Header
 	scratch []byte
@@ -108,6 +116,7 @@ func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 		scratch:  make([]byte, maxPacket),
 	}
 	d.maxLayer.Store(maxLayers - 1)
+	d.allocLayer.Store(maxLayers - 1)
 	d.target.Store(-1)
 	d.needSync.Store(true)
 	d.chooseLayer()
@@ -149,6 +158,11 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 		return webrtc.RTPCodecParameters{}, errNoCodec
 	}
 	d.mu.Lock()
+	for _, x := range ctx.HeaderExtensions() {
+		if x.URI == rtc.ExtTransportCC && d.sub != nil && d.sub.bwe != nil {
+			d.twccID = uint8(x.ID)
+		}
+	}
 	d.writer = ctx.WriteStream()
 	d.ssrc = uint32(ctx.SSRC())
 	d.pt = uint8(chosen.PayloadType)
@@ -242,7 +256,7 @@ func (d *DownTrack) Paused() bool { return d.paused.Load() }
 // it changes.
 func (d *DownTrack) chooseLayer() {
 	exists, active := d.pub.activeLayers()
-	limit := int(d.maxLayer.Load())
+	limit := int(min(d.maxLayer.Load(), d.allocLayer.Load()))
 	best := -1
 	for i := 0; i <= limit; i++ {
 		if active[i] || (best == -1 && exists[i]) {
@@ -305,6 +319,10 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	h.CSRC = h.CSRC[:0]
 	h.Extension = false
 	h.Extensions = h.Extensions[:0]
+	var twSeq uint16
+	if d.twccID != 0 {
+		twSeq = d.stampTWCC(h, d.twccBuf[:])
+	}
 	payload := p.Payload
 	if (o.picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) {
 		// The payload is shared by every subscriber: rewrite a private copy.
@@ -319,6 +337,9 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 			d.needSync.Store(true)
 		}
 		return false
+	}
+	if d.twccID != 0 {
+		d.sub.bwe.OnSent(twSeq, now(), h.MarshalSize()+len(payload)+int(h.PaddingSize))
 	}
 	if int16(h.SequenceNumber-o.lastSeq) > 0 || !d.started {
 		o.lastSeq = h.SequenceNumber
@@ -337,6 +358,15 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	d.packets.Add(1)
 	d.octets.Add(uint32(len(payload)))
 	return true
+}
+
+// stampTWCC gives h the next transport-wide sequence number of the subscriber's
+// connection, in buf (which must stay untouched until h is written).
+func (d *DownTrack) stampTWCC(h *rtp.Header, buf []byte) uint16 {
+	seq := d.sub.bwe.NextSeq()
+	buf[0], buf[1] = byte(seq>>8), byte(seq)
+	_ = h.SetExtension(d.twccID, buf)
+	return seq
 }
 
 // sync sets the offsets so that p follows the last packet sent, or keeps the
@@ -359,8 +389,11 @@ func (d *DownTrack) sync(p *Packet) {
 			o.tl0Offset = o.lastTL0 + 1 - p.VP8.tl0
 		}
 	}
-	seg := segment{startOut: p.Header.SequenceNumber + o.seqOffset, layer: p.Layer, seqOffset: o.seqOffset,
-		tsOffset: o.tsOffset, picOffset: o.picOffset, tl0Offset: o.tl0Offset}
+	d.pushSegment(segment{startOut: p.Header.SequenceNumber + o.seqOffset, layer: p.Layer, seqOffset: o.seqOffset,
+		tsOffset: o.tsOffset, picOffset: o.picOffset, tl0Offset: o.tl0Offset})
+}
+
+func (d *DownTrack) pushSegment(seg segment) {
 	if d.nsegs < len(d.segs) {
 		d.segs[d.nsegs] = seg
 		d.nsegs++
@@ -411,6 +444,10 @@ func (d *DownTrack) readRTCP() {
 						d.retransmit(seq, rtx, &hdr)
 						return true
 					})
+				}
+			case *rtcp.TransportLayerCC:
+				if d.sub != nil && d.sub.bwe != nil {
+					d.sub.bwe.OnFeedback(p, now())
 				}
 			case *rtcp.ReceiverReport:
 				d.onReports(p.Reports)
@@ -470,8 +507,16 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	hdr.Extension = false
 	hdr.Extensions = hdr.Extensions[:0]
 	hdr.CSRC = hdr.CSRC[:0]
-	if _, err := w.WriteRTP(hdr, payload); err == nil {
+	var tw [2]byte
+	var twSeq uint16
+	if d.twccID != 0 {
+		twSeq = d.stampTWCC(hdr, tw[:])
+	}
+	if n, err := w.WriteRTP(hdr, payload); err == nil && n > 0 {
 		d.retransmits.Add(1)
+		if d.twccID != 0 {
+			d.sub.bwe.OnSent(twSeq, now(), n)
+		}
 	}
 }
 

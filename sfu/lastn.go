@@ -31,6 +31,7 @@ func (r *Room) selectionLoop() {
 }
 
 func (r *Room) decide(t time.Time) {
+	r.measureLayers()
 	dom, changed := r.speakers.Decide(t)
 	if changed {
 		r.mu.Lock()
@@ -44,6 +45,25 @@ func (r *Room) decide(t time.Time) {
 	}
 	r.applyLastN(changed)
 	r.updateDemand()
+}
+
+// measureLayers updates every published layer's bitrate.
+func (r *Room) measureLayers() {
+	for _, p := range r.all() {
+		p.mu.Lock()
+		pubs := make([]*Publication, 0, len(p.published))
+		for _, t := range p.published {
+			pubs = append(pubs, t)
+		}
+		p.mu.Unlock()
+		for _, t := range pubs {
+			for i := range t.layers {
+				if l := t.layers[i].Load(); l != nil {
+					l.measure(decisionInterval)
+				}
+			}
+		}
+	}
 }
 
 // ranked lists the room's participants by how recently they were the dominant

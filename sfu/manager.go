@@ -11,6 +11,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -284,6 +285,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	// The viewer's connection is client-offered, so it is this participant's
 	// subscriber connection without server renegotiation.
 	p.sub = pc
+	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	p.setupWHEP(pc)
 	if err := m.admit(p); err != nil {
 		_ = pc.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
@@ -68,6 +69,9 @@ type Participant struct {
 	// Last-N: this receiver's own limit (-1: the room's) and pinned participants.
 	lastN  int
 	pinned []string
+
+	// bwe estimates the bandwidth toward this participant's subscriber connection.
+	bwe *bwe.Estimator
 }
 
 func newSid(prefix string) string {
@@ -143,6 +147,7 @@ func (p *Participant) setupPublisher(pc *webrtc.PeerConnection) {
 
 func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
 	p.sub = pc
+	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		p.log.Debug("subscriber connection", "state", s.String())
 		if s == webrtc.PeerConnectionStateConnected {
@@ -684,12 +689,15 @@ func (p *Participant) Close(reason string) {
 	}
 }
 
-// reportLoop sends sender reports for every subscribed track once a second.
+// reportLoop shares out the bandwidth estimate twice a second and sends sender
+// reports for every subscribed track once a second.
 func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(allocateInterval)
 	defer tick.Stop()
 	var pkts []rtcp.Packet
-	for range tick.C {
+	for n := 0; ; n++ {
+		<-tick.C
+		p.allocate()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -699,8 +707,10 @@ func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
 		pkts = pkts[:0]
 		for _, d := range p.subs {
 			d.chooseLayer()
-			if sr := d.senderReport(wall); sr != nil {
-				pkts = append(pkts, sr)
+			if n%2 == 0 {
+				if sr := d.senderReport(wall); sr != nil {
+					pkts = append(pkts, sr)
+				}
 			}
 		}
 		p.mu.Unlock()
@@ -720,13 +730,19 @@ func (p *Participant) Stats() map[string]any {
 			"trackSid": sid, "packets": d.packets.Load(), "nacks": d.nacks.Load(),
 			"retransmits": d.retransmits.Load(), "plis": d.plis.Load(),
 			"rttMs": float64(d.rtt.Load()) / 1e6, "fractionLost": float64(d.lossFrac.Load()) / 256,
+			"layer": d.CurrentLayer(), "allocatedLayer": d.allocLayer.Load(), "switches": d.switches.Load(),
 		})
 	}
 	var pubs []map[string]any
 	for sid, t := range p.published {
 		pubs = append(pubs, map[string]any{"trackSid": sid, "packets": t.packets.Load(), "bytes": t.bytes.Load(), "subscribers": len(t.Subscribers())})
 	}
-	return map[string]any{"published": pubs, "subscribed": subs}
+	out := map[string]any{"published": pubs, "subscribed": subs}
+	if p.bwe != nil {
+		out["estimateBps"] = p.bwe.Estimate()
+		out["receivedBps"] = p.bwe.Received()
+	}
+	return out
 }
 
 func constantTimeEqual(a, b string) bool {

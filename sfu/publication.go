@@ -61,7 +61,11 @@ type layer struct {
 	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
 	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
 	lastKey  atomic.Int64 // monotonic ns of the last keyframe packet
-	deferred atomic.Bool  // a keyframe request waits for the end of the window
+	bytes    atomic.Uint64
+	bps      atomic.Int64 // measured incoming bitrate (allocate.go)
+	// prevBytes is touched only by the room's loop.
+	prevBytes uint64
+	deferred  atomic.Bool // a keyframe request waits for the end of the window
 
 	// Audio: the RFC 6464 audio-level extension id and the speaker record it feeds.
 	levelExt uint8
@@ -261,6 +265,7 @@ func (l *layer) forward() {
 		}
 		t.packets.Add(1)
 		t.bytes.Add(uint64(n))
+		l.bytes.Add(uint64(n))
 		inPackets++
 		inBytes += n
 		if t.muted.Load() {

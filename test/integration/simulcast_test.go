@@ -156,3 +156,29 @@ func TestSimulcastLayerSelection(t *testing.T) {
 		t.Fatalf("settings for an unknown track: %v", err)
 	}
 }
+
+// TestBandwidthEstimateFollowsFeedback checks that the server estimates each
+// subscriber's bandwidth from its transport-wide feedback (Pion's client sends
+// it like a browser) and exposes it with the allocated layers.
+func TestBandwidthEstimateFollowsFeedback(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 20*time.Second)
+	alice := e.join("bw", "alice")
+	bob := e.join("bw", "bob")
+	v := newVideo("cam")
+	if _, _, err := alice.Publish(ctx, v.track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	v.run(t)
+	readPackets(t, waitTrack(t, bob, 10*time.Second).Remote, 30, 5*time.Second)
+	p := e.srv.Manager.Room("bw").ByIdentity("bob")
+	// The stream is about 700 kbit/s; the feedback says what bob received, and on
+	// a clear path the estimate does not fall below its start.
+	waitFor(t, 8*time.Second, "the received rate from feedback", func() bool {
+		got, _ := p.Stats()["receivedBps"].(int)
+		return got > 300_000 && got < 2_000_000
+	})
+	if est, _ := p.Stats()["estimateBps"].(int); est < 3_000_000 {
+		t.Fatalf("estimate fell to %d on loopback", est)
+	}
+}

@@ -1,0 +1,221 @@
+package sfu
+
+import (
+	"sort"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+)
+
+// Sharing one subscriber's bandwidth estimate among its video subscriptions.
+// Audio comes off the top, then video by priority: pinned participants, the
+// dominant speaker, then the others by how recently they spoke. Each gets the
+// best layer that fits what is left and what its tile needs; when the estimate
+// is short of what the subscriber would take, the subscriber's stream is padded
+// so that the estimate can grow (probing).
+
+const (
+	allocateInterval = 500 * time.Millisecond
+	initialEstimate  = 3_000_000
+	minEstimate      = 100_000
+	maxEstimate      = 30_000_000
+	// audioReserve is set aside per subscribed audio track.
+	audioReserve = 64_000
+	// assumedLayerRate stands for a layer whose rate is not measured yet.
+	assumedLayerRate = 150_000
+	// probeShare of the missing rate is sent as padding in one interval.
+	probeShare = 0.5
+	maxPadding = 255 // bytes of RTP padding per packet
+)
+
+// rate is a layer's incoming bitrate, measured by the room's loop.
+func (l *layer) rate() int {
+	if r := l.bps.Load(); r > 0 {
+		return int(r)
+	}
+	return assumedLayerRate
+}
+
+// measure updates the layer's bitrate from its byte counter (called every
+// decision interval).
+func (l *layer) measure(dt time.Duration) {
+	b := l.bytes.Load()
+	prev := l.prevBytes
+	l.prevBytes = b
+	if prev == 0 || dt <= 0 {
+		return
+	}
+	inst := float64(b-prev) * 8 / dt.Seconds()
+	old := float64(l.bps.Load())
+	if old == 0 {
+		l.bps.Store(int64(inst))
+		return
+	}
+	l.bps.Store(int64(0.7*old + 0.3*inst))
+}
+
+// allocate shares the estimate among the participant's subscriptions.
+func (p *Participant) allocate() {
+	if p.bwe == nil {
+		return
+	}
+	p.mu.Lock()
+	subs := make([]*DownTrack, 0, len(p.subs))
+	for _, d := range p.subs {
+		subs = append(subs, d)
+	}
+	pinned := map[string]bool{}
+	for _, sid := range p.pinned {
+		pinned[sid] = true
+	}
+	p.mu.Unlock()
+	budget := p.bwe.Estimate()
+	var video []*DownTrack
+	for _, d := range subs {
+		if d.pub.kind == webrtc.RTPCodecTypeAudio {
+			if !d.Paused() {
+				budget -= audioReserve
+			}
+			continue
+		}
+		if !d.Paused() && d.twccID != 0 {
+			video = append(video, d)
+		}
+	}
+	if len(video) == 0 {
+		return
+	}
+	rank := map[string]int{}
+	for i, q := range p.room.ranked() {
+		rank[q.sid] = i
+	}
+	sort.SliceStable(video, func(i, j int) bool {
+		a, b := video[i].pub.owner.sid, video[j].pub.owner.sid
+		if pinned[a] != pinned[b] {
+			return pinned[a]
+		}
+		return rank[a] < rank[b]
+	})
+	shortfall := 0
+	var probeVia *DownTrack
+	for _, d := range video {
+		want := int(d.maxLayer.Load())
+		grant := -1
+		for i := want; i >= 0; i-- {
+			l := d.pub.layer(int8(i))
+			if l == nil {
+				continue
+			}
+			if l.rate() <= budget || grant == -1 && i == 0 {
+				grant = i
+				break
+			}
+		}
+		if grant == -1 {
+			grant = lowestLayer(d.pub)
+		}
+		// What the subscriber would take and does not get.
+		for i := want; i > grant; i-- {
+			if l := d.pub.layer(int8(i)); l != nil {
+				shortfall = l.rate() - budget
+				if probeVia == nil {
+					probeVia = d
+				}
+				break
+			}
+		}
+		if l := d.pub.layer(int8(grant)); l != nil {
+			budget -= l.rate()
+		}
+		if int(d.allocLayer.Swap(int32(grant))) != grant {
+			d.chooseLayer()
+		}
+	}
+	if probeVia != nil && shortfall > 0 {
+		probeVia.probe(int(float64(shortfall) * probeShare * allocateInterval.Seconds() / 8))
+	}
+}
+
+func lowestLayer(t *Publication) int {
+	for i := 0; i < maxLayers; i++ {
+		if t.layer(int8(i)) != nil {
+			return i
+		}
+	}
+	return 0
+}
+
+// probe sends about n bytes of padding-only packets in the subscriber's stream,
+// spread over the next interval, so that the estimator sees whether there is
+// room for more. Padding takes sequence numbers of its own; the stream's offsets
+// move past them, and NACKs for them are not answered.
+func (d *DownTrack) probe(n int) {
+	if n <= 0 || !d.bound.Load() || d.Paused() {
+		return
+	}
+	packets := min(max(n/maxPadding, 1), 100)
+	bursts := 10
+	go func() {
+		tick := time.NewTicker(allocateInterval / time.Duration(bursts))
+		defer tick.Stop()
+		for b := 0; b < bursts; b++ {
+			if !d.padBurst(packets / bursts) {
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-d.closed:
+				return
+			}
+		}
+	}()
+}
+
+// padBurst writes k padding packets right after the last packet sent.
+func (d *DownTrack) padBurst(k int) bool {
+	if k <= 0 {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started || d.writer == nil || d.needSync.Load() {
+		return false
+	}
+	o := &d.out
+	var h rtp.Header
+	h.Version = 2
+	h.Padding = true
+	h.PaddingSize = maxPadding
+	h.PayloadType = d.pt
+	h.SSRC = d.ssrc
+	h.Timestamp = o.lastTS
+	start := o.lastSeq + 1
+	for i := 0; i < k; i++ {
+		h.SequenceNumber = o.lastSeq + 1
+		var tw [2]byte
+		var twSeq uint16
+		if d.twccID != 0 {
+			twSeq = d.stampTWCC(&h, tw[:])
+		}
+		n, err := d.writer.WriteRTP(&h, nil)
+		h.Extensions = h.Extensions[:0]
+		h.Extension = false
+		if err != nil || n == 0 {
+			break
+		}
+		if d.twccID != 0 {
+			d.sub.bwe.OnSent(twSeq, now(), n)
+		}
+		o.lastSeq++
+		o.seqOffset++
+	}
+	if o.lastSeq+1 != start {
+		// Padding is a segment of its own (layer -1: not answered on NACK);
+		// media continues in a new one.
+		d.pushSegment(segment{startOut: start, layer: -1})
+		d.pushSegment(segment{startOut: o.lastSeq + 1, layer: d.current, seqOffset: o.seqOffset,
+			tsOffset: o.tsOffset, picOffset: o.picOffset, tl0Offset: o.tl0Offset})
+	}
+	return true
+}

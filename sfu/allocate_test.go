@@ -1,0 +1,55 @@
+package sfu
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/bwe"
+)
+
+// TestAllocationByPriority: a 400 kbit/s estimate shared between two simulcast
+// tracks whose layers run at 100, 300 and 900 kbit/s. The pinned publisher gets
+// the 300 kbit/s layer, the other what is left (100 kbit/s).
+func TestAllocationByPriority(t *testing.T) {
+	room := &Room{participants: map[string]*Participant{}, lastSpoke: map[string]time.Time{}, speakers: NewSpeakers()}
+	sub := &Participant{sid: "PA_sub", room: room, subs: map[string]*DownTrack{}, bwe: bwe.New(400_000, 0, 0)}
+	room.participants[sub.sid] = sub
+	var downs []*DownTrack
+	for _, owner := range []string{"PA_a", "PA_b"} {
+		op := &Participant{sid: owner, room: room, joinedAt: time.Now()}
+		room.participants[owner] = op
+		pub := &Publication{sid: "TR_" + owner, owner: op, kind: webrtc.RTPCodecTypeVideo, cacheSize: 64}
+		empty := []*DownTrack{}
+		pub.downs.Store(&empty)
+		for i, rate := range []int64{100_000, 300_000, 900_000} {
+			l := &layer{index: int8(i), pub: pub, cache: NewPacketCache(64)}
+			l.bps.Store(rate)
+			l.lastRecv.Store(now())
+			pub.layers[i].Store(l)
+		}
+		d := newDownTrack(pub, sub)
+		d.twccID = 5
+		d.bound.Store(true)
+		sub.subs[pub.sid] = d
+		downs = append(downs, d)
+	}
+	sub.pinned = []string{"PA_b"}
+	sub.allocate()
+	if got := downs[1].allocLayer.Load(); got != 1 {
+		t.Fatalf("pinned track got layer %d, want 1", got)
+	}
+	if got := downs[0].allocLayer.Load(); got != 0 {
+		t.Fatalf("other track got layer %d, want 0", got)
+	}
+	if downs[1].target.Load() != 1 || downs[0].target.Load() != 0 {
+		t.Fatalf("targets %d %d do not follow the allocation", downs[1].target.Load(), downs[0].target.Load())
+	}
+	// A subscriber that wants less than it could get is not given more.
+	downs[1].SetMaxLayer(0)
+	sub.allocate()
+	if got := downs[0].allocLayer.Load(); got != 1 {
+		t.Fatalf("freed bandwidth not reallocated: layer %d", got)
+	}
+}
