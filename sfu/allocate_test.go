@@ -53,3 +53,42 @@ func TestAllocationByPriority(t *testing.T) {
 		t.Fatalf("freed bandwidth not reallocated: layer %d", got)
 	}
 }
+
+func TestPaddingProbeKeepsTheStreamContinuous(t *testing.T) {
+	pub, ws := testPub(1, true)
+	d := pub.Subscribers()[0]
+	var pkt Packet
+	feed := func(seq uint16, key bool) {
+		pub.layer(0).parse(&pkt, vp8Packet(seq, uint32(seq)*3000, key, 0))
+		pkt.Arrival = int64(seq) * 33e6
+		pub.fanout(&pkt)
+	}
+	feed(10, true)
+	feed(11, false)
+	if !d.padBurst(3) {
+		t.Fatal("no padding on a started stream")
+	}
+	feed(12, false)
+	h := ws[0].hdrs
+	if len(h) != 6 {
+		t.Fatalf("%d packets, want 2 media + 3 padding + 1 media", len(h))
+	}
+	for i := 1; i < len(h); i++ {
+		if h[i].SequenceNumber != h[i-1].SequenceNumber+1 {
+			t.Fatalf("sequence %d after %d", h[i].SequenceNumber, h[i-1].SequenceNumber)
+		}
+	}
+	for i := 2; i < 5; i++ {
+		if !h[i].Padding || h[i].PaddingSize != maxPadding || h[i].Timestamp != h[1].Timestamp {
+			t.Fatalf("packet %d is not padding at the last timestamp: %+v", i, h[i])
+		}
+	}
+	// NACKs: a padding number is not answered; the media after it maps back.
+	if seg, ok := d.source(h[3].SequenceNumber); !ok || seg.layer != -1 {
+		t.Fatalf("padding seq maps to %+v", seg)
+	}
+	seg, ok := d.source(h[5].SequenceNumber)
+	if !ok || seg.layer != 0 || h[5].SequenceNumber-seg.seqOffset != 12 {
+		t.Fatalf("media after padding maps to %+v", seg)
+	}
+}

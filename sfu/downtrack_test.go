@@ -25,7 +25,7 @@ func (w *recWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
 			w.pics = append(w.pics, d.picID)
 		}
 	}
-	return len(p), nil
+	return h.MarshalSize() + len(p) + int(h.PaddingSize), nil // as Pion: bytes written
 }
 func (w *recWriter) Write(b []byte) (int, error) { return len(b), nil }
 
