@@ -162,6 +162,10 @@ type Request struct {
 	TrackSids []string `json:"trackSids,omitempty"`
 	Subscribe *bool    `json:"subscribe,omitempty"`
 
+	// relay: signaling for a direct (peer-to-peer) connection, passed through
+	To   string          `json:"to,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
+
 	// setLastN, pin
 	N               *int     `json:"n,omitempty"`
 	ParticipantSids []string `json:"participantSids,omitempty"`
@@ -176,6 +180,7 @@ const (
 	maxMetadataLen = 16 << 10
 	maxIDLen       = 128
 	maxTrackSids   = 256
+	maxRelayBytes  = 16 << 10
 )
 
 var sources = map[string]bool{"camera": true, "microphone": true, "screen": true, "screen_audio": true, "unknown": true, "": true}
@@ -271,6 +276,10 @@ func (r *Request) validate() error {
 	case "setLastN":
 		if r.N == nil || *r.N < -1 || *r.N > 1000 {
 			return bad("setLastN needs n between -1 (the room's) and 1000 (0: all)")
+		}
+	case "relay":
+		if r.To == "" || len(r.Data) == 0 || len(r.Data) > maxRelayBytes {
+			return bad("relay needs to (a participant sid) and data (a JSON value of at most %d bytes)", maxRelayBytes)
 		}
 	case "pin":
 		if len(r.ParticipantSids) > 64 {

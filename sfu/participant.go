@@ -3,6 +3,7 @@ package sfu
 import (
 	"crypto/rand"
 	"encoding/base32"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -569,6 +570,18 @@ func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
 	case r.Width > 0 || r.Height > 0:
 		d.SetMaxLayer(d.pub.layerForSize(r.Width, r.Height))
 	}
+	return nil
+}
+
+// Relay passes signaling for a direct connection to another participant of the
+// room (offers, answers and candidates of the peer-to-peer path for 1:1 calls);
+// the server only checks the recipient and stamps the sender.
+func (p *Participant) Relay(to string, data []byte) error {
+	q := p.room.BySid(to)
+	if q == nil || q.hidden || q == p {
+		return protocol.Errorf(protocol.CodeNotFound, "no participant %q to relay to", to)
+	}
+	q.send(protocol.Msg{"type": "relay", "from": p.sid, "data": json.RawMessage(data)})
 	return nil
 }
 

@@ -342,6 +342,8 @@ func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, 
 		return protocol.Response(r.ID, nil), p.MuteTrack(r.TrackSid, *r.Muted)
 	case "subscribe":
 		return protocol.Response(r.ID, nil), p.SetSubscribed(r.TrackSids, *r.Subscribe)
+	case "relay":
+		return protocol.Response(r.ID, nil), p.Relay(r.To, r.Data)
 	case "setLastN":
 		p.SetLastN(*r.N)
 		return protocol.Response(r.ID, nil), nil

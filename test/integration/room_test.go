@@ -396,3 +396,23 @@ func TestServerNACKsPublisherForLostPackets(t *testing.T) {
 		}
 	}
 }
+
+func TestRelayForDirectConnections(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 10*time.Second)
+	alice := e.join("p2p", "alice")
+	bob := e.join("p2p", "bob")
+	if _, err := alice.Request(ctx, protocol.Msg{"type": "relay", "to": sidOf(bob), "data": map[string]any{"sdp": "v=0", "kind": "offer"}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := bob.WaitEvent(ctx, "relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev["from"] != sidOf(alice) || ev["data"].(map[string]any)["kind"] != "offer" {
+		t.Fatalf("relayed %v", ev)
+	}
+	if _, err := alice.Request(ctx, protocol.Msg{"type": "relay", "to": "PA_nobody", "data": 1}); protocol.CodeOf(err) != protocol.CodeNotFound {
+		t.Fatalf("relay to nobody: %v", err)
+	}
+}
