@@ -78,6 +78,8 @@ func dcAnswer(c PeerConfig) (Result, error) {
 		return Result{}, err
 	}
 	defer ln.Close()
+	// A sender that never comes must not keep this peer forever.
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
 	sig, err := ln.Accept()
 	if err != nil {
 		return Result{}, err

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/petrel-sfu/petrel/netem"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
 
 // Harness starts peers in the hosts of a lab.
@@ -24,11 +26,18 @@ type Harness struct {
 	Env []string
 	// Stderr receives the peers' diagnostics (default: discarded).
 	Stderr io.Writer
+	// BrowserScript is lab/browser/dcpeer.mjs, the sender for the chromium
+	// and firefox stacks (run with node; default: found from the working
+	// directory, i.e. the repository root).
+	BrowserScript string
 }
+
+// IsBrowser reports whether a stack is a browser sending to Petrel.
+func IsBrowser(stack string) bool { return stack == "chromium" || stack == "firefox" }
 
 // RunSpec is one measurement.
 type RunSpec struct {
-	Stack    string // tcp, pion, pion-tuned
+	Stack    string // tcp, pion, pion-tuned, chromium, firefox (browser → Petrel)
 	Probe    string // ordered, unordered, partial, none
 	Duration time.Duration
 	MsgSize  int // 0: the tuning's default
@@ -59,7 +68,8 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		recvRole, sendRole = "tcp-recv", "tcp-send"
 	}
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
-		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned")}
+		// Petrel (tuned Pion) also receives what a browser sends.
+		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned" || IsBrowser(rs.Stack))}
 	if rs.MsgSize > 0 {
 		common = append(common, "-msgsize", strconv.Itoa(rs.MsgSize))
 	}
@@ -82,7 +92,23 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	if err := recv.Start(); err != nil {
 		return Result{}, err
 	}
-	send := start(l.A, sendRole)
+	var send *execCmd
+	if IsBrowser(rs.Stack) {
+		script := h.BrowserScript
+		if script == "" {
+			script = "lab/browser/dcpeer.mjs"
+		}
+		if abs, err := filepath.Abs(script); err == nil {
+			script = abs
+		}
+		cmd := l.A.Command(ctx, "node", script, "--browser", rs.Stack, "--addr", netem.AddrB.String()+":7000",
+			"--probe", rs.Probe, "--duration", strconv.Itoa(int(rs.Duration.Seconds())),
+			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10))
+		cmd.Stderr = stderr
+		send = &execCmd{cmd}
+	} else {
+		send = start(l.A, sendRole)
+	}
 	if err := send.Start(); err != nil {
 		recv.Cancel()
 		recv.Wait()
@@ -230,9 +256,9 @@ func ParseCases(s string) ([][2]string, error) {
 			pr = "ordered"
 		}
 		switch st {
-		case "tcp", "pion", "pion-tuned":
+		case "tcp", "pion", "pion-tuned", "chromium", "firefox":
 		default:
-			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned)", st)
+			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, chromium, firefox)", st)
 		}
 		switch pr {
 		case "ordered", "unordered", "partial", "none":

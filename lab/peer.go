@@ -214,6 +214,7 @@ func tcpRecv(c PeerConfig) (Result, error) {
 		return Result{}, err
 	}
 	defer ln.Close()
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
 	m := newMeter(c.Duration)
 	bulk, err := ln.Accept()
 	if err != nil {

@@ -45,6 +45,15 @@ func (r *Report) find(profile, stack, probe string) *Row {
 	return nil
 }
 
+func (r *Report) hasStack(stack string) bool {
+	for _, x := range r.Rows {
+		if x.Stack == stack && len(x.Runs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *Report) profiles() []string {
 	var ps []string
 	seen := map[string]bool{}
@@ -91,7 +100,12 @@ func (r *Report) Markdown() (string, error) {
 		}
 	}
 	b.WriteString("\n### Throughput (Mbit/s, % of TCP)\n\n")
-	b.WriteString("| profile | TCP | Pion default | Pion tuned (Petrel) | study: usrsctp DC / TCP |\n|---|---:|---:|---:|---:|\n")
+	browsers := r.hasStack("chromium") || r.hasStack("firefox")
+	if browsers {
+		b.WriteString("| profile | TCP | Pion default | Pion tuned (Petrel) | Chromium → Petrel | Firefox → Petrel | study: usrsctp DC / TCP |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("| profile | TCP | Pion default | Pion tuned (Petrel) | study: usrsctp DC / TCP |\n|---|---:|---:|---:|---:|\n")
+	}
 	for _, p := range r.profiles() {
 		tcp := r.find(p, "tcp", "ordered")
 		def := r.find(p, "pion", "ordered")
@@ -111,7 +125,12 @@ func (r *Report) Markdown() (string, error) {
 		if st.DC != "" {
 			study = st.DC + " / " + st.TCP
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p, mbps(tcp), cell(def), cell(tun), study)
+		if browsers {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", p, mbps(tcp), cell(def), cell(tun),
+				cell(r.find(p, "chromium", "ordered")), cell(r.find(p, "firefox", "ordered")), study)
+		} else {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p, mbps(tcp), cell(def), cell(tun), study)
+		}
 	}
 	b.WriteString("\n### Small-message latency under bulk load (one-way, ms)\n\n")
 	b.WriteString("64-byte messages every 10 ms on a second channel (a second TCP connection with TCP_NODELAY " +
@@ -187,7 +206,7 @@ func (r *Report) plots() ([]string, error) {
 	var imgs []string
 	for _, p := range r.profiles() {
 		var plots []string
-		for _, st := range []string{"tcp", "pion", "pion-tuned"} {
+		for _, st := range []string{"tcp", "pion", "pion-tuned", "chromium", "firefox"} {
 			x := r.find(p, st, "ordered")
 			if x == nil || len(x.Series) == 0 {
 				continue

@@ -194,6 +194,9 @@ func NewLab(o Options) (_ *Lab, err error) {
 			{"-n", h.NS, "link", "set", "lo", "up"},
 			{"-n", h.NS, "link", "set", "tun0", "mtu", strconv.Itoa(MTU), "txqueuelen", "1000", "up"},
 			{"-n", h.NS, "addr", "add", h.Addr.String(), "peer", h.Peer.String() + "/32", "dev", "tun0"},
+			// Firefox gathers no host candidate on a host without a
+			// default route; the emulator drops what is not for the peer.
+			{"-n", h.NS, "route", "add", "default", "dev", "tun0"},
 		} {
 			if err := ipCmd(args...); err != nil {
 				return nil, err
