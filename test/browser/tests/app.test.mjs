@@ -35,6 +35,13 @@ test('dev mode: join through the form, see names, mute shows on the other side',
     await dave.page.click('#mic');
     await waitFor(carol.page, "dave's tile to show unmuted", (sel) => !document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
 
+    // A bad token gets the server's error on the form, not a silent failure.
+    const eve = watch(new Participant('eve', await chromium.newPage()));
+    await eve.page.goto(`${server.base}/?token=not-a-jwt&autojoin=1`);
+    const error = await waitFor(eve.page, 'the join error', () => document.getElementById('join-error').textContent);
+    assert.match(error, /^unauthorized: /);
+    assert.equal(await eve.page.isVisible('#join-form'), true);
+
     // The readouts show live numbers.
     await waitFor(carol.page, 'a bitrate readout', () => /↓ [1-9]\d* kbps/.test(document.getElementById('bitrate').textContent));
     await waitFor(carol.page, 'a quality readout', () => document.getElementById('quality').dataset.q === 'excellent');
