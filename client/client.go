@@ -102,11 +102,15 @@ type Client struct {
 
 	reliable, lossy *webrtc.DataChannel
 	dcOpen          chan struct{}
+	// pcReady is closed once both connections exist: a subscriber offer can
+	// arrive right after joined, before Join has made them.
+	pcReady chan struct{}
 
 	nextID  atomic.Int64
 	mu      sync.Mutex
 	waiters map[int64]chan protocol.Msg
 	pubMu   sync.Mutex // one publisher negotiation at a time
+	subMu   sync.Mutex // subscriber offers are answered in order
 	wmu     sync.Mutex
 	closed  chan struct{}
 	err     error
@@ -129,6 +133,7 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 		ws: ws, ctx: cctx, cancel: cancel,
 		Events: make(chan protocol.Msg, 256), Tracks: make(chan Track, 64), DataIn: make(chan Data, 256),
 		waiters: map[int64]chan protocol.Msg{}, closed: make(chan struct{}), dcOpen: make(chan struct{}),
+		pcReady: make(chan struct{}),
 	}
 	join := protocol.Msg{"type": "join", "token": token, "protocol": protocol.Version}
 	if o.Name != "" {
@@ -158,6 +163,7 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
+	close(c.pcReady)
 	c.Sub.OnTrack(func(t *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 		select {
 		case c.Tracks <- Track{Remote: t, Receiver: r, ParticipantSid: t.StreamID(), TrackSid: t.ID()}:
@@ -320,7 +326,13 @@ func (c *Client) readLoop() {
 		case "trickle":
 			raw, _ := json.Marshal(m["candidate"])
 			var ci webrtc.ICECandidateInit
-			if json.Unmarshal(raw, &ci) == nil && ci.Candidate != "" {
+			ready := false
+			select {
+			case <-c.pcReady:
+				ready = true
+			default:
+			}
+			if ready && json.Unmarshal(raw, &ci) == nil && ci.Candidate != "" {
 				if m["target"] == "publisher" {
 					_ = c.Pub.AddICECandidate(ci)
 				} else {
@@ -337,6 +349,13 @@ func (c *Client) readLoop() {
 }
 
 func (c *Client) answerSubscriber(sdp string) {
+	select {
+	case <-c.pcReady:
+	case <-c.ctx.Done():
+		return
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
 	if err := c.Sub.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: sdp}); err != nil {
 		return
 	}

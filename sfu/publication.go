@@ -235,7 +235,9 @@ func (l *layer) forward() {
 	buf := make([]byte, maxPacket)
 	var pkt Packet
 	var inPackets, inBytes, outPackets, outBytes int
+	var flushed int64
 	flush := func() {
+		flushed = now()
 		metrics.PacketsIn.Add(float64(inPackets))
 		metrics.BytesIn.Add(float64(inBytes))
 		metrics.PacketsOut.Add(float64(outPackets))
@@ -274,7 +276,9 @@ func (l *layer) forward() {
 		sent := t.fanout(&pkt)
 		outPackets += sent
 		outBytes += sent * n
-		if inPackets >= 128 {
+		// Counters reach Prometheus in batches: every 128 packets, and at least
+		// every 250 ms so that slow tracks and short windows read true.
+		if inPackets >= 128 || pkt.Arrival-flushed > int64(250*time.Millisecond) {
 			flush()
 		}
 	}
