@@ -85,6 +85,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     await r.publishCamera({ simulcast: params.get('simulcast') === '1' }).catch((err) => note(`camera: ${describe(err)}`));
     await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
     updateControls();
+    // Labels are only readable once the user allowed the devices, so list them now.
+    await listDevices();
   } catch (err) {
     joinError.textContent = describe(err);
     setStatus('not connected');
@@ -292,6 +294,45 @@ $<HTMLFormElement>('chat-form').addEventListener('submit', (ev) => {
     .then(() => addMessage('you', text))
     .catch((err) => note(`chat: ${describe(err)}`));
 });
+
+// ---- devices ------------------------------------------------------------------------
+
+async function listDevices(): Promise<void> {
+  const devices = await navigator.mediaDevices.enumerateDevices().catch(() => []);
+  for (const [kind, id, source] of [
+    ['videoinput', 'camera-select', 'camera'],
+    ['audioinput', 'mic-select', 'microphone'],
+  ] as const) {
+    const select = $<HTMLSelectElement>(id);
+    const current = localBySource(source)?.track.getSettings().deviceId;
+    select.replaceChildren(
+      ...devices
+        .filter((d) => d.kind === kind)
+        .map((d, i) => new Option(d.label || `${kind} ${i + 1}`, d.deviceId, false, d.deviceId === current)),
+    );
+  }
+}
+
+// Switching a device publishes a new track from it in place of the old one.
+async function switchDevice(source: 'camera' | 'microphone', deviceId: string): Promise<void> {
+  if (!room) return;
+  const old = localBySource(source);
+  if (old) await room.unpublishTrack(old.sid);
+  if (source === 'camera') {
+    await room.publishCamera({ resolution: { deviceId: { exact: deviceId }, width: 1280, height: 720 }, simulcast: params.get('simulcast') === '1' });
+  } else {
+    await room.publishMicrophone({ deviceId: { exact: deviceId } });
+  }
+  updateControls();
+}
+
+$<HTMLSelectElement>('camera-select').addEventListener('change', (ev) =>
+  void switchDevice('camera', (ev.target as HTMLSelectElement).value).catch((e) => note(`camera: ${describe(e)}`)),
+);
+$<HTMLSelectElement>('mic-select').addEventListener('change', (ev) =>
+  void switchDevice('microphone', (ev.target as HTMLSelectElement).value).catch((e) => note(`microphone: ${describe(e)}`)),
+);
+navigator.mediaDevices?.addEventListener('devicechange', () => void listDevices());
 
 // ---- readouts -----------------------------------------------------------------------
 

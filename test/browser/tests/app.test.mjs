@@ -1,7 +1,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { launchChromium } from '../lib/browsers.mjs';
-import { Participant, waitFor } from '../lib/page.mjs';
+import { Participant, expectGrowth, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 
 test('dev mode: join through the form, see names, mute shows on the other side', { timeout: 120_000 }, () =>
@@ -34,6 +34,15 @@ test('dev mode: join through the form, see names, mute shows on the other side',
     await waitFor(carol.page, "dave's tile to show muted", (sel) => document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
     await dave.page.click('#mic');
     await waitFor(carol.page, "dave's tile to show unmuted", (sel) => !document.querySelector(sel)?.classList.contains('mic-off'), daveLabel);
+
+    // Switching the microphone publishes the other device; dave keeps hearing carol.
+    const options = await carol.page.evaluate(() => [...document.querySelectorAll('#mic-select option')].map((o) => [o.value, o.textContent]));
+    assert.ok(options.length >= 2, `fake microphones listed: ${JSON.stringify(options)}`);
+    const [micId, micLabel] = options[options.length - 1];
+    await carol.page.selectOption('#mic-select', micId);
+    await waitFor(carol.page, 'the new microphone published', (label) =>
+      [...window.petrel.room.localTracks.values()].some((t) => t.source === 'microphone' && t.track.label === label), micLabel);
+    await expectGrowth("carol's new microphone at dave", () => dave.inbound(), { audioPackets: 20 });
 
     // A bad token gets the server's error on the form, not a silent failure.
     const eve = watch(new Participant('eve', await chromium.newPage()));
