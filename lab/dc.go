@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"net"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"github.com/pion/ice/v4"
 	"github.com/pion/webrtc/v4"
 )
@@ -166,51 +166,7 @@ func dcOffer(c PeerConfig) error {
 		}
 		probe.OnOpen(func() { go prober(probe.Send, stop) })
 	}
-	bulk.SetBufferedAmountLowThreshold(t.SendLow)
-	ready := make(chan struct{}, 1)
-	bulk.OnBufferedAmountLow(func() {
-		select {
-		case ready <- struct{}{}:
-		default:
-		}
-	})
-	if os.Getenv("PETREL_LAB_DEBUG") != "" {
-		// cwnd, rwnd and RTT of the association every 250 ms, to stderr.
-		go func() {
-			t := time.NewTicker(250 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-				for _, s := range pc.GetStats() {
-					if st, ok := s.(webrtc.SCTPTransportStats); ok {
-						fmt.Fprintf(os.Stderr, "sctp cwnd %d rwnd %d srtt %.1fms sent %d buffered %d\n",
-							st.CongestionWindow, st.ReceiverWindow, st.SmoothedRoundTripTime*1000, st.BytesSent, bulk.BufferedAmount())
-					}
-				}
-			}
-		}()
-	}
-	bulk.OnOpen(func() {
-		go func() {
-			buf := make([]byte, t.MessageSize)
-			for {
-				for bulk.BufferedAmount() < t.SendHigh {
-					if err := bulk.Send(buf); err != nil {
-						return
-					}
-				}
-				select {
-				case <-ready:
-				case <-stop:
-					return
-				}
-			}
-		}()
-	})
+	bulk.OnOpen(func() { go sendBulk(bulk, t, stop) })
 	offer, err := pc.CreateOffer(nil)
 	if err != nil {
 		return err
@@ -232,6 +188,99 @@ func dcOffer(c PeerConfig) error {
 		return err
 	}
 	// Wait for the receiver's "done" (or its exit) before closing.
+	sig.SetReadDeadline(time.Now().Add(c.Duration + 60*time.Second))
+	var done string
+	readJSON(r, &done)
+	return nil
+}
+
+// sendBulk keeps a channel's buffer between the tuning's watermarks until
+// stop or an error.
+func sendBulk(bulk *webrtc.DataChannel, t sctptune.Tuning, stop <-chan struct{}) {
+	ready := make(chan struct{}, 1)
+	bulk.SetBufferedAmountLowThreshold(t.SendLow)
+	bulk.OnBufferedAmountLow(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	buf := make([]byte, t.MessageSize)
+	for {
+		for bulk.BufferedAmount() < t.SendHigh {
+			if err := bulk.Send(buf); err != nil {
+				return
+			}
+		}
+		select {
+		case <-ready:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// whenOpen runs f once dc is open (at once if it already is).
+func whenOpen(dc *webrtc.DataChannel, f func()) {
+	if dc.ReadyState() == webrtc.DataChannelStateOpen {
+		go f()
+		return
+	}
+	dc.OnOpen(func() { go f() })
+}
+
+// dcAnswerSend is host b sending to a browser in host a: it answers the
+// browser's offer and sends on the channels the browser opened, until the
+// browser (which measures) says "done".
+func dcAnswerSend(c PeerConfig) error {
+	ln, err := net.Listen("tcp4", c.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
+	sig, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer sig.Close()
+	t := tuningFor(c)
+	local := sig.LocalAddr().(*net.TCPAddr).IP
+	pc, err := newAPI(local, t).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+		switch dc.Label() {
+		case "bulk":
+			whenOpen(dc, func() { sendBulk(dc, t, stop) })
+		case "probe":
+			whenOpen(dc, func() { prober(dc.Send, stop) })
+		}
+	})
+	r := bufio.NewReader(sig)
+	var offer webrtc.SessionDescription
+	if err := readJSON(r, &offer); err != nil {
+		return fmt.Errorf("read offer: %w", err)
+	}
+	if err := pc.SetRemoteDescription(offer); err != nil {
+		return err
+	}
+	answer, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(answer); err != nil {
+		return err
+	}
+	<-gathered
+	if err := json.NewEncoder(sig).Encode(pc.LocalDescription()); err != nil {
+		return err
+	}
 	sig.SetReadDeadline(time.Now().Add(c.Duration + 60*time.Second))
 	var done string
 	readJSON(r, &done)

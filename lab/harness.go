@@ -35,9 +35,13 @@ type Harness struct {
 // IsBrowser reports whether a stack is a browser sending to Petrel.
 func IsBrowser(stack string) bool { return stack == "chromium" || stack == "firefox" }
 
+// IsToBrowser reports whether a stack is Petrel sending to a browser
+// ("to-chromium", "to-firefox").
+func IsToBrowser(stack string) bool { return stack == "to-chromium" || stack == "to-firefox" }
+
 // RunSpec is one measurement.
 type RunSpec struct {
-	Stack    string // tcp, pion, pion-tuned, chromium, firefox (browser → Petrel)
+	Stack    string // tcp, pion, pion-tuned, chromium, firefox (browser → Petrel), to-chromium, to-firefox
 	Probe    string // ordered, unordered, partial, none
 	Duration time.Duration
 	MsgSize  int // 0: the tuning's default
@@ -69,7 +73,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	}
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
-		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned" || IsBrowser(rs.Stack))}
+		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned" || IsBrowser(rs.Stack) || IsToBrowser(rs.Stack))}
 	if rs.MsgSize > 0 {
 		common = append(common, "-msgsize", strconv.Itoa(rs.MsgSize))
 	}
@@ -86,6 +90,49 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		cmd.Stderr = stderr
 		return &execCmd{cmd}
 	}
+	browserCmd := func(browser string, extra ...string) *execCmd {
+		script := h.BrowserScript
+		if script == "" {
+			script = "lab/browser/dcpeer.mjs"
+		}
+		if abs, err := filepath.Abs(script); err == nil {
+			script = abs
+		}
+		args := append([]string{script, "--browser", browser, "--addr", netem.AddrB.String() + ":7000",
+			"--probe", rs.Probe, "--duration", strconv.Itoa(int(rs.Duration.Seconds())),
+			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10)}, extra...)
+		cmd := l.A.Command(ctx, "node", args...)
+		cmd.Stderr = stderr
+		return &execCmd{cmd}
+	}
+	if IsToBrowser(rs.Stack) {
+		// Petrel in b sends; the browser in a measures and prints the Result.
+		send := start(l.B, "dc-answer-send")
+		if err := send.Start(); err != nil {
+			return Result{}, err
+		}
+		recv := browserCmd(strings.TrimPrefix(rs.Stack, "to-"), "--reverse", "true")
+		var out bytes.Buffer
+		recv.Stdout = &out
+		if err := recv.Start(); err != nil {
+			send.Cancel()
+			send.Wait()
+			return Result{}, err
+		}
+		recvErr := recv.Wait()
+		go func() { time.Sleep(5 * time.Second); send.Cancel() }()
+		send.Wait()
+		var res Result
+		line := bytes.TrimSpace(out.Bytes())
+		if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
+			line = line[i+1:]
+		}
+		if err := json.Unmarshal(line, &res); err != nil {
+			return Result{}, fmt.Errorf("%s: %v (output %q, exit %v)", rs.Stack, err, line, recvErr)
+		}
+		res.Stack = rs.Stack
+		return res, nil
+	}
 	recv := start(l.B, recvRole)
 	var out bytes.Buffer
 	recv.Stdout = &out
@@ -94,18 +141,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	}
 	var send *execCmd
 	if IsBrowser(rs.Stack) {
-		script := h.BrowserScript
-		if script == "" {
-			script = "lab/browser/dcpeer.mjs"
-		}
-		if abs, err := filepath.Abs(script); err == nil {
-			script = abs
-		}
-		cmd := l.A.Command(ctx, "node", script, "--browser", rs.Stack, "--addr", netem.AddrB.String()+":7000",
-			"--probe", rs.Probe, "--duration", strconv.Itoa(int(rs.Duration.Seconds())),
-			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10))
-		cmd.Stderr = stderr
-		send = &execCmd{cmd}
+		send = browserCmd(rs.Stack)
 	} else {
 		send = start(l.A, sendRole)
 	}
@@ -256,9 +292,9 @@ func ParseCases(s string) ([][2]string, error) {
 			pr = "ordered"
 		}
 		switch st {
-		case "tcp", "pion", "pion-tuned", "chromium", "firefox":
+		case "tcp", "pion", "pion-tuned", "chromium", "firefox", "to-chromium", "to-firefox":
 		default:
-			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, chromium, firefox)", st)
+			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, chromium, firefox, to-chromium, to-firefox)", st)
 		}
 		switch pr {
 		case "ordered", "unordered", "partial", "none":

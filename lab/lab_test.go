@@ -2,14 +2,15 @@ package lab
 
 import (
 	"context"
-	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/petrel-sfu/petrel/netem"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
 
 // The test binary doubles as the peer: the harness re-executes it inside
@@ -132,5 +133,59 @@ func TestMedian(t *testing.T) {
 		if got := median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestBrowserToPetrel sends from headless Chromium and Firefox ESR to
+// Petrel's tuned receiver over the long profile. It needs node and the
+// drivers the browser tests install (test/browser/node_modules).
+func TestBrowserToPetrel(t *testing.T) {
+	if err := netem.Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("skipping: node is not installed")
+	}
+	root, _ := filepath.Abs("..")
+	mods := filepath.Join(root, "test/browser/node_modules")
+	for _, b := range []struct{ name, exe, driver string }{
+		{"chromium", "/usr/bin/chromium", "playwright-core"},
+		{"firefox", "/usr/bin/firefox-esr", "puppeteer-core"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			if _, err := os.Stat(b.exe); err != nil {
+				t.Skipf("skipping: %s not installed", b.exe)
+			}
+			if _, err := os.Stat(filepath.Join(mods, b.driver)); err != nil {
+				t.Skipf("skipping: %s not installed in %s (run the browser tests' install)", b.driver, mods)
+			}
+			release, err := netem.Exclusive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			p, _ := netem.LookupProfile("long")
+			l, err := netem.NewLab(netem.Options{Spec: p.Spec})
+			if err != nil {
+				t.Skipf("skipping: cannot create network namespaces here: %v", err)
+			}
+			defer l.Close()
+			h := &Harness{Argv: []string{os.Args[0]}, Env: []string{"PETREL_LAB_PEER=1"},
+				BrowserScript: filepath.Join(root, "lab/browser/dcpeer.mjs")}
+			if testing.Verbose() {
+				h.Stderr = os.Stderr
+			}
+			res, err := h.Run(context.Background(), l, RunSpec{Stack: b.name, Probe: "ordered", Duration: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s → Petrel on long: %.1f Mbit/s, probe p50 %.1f ms (%d/%d)", b.name, res.Mbps, res.P50Ms, res.ProbeGot, res.ProbeSent)
+			if res.Mbps < 1 {
+				t.Errorf("%.2f Mbit/s from %s", res.Mbps, b.name)
+			}
+			if res.ProbeGot < 50 || res.P50Ms < 36 {
+				t.Errorf("probes: %d arrived, p50 %.1f ms (the link alone takes 40 ms)", res.ProbeGot, res.P50Ms)
+			}
+		})
 	}
 }

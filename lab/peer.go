@@ -160,7 +160,7 @@ type PeerConfig struct {
 func PeerMain(args []string) int {
 	fs := flag.NewFlagSet("lab peer", flag.ContinueOnError)
 	var c PeerConfig
-	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer or dc-offer")
+	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-offer or dc-answer-send")
 	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "receiver's listen address")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
@@ -188,6 +188,8 @@ func PeerMain(args []string) int {
 		res, err = dcAnswer(c)
 	case "dc-offer":
 		err = dcOffer(c)
+	case "dc-answer-send":
+		err = dcAnswerSend(c)
 	default:
 		err = fmt.Errorf("unknown role %q", c.Role)
 	}

@@ -22,7 +22,10 @@ const msgSize = Number(args.msgsize || 65536);
 const high = Number(args.high || 2 * 1024 * 1024);
 const low = Number(args.low || 1024 * 1024);
 const probeMode = args.probe || 'ordered';
-const timeoutMs = (Number(args.duration || 10) + 90) * 1000;
+const durationS = Number(args.duration || 10);
+const timeoutMs = (durationS + 90) * 1000;
+// --reverse: Petrel sends, the browser measures and prints the Result JSON.
+const reverse = args.reverse === 'true';
 
 // The browser test harness installs the drivers (make test / test/browser).
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -84,7 +87,7 @@ async function connect() {
 
 const timer = setTimeout(() => { console.error('dcpeer: timeout'); process.exit(1); }, timeoutMs);
 const { page, close } = await launch();
-try {
+async function run() {
   const offer = await page.evaluate(async ({ probeMode }) => {
     const pc = new RTCPeerConnection();
     window.pc = pc;
@@ -103,6 +106,48 @@ try {
   const next = lines(sock);
   sock.write(JSON.stringify(offer) + '\n');
   const answer = JSON.parse(await next());
+  if (reverse) {
+    const result = await page.evaluate(async ({ answer, durationS, probeMode }) => {
+      const step = 0.25;
+      const series = new Array(Math.round(durationS / step)).fill(0);
+      const delays = [];
+      let bytes = 0; let start = 0; let maxSeq = 0; let got = 0;
+      const nowNs = () => (performance.timeOrigin + performance.now()) * 1e6;
+      let finish;
+      const finished = new Promise((r) => { finish = r; });
+      window.bulk.binaryType = 'arraybuffer';
+      window.bulk.onmessage = (e) => {
+        const t = performance.now();
+        if (!start) { start = t; setTimeout(finish, durationS * 1000); }
+        const el = (t - start) / 1000;
+        if (el >= durationS) return;
+        bytes += e.data.byteLength;
+        series[Math.floor(el / step)] += e.data.byteLength;
+      };
+      window.probe.binaryType = 'arraybuffer';
+      window.probe.onmessage = (e) => {
+        if (!start || (performance.now() - start) / 1000 >= durationS) return;
+        const v = new DataView(e.data);
+        const seq = Number(v.getBigUint64(0));
+        delays.push((nowNs() - Number(v.getBigUint64(8))) / 1e6);
+        got++; maxSeq = Math.max(maxSeq, seq + 1);
+      };
+      await window.pc.setRemoteDescription(answer);
+      await finished;
+      delays.sort((a, b) => a - b);
+      return {
+        probe: probeMode, bytes, seconds: durationS, mbps: bytes * 8 / 1e6 / durationS,
+        series: series.map((b) => b * 8 / 1e6 / step), series_step: step,
+        probe_sent: maxSeq, probe_got: got,
+        p50_ms: delays.length ? delays[Math.floor(delays.length / 2)] : 0,
+        p99_ms: delays.length ? delays[Math.min(delays.length - 1, Math.floor(delays.length * 0.99))] : 0,
+      };
+    }, { answer, durationS, probeMode });
+    process.stdout.write(JSON.stringify(result) + '\n');
+    sock.write('"done"\n');
+    sock.destroy();
+    return;
+  }
   await page.evaluate(async ({ answer, msgSize, high, low }) => {
     await window.pc.setRemoteDescription(answer);
     const bulk = window.bulk;
@@ -131,6 +176,9 @@ try {
   }, { answer, msgSize, high, low });
   await next(); // "done" or close
   sock.destroy();
+}
+try {
+  await run();
 } finally {
   clearTimeout(timer);
   await close();
