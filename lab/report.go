@@ -100,37 +100,40 @@ func (r *Report) Markdown() (string, error) {
 		}
 	}
 	b.WriteString("\n### Throughput (Mbit/s, % of TCP)\n\n")
-	browsers := r.hasStack("chromium") || r.hasStack("firefox")
-	if browsers {
-		b.WriteString("| profile | TCP | Pion default | Pion tuned (Petrel) | Chromium → Petrel | Firefox → Petrel | study: usrsctp DC / TCP |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	} else {
-		b.WriteString("| profile | TCP | Pion default | Pion tuned (Petrel) | study: usrsctp DC / TCP |\n|---|---:|---:|---:|---:|\n")
+	// Columns: the reference, Pion, and whichever browser directions ran.
+	type col struct{ stack, title string }
+	cols := []col{{"pion", "Pion default"}, {"pion-tuned", "Pion tuned (Petrel)"}}
+	for _, c := range []col{{"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
+		{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"}} {
+		if r.hasStack(c.stack) {
+			cols = append(cols, c)
+		}
 	}
+	b.WriteString("| profile | TCP |")
+	for _, c := range cols {
+		b.WriteString(" " + c.title + " |")
+	}
+	b.WriteString(" study: usrsctp DC / TCP |\n|---|---:|" + strings.Repeat("---:|", len(cols)) + "---:|\n")
 	for _, p := range r.profiles() {
 		tcp := r.find(p, "tcp", "ordered")
-		def := r.find(p, "pion", "ordered")
-		tun := r.find(p, "pion-tuned", "ordered")
 		ref := 0.0
 		if tcp != nil {
 			ref = tcp.Mbps
 		}
-		cell := func(x *Row) string {
+		fmt.Fprintf(&b, "| %s | %s |", p, mbps(tcp))
+		for _, c := range cols {
+			x := r.find(p, c.stack, "ordered")
 			if x == nil || len(x.Runs) == 0 {
-				return "–"
+				b.WriteString(" – |")
+				continue
 			}
-			return fmt.Sprintf("%s (%s)", mbps(x), pctOf(x.Mbps, ref))
+			fmt.Fprintf(&b, " %s (%s) |", mbps(x), pctOf(x.Mbps, ref))
 		}
-		st := Study[p]
 		study := "–"
-		if st.DC != "" {
+		if st := Study[p]; st.DC != "" {
 			study = st.DC + " / " + st.TCP
 		}
-		if browsers {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", p, mbps(tcp), cell(def), cell(tun),
-				cell(r.find(p, "chromium", "ordered")), cell(r.find(p, "firefox", "ordered")), study)
-		} else {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p, mbps(tcp), cell(def), cell(tun), study)
-		}
+		fmt.Fprintf(&b, " %s |\n", study)
 	}
 	b.WriteString("\n### Small-message latency under bulk load (one-way, ms)\n\n")
 	b.WriteString("64-byte messages every 10 ms on a second channel (a second TCP connection with TCP_NODELAY " +
@@ -206,7 +209,7 @@ func (r *Report) plots() ([]string, error) {
 	var imgs []string
 	for _, p := range r.profiles() {
 		var plots []string
-		for _, st := range []string{"tcp", "pion", "pion-tuned", "chromium", "firefox"} {
+		for _, st := range []string{"tcp", "pion", "pion-tuned", "chromium", "firefox", "to-chromium", "to-firefox"} {
 			x := r.find(p, st, "ordered")
 			if x == nil || len(x.Series) == 0 {
 				continue

@@ -35,18 +35,27 @@ func labMain(args []string) int {
 	plots := fs.String("plots", "docs/img", "directory for PNG plots (needs gnuplot)")
 	verbose := fs.Bool("v", false, "show the peers' stderr")
 	save := fs.String("save", "", "save the raw results as JSON (bench)")
-	load := fs.String("load", "", "render results saved by -save instead of measuring (report)")
+	load := fs.String("load", "", "render results saved by -save instead of measuring (report; comma-separated files are merged)")
 	fs.Parse(args[1:])
 	if args[0] == "report" {
-		b, err := os.ReadFile(*load)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "petrel lab report: -load:", err)
-			return 2
-		}
+		// Several files (comma-separated) are merged: e.g. a run of the
+		// browser directions added to the main run.
 		var saved savedBench
-		if err := json.Unmarshal(b, &saved); err != nil {
-			fmt.Fprintln(os.Stderr, "petrel lab report:", err)
-			return 1
+		for i, f := range strings.Split(*load, ",") {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "petrel lab report: -load:", err)
+				return 2
+			}
+			var one savedBench
+			if err := json.Unmarshal(b, &one); err != nil {
+				fmt.Fprintln(os.Stderr, "petrel lab report:", f, err)
+				return 1
+			}
+			if i == 0 {
+				saved.Duration, saved.Repeat = one.Duration, one.Repeat
+			}
+			saved.Rows = append(saved.Rows, one.Rows...)
 		}
 		return labReport(saved, *plots, *out)
 	}
