@@ -41,7 +41,7 @@ test-go:
 	$(GO) test -p 1 -count=1 -timeout 20m ./...
 
 test-browser: build
-	cd test/browser && npm test
+	cd test/browser && PETREL_SKIP_BUILD=1 npm test
 
 test-interop: build
 	bash test/interop/run.sh

@@ -4,14 +4,9 @@ import { launchChromium } from '../lib/browsers.mjs';
 import { Participant, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 
-// Known server bug, kept visible as a todo until fixed: trackDemand is computed
-// from each receiver's current target layer (sfu/lastn.go updateDemand), and the
-// target only picks layers that are sending (sfu/downtrack.go chooseLayer). After
-// quality "low" the publisher disables its upper encodings, so "high" later finds
-// none sending, the target stays low and the demand never re-enables them.
-const KNOWN_BUG = 'server: trackDemand follows the target layer, so upper layers disabled for "low" never come back';
-
-test('simulcast: the viewer gets the layer its quality asks for, down and up again', { timeout: 120_000, todo: KNOWN_BUG }, () =>
+// Going back up exercises trackDemand: after quality "low" the publisher turns its
+// upper encodings off, and "high" must turn them on again.
+test('simulcast: the viewer gets the layer its quality asks for, down and up again', { timeout: 120_000 }, () =>
   scenario('simulcast', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
     const sender = watch(new Participant('sender', await chromium.newPage()));
