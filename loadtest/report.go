@@ -58,7 +58,7 @@ func SummaryTable(res *Result) string {
 	}
 	row("generator CPU (% of a core) / RSS (MiB)", "%.1f / %.1f", s.SelfCPU, s.SelfRSSMiB)
 	row("generator CPU-µs per received packet", "%.2f", s.SelfCPUusPerPkt)
-	row("generator RSS per connected peer (KiB)", "%.0f", s.SelfRSSPerPeerKiB)
+	row("generator RSS growth per connected peer (KiB)", "%.0f", s.SelfRSSPerPeerKiB)
 	if len(s.Errors) > 0 {
 		keys := make([]string, 0, len(s.Errors))
 		for k := range s.Errors {

@@ -55,7 +55,8 @@ type Summary struct {
 	SelfCPU           float64                `json:"selfCpuPct"`
 	SelfRSSMiB        float64                `json:"selfRssMiB"`
 	SelfCPUusPerPkt   float64                `json:"selfCpuUsPerReceivedPacket"`
-	SelfRSSPerPeerKiB float64                `json:"selfRssPerPeerKiB"`
+	SelfRSSPerPeerKiB float64                `json:"selfRssPerPeerKiB"` // (end − start) ÷ connected
+	SelfRSSStartMiB   float64                `json:"selfRssStartMiB"`
 	Errors            map[string]int         `json:"errors,omitempty"`
 }
 

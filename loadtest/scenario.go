@@ -157,6 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { stopSampler(); <-samplerDone }()
 
 	var rss0 int64
+	self0, _ := ReadProc(0)
 	if cfg.TargetPID > 0 {
 		if s, err := ReadProc(cfg.TargetPID); err == nil {
 			rss0 = s.RSS
@@ -193,6 +194,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := r.result(w0.at, w1.at, runErr)
 	res.Summary.window(w0, w1, cfg.TargetPID > 0)
 	res.Summary.TargetRSSStartMiB = float64(rss0) / (1 << 20)
+	res.Summary.SelfRSSStartMiB = float64(self0.RSS) / (1 << 20)
+	if c := res.Summary.Connected; c > 0 {
+		res.Summary.SelfRSSPerPeerKiB = (res.Summary.SelfRSSMiB - res.Summary.SelfRSSStartMiB) * 1024 / float64(c)
+	}
 	return res, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	}
 	defer func() { s.Stop(); time.Sleep(time.Second) }()
 	cfg.URL, cfg.TargetPID = s.URL, s.PID()
+	debug.FreeOSMemory() // the previous run's peers should not count in this one's RSS
 	cfg.Progress = os.Stderr
 	log.Printf("%s: %s n=%d publishers=%d", srv, scenario, n, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -314,8 +316,9 @@ func render(all []*run, out string) (string, string) {
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol, " +
-		"Janus by VideoRoom over its WebSocket API; the SRTP profile is what Pion and each server negotiate. " +
-		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2`. CPU is utime+stime of the server process " +
+		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
+		"the SRTP profile is what Pion and each server negotiate. " +
+		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +
 		"over the steady window, divided by the packets the subscribers received in it (≈ packets forwarded when nothing is lost); " +
 		"RSS per peer is (RSS at the end − RSS before the first peer) ÷ receiving peers. Delay is the one-way delay of the synthetic stamps " +
 		"in the steady window (same host clock). Machine: 2 cores, shared with other sessions' builds and browser tests while this ran: read ratios, not absolutes.\n\n")
@@ -385,12 +388,13 @@ func render(all []*run, out string) (string, string) {
 		"certificate for the peer connections it creates itself). CPU-µs per received packet is the generator's utime+stime over the steady " +
 		"window ÷ packets its peers received; it also pays for its publisher(s), its sources, the progress line and Go's runtime. " +
 		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
-		"Petrel peers use the room protocol (two peer connections and two data channels each); the capacity run uses WHEP viewers (one).\n\n")
+		"Petrel peers use the room protocol (two peer connections and two data channels each); the capacity run uses WHEP viewers (one). " +
+		"RSS growth per peer is (RSS at the end − RSS before the run's first peer) ÷ connected peers; the process returns memory to the OS between runs.\n\n")
 	floor, floorDesc := receiveFloor("bench/results/floor.txt")
 	if floor > 0 {
 		fmt.Fprintf(&g, "Floor used for the × column: %s.\n\n", floorDesc)
 	}
-	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | × floor | RSS MiB | RSS/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | × floor | RSS at end MiB | RSS growth/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
 		if r.server != "petrel" {
 			continue
@@ -405,7 +409,11 @@ func render(all []*run, out string) (string, string) {
 		if floor > 0 {
 			x = fmt.Sprintf("%.1f", s.SelfCPUusPerPkt*1000/floor)
 		}
-		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %s | %.1f | %.0f | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, x, s.SelfRSSMiB, s.SelfRSSPerPeerKiB, d.P50, d.P95)
+		per := "–"
+		if s.SelfRSSStartMiB > 0 && s.Connected > 0 {
+			per = fmt.Sprintf("%.0f", (s.SelfRSSMiB-s.SelfRSSStartMiB)*1024/float64(s.Connected))
+		}
+		fmt.Fprintf(&g, "| %s | %d | %.0f | %.1f | %.2f | %s | %.1f | %s | %.0f / %.0f |\n", name, s.Connected, s.PPS, s.SelfCPU, s.SelfCPUusPerPkt, x, s.SelfRSSMiB, per, d.P50, d.P95)
 	}
 	return b.String(), g.String()
 }
