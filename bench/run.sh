@@ -39,6 +39,10 @@ go build -o "$tmp/benchserver" ./bench/cmd/benchserver
 go build -o "$tmp/fanout" ./bench/cmd/fanout
 
 if [ -z "${REPORT_ONLY:-}" ]; then
+# Results are written in a private directory and copied into bench/results/ at
+# the end, so that another run.sh started meanwhile cannot truncate them.
+RES="$tmp/results"
+mkdir -p "$RES"
 # What was measured: the commit, and whether the server's packages differed from it.
 built="$(git rev-parse --short HEAD)"
 if ! git diff --quiet HEAD -- sfu rtc signal server client config metrics 2>/dev/null; then
@@ -49,7 +53,7 @@ started=$(date -u +"%Y-%m-%d %H:%M UTC")
 
 # 1. The floor. Medians over RUNS runs of each benchmark.
 echo "run.sh: floor benchmarks" >&2
-go test -run '^$' -bench 'Floor' -benchmem -count "$RUNS" ./bench/ | tee "$OUT/floor.txt" >&2
+go test -run '^$' -bench 'Floor' -benchmem -count "$RUNS" ./bench/ | tee "$RES/floor.txt" >&2
 # name, median ns/op, median cpu-ns/op, median allocs/op
 awk '/^BenchmarkFloor/ {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
@@ -65,45 +69,46 @@ function median(s,   a, n, i, j, t) {
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
-END { for (i = 1; i <= k; i++) printf "%s %.0f %.0f %s\n", order[i], median(ns[order[i]]), median(cpu[order[i]]), median(al[order[i]]) }' "$OUT/floor.txt" >"$OUT/floor-medians.txt"
+END { for (i = 1; i <= k; i++) printf "%s %.0f %.0f %s\n", order[i], median(ns[order[i]]), median(cpu[order[i]]), median(al[order[i]]) }' "$RES/floor.txt" >"$RES/floor-medians.txt"
 # The ratio uses what Petrel does for these clients (Pion peers negotiate
 # AES-256-GCM; a 1200-byte packet is a full video packet), in CPU time, which
 # is what the fan-out measures of the server too.
-FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $3 }' "$OUT/floor-medians.txt")
+FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $3 }' "$RES/floor-medians.txt")
 
 # 2. The fan-out.
-: >"$OUT/fanout-rows.md"
-: >"$OUT/fanout.log"
+: >"$RES/fanout-rows.md"
+: >"$RES/fanout.log"
 for n in $NS; do
 	echo "run.sh: fan-out N=$n ($RUNS runs of $DURATION)" >&2
 	"$tmp/fanout" -server "$tmp/benchserver" -n "$n" -runs "$RUNS" -duration "$DURATION" -floor-ns "$FLOOR_NS" \
-		>>"$OUT/fanout-rows.md" 2> >(tee -a "$OUT/fanout.log" >&2)
+		>>"$RES/fanout-rows.md" 2> >(tee -a "$RES/fanout.log" >&2)
 done
 
-: >"$OUT/fanout-rows-pubgrant.md"
+: >"$RES/fanout-rows-pubgrant.md"
 for n in $PUBGRANT_N; do
 	echo "run.sh: fan-out N=$n, subscribers with the publish grant ($RUNS runs of $DURATION)" >&2
 	"$tmp/fanout" -server "$tmp/benchserver" -n "$n" -runs "$RUNS" -duration "$DURATION" -floor-ns "$FLOOR_NS" -sub-publish \
-		>>"$OUT/fanout-rows-pubgrant.md" 2> >(tee -a "$OUT/fanout.log" >&2)
+		>>"$RES/fanout-rows-pubgrant.md" 2> >(tee -a "$RES/fanout.log" >&2)
 done
 
 # 3. Profiles: the steady-state window, and the same participants joined but
 # not subscribed.
 echo "run.sh: profiles at N=$PROFILE_N" >&2
 "$tmp/fanout" -server "$tmp/benchserver" -n "$PROFILE_N" -runs 1 -duration "$DURATION" \
-	-cpuprofile "$OUT/fanout-n$PROFILE_N-window.pprof" -idleprofile "$OUT/fanout-n$PROFILE_N-idle.pprof" \
-	-heapprofile "$OUT/fanout-n$PROFILE_N-heap.pprof" \
-	>"$tmp/profile-row" 2> >(tee -a "$OUT/fanout.log" >&2)
+	-cpuprofile "$RES/fanout-n$PROFILE_N-window.pprof" -idleprofile "$RES/fanout-n$PROFILE_N-idle.pprof" \
+	-heapprofile "$RES/fanout-n$PROFILE_N-heap.pprof" \
+	>"$tmp/profile-row" 2> >(tee -a "$RES/fanout.log" >&2)
 for p in window idle; do
-	go tool pprof -top -cum -nodecount 40 "$tmp/benchserver" "$OUT/fanout-n$PROFILE_N-$p.pprof" 2>/dev/null >"$OUT/fanout-n$PROFILE_N-$p-cum.txt"
-	go tool pprof -top -nodecount 25 "$tmp/benchserver" "$OUT/fanout-n$PROFILE_N-$p.pprof" 2>/dev/null >"$OUT/fanout-n$PROFILE_N-$p-flat.txt"
+	go tool pprof -top -cum -nodecount 40 "$tmp/benchserver" "$RES/fanout-n$PROFILE_N-$p.pprof" 2>/dev/null >"$RES/fanout-n$PROFILE_N-$p-cum.txt"
+	go tool pprof -top -nodecount 25 "$tmp/benchserver" "$RES/fanout-n$PROFILE_N-$p.pprof" 2>/dev/null >"$RES/fanout-n$PROFILE_N-$p-flat.txt"
 done
-go tool pprof -top -cum -sample_index=inuse_space -nodecount 40 "$tmp/benchserver" "$OUT/fanout-n$PROFILE_N-heap.pprof" 2>/dev/null >"$OUT/fanout-n$PROFILE_N-heap-cum.txt"
-go tool pprof -top -sample_index=inuse_space -nodecount 25 "$tmp/benchserver" "$OUT/fanout-n$PROFILE_N-heap.pprof" 2>/dev/null >"$OUT/fanout-n$PROFILE_N-heap-flat.txt"
+go tool pprof -top -cum -sample_index=inuse_space -nodecount 40 "$tmp/benchserver" "$RES/fanout-n$PROFILE_N-heap.pprof" 2>/dev/null >"$RES/fanout-n$PROFILE_N-heap-cum.txt"
+go tool pprof -top -sample_index=inuse_space -nodecount 25 "$tmp/benchserver" "$RES/fanout-n$PROFILE_N-heap.pprof" 2>/dev/null >"$RES/fanout-n$PROFILE_N-heap-flat.txt"
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 printf 'started="%s"\nbuilt="%s"\nload_before="%s"\nload_after="%s"\nRUNS=%s\nDURATION=%s\nPROFILE_N=%s\n' \
-	"$started" "$built" "$load_before" "$load_after" "$RUNS" "$DURATION" "$PROFILE_N" >"$OUT/meta.env"
+	"$started" "$built" "$load_before" "$load_after" "$RUNS" "$DURATION" "$PROFILE_N" >"$RES/meta.env"
+cp "$RES"/* "$OUT"/
 fi
 . "$OUT/meta.env"
 FLOOR_NS=$(awk '$1 == "FloorSend/AES256GCM" { print $3 }' "$OUT/floor-medians.txt")
@@ -172,7 +177,7 @@ EOF
 	echo
 	echo '```'
 	sed -n '1,8p' "$OUT/fanout-n$PROFILE_N-window-cum.txt" | grep -E '^(Duration|Showing nodes)' || true
-	grep -E 'sfu\.\(\*Publication\)\.forward|sfu\.\(\*DownTrack\)\.writeRTP|SessionSRTP\)\.writeRTP|mux\.\(\*Endpoint\)\.Write|ice/v4\.\(\*Conn\)\.Write|syscall\.sendto$|srtp/v3\.\(\*Context\)\.encryptRTP|GCM\)\.Seal|runtime\.park_m|runtime\.findRunnable|nack\.\(\*GeneratorInterceptor\)\.loop|taskloop\.\(\*Loop\)\.runLoop|twcc\.\(\*SenderInterceptor\)\.loop|runtime\.gcBgMarkWorker|runtime\.mallocgc$' \
+	grep -E 'sfu\.\(\*Publication\)\.forward|sfu\.\(\*layer\)\.forward|Publication\)\.fanout|taskloop\.\(\*Loop\)\.runLoop|UDPMuxDefault\)\.connWorker|sfu\.\(\*DownTrack\)\.writeRTP|SessionSRTP\)\.writeRTP|mux\.\(\*Endpoint\)\.Write|ice/v4\.\(\*Conn\)\.Write|syscall\.sendto$|srtp/v3\.\(\*Context\)\.encryptRTP|GCM\)\.Seal|runtime\.park_m|runtime\.findRunnable|nack\.\(\*GeneratorInterceptor\)\.loop|taskloop\.\(\*Loop\)\.runLoop|twcc\.\(\*SenderInterceptor\)\.loop|runtime\.gcBgMarkWorker|runtime\.mallocgc$' \
 		"$OUT/fanout-n$PROFILE_N-window-cum.txt" || true
 	echo '```'
 	echo
