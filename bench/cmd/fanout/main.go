@@ -242,6 +242,7 @@ func (s *server) stop() {
 	select {
 	case <-done:
 	case <-time.After(8 * time.Second):
+		log.Printf("benchserver did not exit within 8 s of SIGTERM; killed")
 		_ = s.cmd.Process.Kill()
 		<-done
 	}
