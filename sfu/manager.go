@@ -380,11 +380,19 @@ func selectTracks(room *Room, identity string, sids []string) []*Publication {
 	return out
 }
 
-// Shutdown tells every participant the server is going away and closes them.
+// Shutdown tells every participant the server is going away and closes them,
+// all at once: closing a connection waits for its goroutines, and one by one a
+// full server would outlast a supervisor's stop timeout.
 func (m *Manager) Shutdown() {
+	var wg sync.WaitGroup
 	for _, r := range m.Rooms() {
 		for _, p := range r.all() {
-			p.Kick("server_shutdown", "the server is shutting down")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.Kick("server_shutdown", "the server is shutting down")
+			}()
 		}
 	}
+	wg.Wait()
 }
