@@ -247,7 +247,7 @@ func (h *Harness) Bench(ctx context.Context, bc BenchConfig) ([]Row, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	release, err := netem.Exclusive()
+	release, err := netem.Exclusive(0)
 	if err != nil {
 		return nil, err
 	}

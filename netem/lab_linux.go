@@ -403,9 +403,9 @@ func openTUN(name string) (int, error) {
 
 // Exclusive takes a machine-wide lock for measurements that must not share
 // the CPU with another lab's traffic: go test runs packages in parallel,
-// and a data-channel benchmark beside a timing test spoils both. It blocks
-// until the lock is free; call release when done.
-func Exclusive() (release func(), err error) {
+// and a data-channel benchmark beside a timing test spoils both. It waits
+// up to wait (forever if wait <= 0); call release when done.
+func Exclusive(wait time.Duration) (release func(), err error) {
 	if err := os.MkdirAll(StateDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -413,15 +413,23 @@ func Exclusive() (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(wait)
 	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
 		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			unix.Close(fd)
+			return nil, err
+		}
+		if wait > 0 && time.Now().After(deadline) {
+			unix.Close(fd)
+			return nil, ErrBusy
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return func() { unix.Close(fd) }, nil
 }
+
+// ErrBusy: another measurement held the lock for longer than asked to wait.
+var ErrBusy = errors.New("another lab measurement (a benchmark?) holds " + StateDir + "/measure.lock")
