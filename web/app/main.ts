@@ -43,6 +43,12 @@ if (params.get('token') || params.get('autojoin') === '1') {
   void join(params.get('room') ?? '', params.get('name') ?? '', params.get('relay') === '1');
 }
 
+// ?simulcast=1 forces simulcast on, 0 off; otherwise the SDK decides by room size.
+function simulcastParam(): boolean | undefined {
+  const v = params.get('simulcast');
+  return v === '1' ? true : v === '0' ? false : undefined;
+}
+
 async function devToken(roomName: string, name: string): Promise<string> {
   // Identities must be unique in a room; the name need not be.
   const identity = `${name.toLowerCase().replace(/[^a-z0-9]+/g, '-')}-${Math.random().toString(36).slice(2, 7)}`;
@@ -73,6 +79,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     await r.connect(location.origin, token, {
       name: name || undefined,
       iceTransportPolicy: relay ? 'relay' : 'all',
+      // ?p2p=0 keeps a 1:1 call on the server (the SFU path), e.g. to test it.
+      p2p: params.get('p2p') !== '0',
     });
     room = r;
     window.petrel.room = r;
@@ -82,7 +90,7 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name || r.localParticipant?.identity} (you)`, true);
     statsTimer = setInterval(() => void refreshStats(r), 1000);
     // Media is optional: a participant without camera or microphone still joins.
-    await r.publishCamera({ simulcast: params.get('simulcast') === '1' }).catch((err) => note(`camera: ${describe(err)}`));
+    await r.publishCamera({ simulcast: simulcastParam() }).catch((err) => note(`camera: ${describe(err)}`));
     await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
     updateControls();
     // Labels are only readable once the user allowed the devices, so list them now.
@@ -99,7 +107,10 @@ function wireRoom(r: Room): void {
   r.on('connectionStateChanged', (s) => setStatus(s));
   r.on('participantJoined', (p) => addTile(p.sid, p.name, false));
   r.on('participantUpdated', (p) => updateLabel(p));
-  r.on('participantLeft', (p) => tileOf(p.sid)?.remove());
+  r.on('participantLeft', (p) => {
+    tileOf(p.sid)?.remove();
+    if (pinned.delete(p.sid)) void sendPins();
+  });
   r.on('trackSubscribed', (track, pub, p) => {
     const tile = tileOf(pub.participantSid) ?? addTile(pub.participantSid, p?.name ?? '', false);
     if (track.kind === 'video') {
@@ -108,8 +119,11 @@ function wireRoom(r: Room): void {
       const video = target.querySelector('video') as HTMLVideoElement;
       video.srcObject = new MediaStream([track]);
       video.dataset.trackSid = pub.sid;
-      if (pub.info.simulcast) reportSize(video);
+      // Adaptive subscription: the layer that fits the tile, nothing while unseen.
+      r.observeVideo(pub.sid, video);
     } else {
+      // Moving between the SFU and the direct path brings another track for the same publication.
+      tile.querySelectorAll(`audio[data-track-sid="${CSS.escape(pub.sid)}"]`).forEach((a) => a.remove());
       const audio = document.createElement('audio');
       audio.autoplay = true;
       audio.dataset.trackSid = pub.sid;
@@ -123,12 +137,18 @@ function wireRoom(r: Room): void {
   r.on('trackUnsubscribed', (_track, pub) => {
     document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
       if (el instanceof HTMLVideoElement) {
+        room?.unobserveVideo(el);
         el.srcObject = null;
         if (pub.source === 'screen') el.closest('.tile')?.remove();
       } else el.remove();
     });
   });
   r.on('trackMuted', (_pub, p) => updateLabel(p));
+  r.on('mediaPathChanged', (path) => {
+    const el = $('media-path');
+    el.dataset.path = path;
+    el.textContent = path === 'p2p' ? 'direct (p2p)' : 'via server';
+  });
   r.on('dominantSpeakerChanged', (sid) => {
     tiles.querySelectorAll('.tile.speaking').forEach((t) => t.classList.remove('speaking'));
     tileOf(sid)?.classList.add('speaking');
@@ -189,10 +209,42 @@ function addTile(sid: string, name: string, local: boolean): HTMLElement {
   const label = document.createElement('span');
   label.className = 'label';
   label.textContent = name;
-  tile.append(video, label);
+  const readout = document.createElement('span');
+  readout.className = 'readout';
+  tile.append(video, label, readout);
+  if (!local && !sid.includes('/')) {
+    const pin = document.createElement('button');
+    pin.className = 'pin';
+    pin.type = 'button';
+    pin.textContent = 'Pin';
+    pin.title = 'Always receive this participant and show them large';
+    pin.addEventListener('click', () => void togglePin(sid));
+    tile.append(pin);
+  }
   if (local) tiles.prepend(tile);
   else tiles.append(tile);
   return tile;
+}
+
+// Pinned participants are received whatever Last-N says and shown on stage (large).
+const pinned = new Set<string>();
+
+async function togglePin(sid: string): Promise<void> {
+  if (pinned.has(sid)) pinned.delete(sid);
+  else pinned.add(sid);
+  const tile = tileOf(sid);
+  tile?.classList.toggle('pinned', pinned.has(sid));
+  const button = tile?.querySelector('.pin');
+  if (button) button.textContent = pinned.has(sid) ? 'Unpin' : 'Pin';
+  await sendPins();
+}
+
+async function sendPins(): Promise<void> {
+  try {
+    await room?.pin([...pinned]);
+  } catch (err) {
+    note(`pin: ${describe(err)}`);
+  }
 }
 
 function updateLabel(p: RemoteParticipant): void {
@@ -201,33 +253,6 @@ function updateLabel(p: RemoteParticipant): void {
   label.textContent = p.name;
   const mic = [...p.tracks.values()].find((t) => t.kind === 'audio' && t.source === 'microphone');
   label.classList.toggle('mic-off', !!mic?.muted);
-}
-
-// Tells the server the size a simulcast video is shown at, so it sends the smallest
-// layer that still looks sharp. Debounced: a window resize fires many times.
-const sizeObserver = new ResizeObserver((entries) => {
-  for (const e of entries) {
-    const video = e.target as HTMLVideoElement;
-    clearTimeout(Number(video.dataset.sizeTimer));
-    video.dataset.sizeTimer = String(
-      setTimeout(() => {
-        const sid = video.dataset.trackSid;
-        const scale = window.devicePixelRatio || 1;
-        if (sid && room) {
-          void room
-            .updateTrackSettings(sid, {
-              width: Math.round(video.clientWidth * scale),
-              height: Math.round(video.clientHeight * scale),
-            })
-            .catch(() => {});
-        }
-      }, 300),
-    );
-  }
-});
-
-function reportSize(video: HTMLVideoElement): void {
-  sizeObserver.observe(video);
 }
 
 // ---- controls -----------------------------------------------------------------------
@@ -319,7 +344,7 @@ async function switchDevice(source: 'camera' | 'microphone', deviceId: string): 
   const old = localBySource(source);
   if (old) await room.unpublishTrack(old.sid);
   if (source === 'camera') {
-    await room.publishCamera({ resolution: { deviceId: { exact: deviceId }, width: 1280, height: 720 }, simulcast: params.get('simulcast') === '1' });
+    await room.publishCamera({ resolution: { deviceId: { exact: deviceId }, width: 1280, height: 720 }, simulcast: simulcastParam() });
   } else {
     await room.publishMicrophone({ deviceId: { exact: deviceId } });
   }
@@ -376,6 +401,19 @@ async function refreshStats(r: Room): Promise<void> {
         : '';
     return [who, `${t.direction === 'outbound' ? '↑' : '↓'} ${t.kind}`, kbps(t.bitrate), video, t.packetsLost ? `lost ${t.packetsLost}` : ''];
   });
+  // Per tile: the layer (size, frame rate) and bitrate of the video received.
+  // While a 1:1 call is direct, the idle SFU stream of the same track is not what shows.
+  const shown = new Map<string, (typeof s.tracks)[number]>();
+  for (const t of s.tracks) {
+    if (t.direction !== 'inbound' || t.kind !== 'video' || !t.trackSid) continue;
+    if (!shown.has(t.trackSid) || t.path === r.mediaPath) shown.set(t.trackSid, t);
+  }
+  for (const t of shown.values()) {
+    const video = tiles.querySelector<HTMLVideoElement>(`video[data-track-sid="${CSS.escape(t.trackSid)}"]`);
+    const readout = video?.parentElement?.querySelector('.readout');
+    if (!readout) continue;
+    readout.textContent = `${t.frameWidth ?? 0}×${t.frameHeight ?? 0} ${Math.round(t.framesPerSecond ?? 0)}fps ${kbps(t.bitrate)}${t.path === 'p2p' ? ' p2p' : ''}`;
+  }
   $('stats').replaceChildren(
     ...rows.map((cells) => {
       const tr = document.createElement('tr');

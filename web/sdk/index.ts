@@ -8,6 +8,7 @@ export {
   wsUrl,
   type ConnectOptions,
   type ConnectionState,
+  type MediaPath,
   type DataMessage,
   type PublishOptions,
   type RoomEvents,

@@ -104,6 +104,7 @@ export type ClientMessage =
   | { type: 'pin'; participantSids: string[] }
   | { type: 'updateMetadata'; metadata?: string; name?: string }
   | { type: 'restartIce' }
+  | { type: 'relay'; to: string; data: unknown }
   | { type: 'ping'; t?: number }
   | { type: 'leave' };
 
@@ -133,6 +134,7 @@ export type ServerMessage =
   | { type: 'trackDemand'; trackSid: string; active: boolean; layers?: boolean[] }
   | { type: 'trackSubscribed'; participantSid: string; trackSid: string; mid?: string }
   | { type: 'trackUnsubscribed'; participantSid: string; trackSid: string }
+  | { type: 'relay'; from: string; data: unknown }
   | { type: 'response'; id: number; track?: TrackInfo; [k: string]: unknown }
   | { type: 'error'; id?: number; code: string; message: string }
   | { type: 'pong'; t?: number; serverTime: number }

@@ -37,12 +37,25 @@ export interface ConnectOptions {
   reconnectWindowMs?: number;
   /** How often connection quality is measured (ms, default 2000). */
   qualityIntervalMs?: number;
+  /**
+   * With exactly two participants, send camera and microphone over a direct
+   * peer-to-peer connection while the SFU connections stay up and idle (default true).
+   */
+  p2p?: boolean;
 }
+
+/** Where camera and microphone travel: through the server, or directly to the one other participant. */
+export type MediaPath = 'sfu' | 'p2p';
 
 export interface PublishOptions {
   source?: TrackSource;
   name?: string;
-  /** Send three resolutions (full, 1/2, 1/4) so each subscriber gets what fits. Video only. */
+  /**
+   * Send three resolutions (full, 1/2, 1/4) so each subscriber gets what fits. Video
+   * only. Default: on when the room has more than two participants at publish time
+   * (in a 1:1 call the only viewer gets the full layer anyway). A room that grows
+   * past two keeps the tracks as published; simulcast starts with the next publish.
+   */
   simulcast?: boolean;
 }
 
@@ -77,8 +90,10 @@ export interface DataMessage {
 export type ConnectionState = 'disconnected' | 'connecting' | 'connected' | 'reconnecting';
 
 export class RemoteTrackPublication {
-  /** The media, once subscribed and arrived on the subscriber connection. */
+  /** The media to show: from the subscriber connection, or the direct one while mediaPath is 'p2p'. */
   track?: MediaStreamTrack;
+  /** The track as it arrives on the subscriber connection (the SFU path). */
+  sfuTrack?: MediaStreamTrack;
   subscribed = false;
   constructor(
     public info: TrackInfo,
@@ -153,6 +168,8 @@ export interface RoomEvents {
   dominantSpeakerChanged: (sid: string, p: RemoteParticipant | undefined) => void;
   connectionQuality: (quality: ConnectionQuality, stats: StatsSummary) => void;
   connectionStateChanged: (state: ConnectionState) => void;
+  /** Camera and microphone moved to the direct connection ('p2p') or back to the server ('sfu'). */
+  mediaPathChanged: (path: MediaPath, reason: string) => void;
   reconnecting: () => void;
   reconnected: () => void;
   disconnected: (reason: string) => void;
@@ -161,6 +178,33 @@ export interface RoomEvents {
 const textDecoder = new TextDecoder();
 const textEncoder = new TextEncoder();
 const ICE_DISCONNECTED_GRACE_MS = 5_000;
+// P2P hysteresis: a 1:1 room must stay 1:1 this long before going direct; a
+// disconnected direct path gets this long to recover; after a fallback the next
+// attempt waits longer, so a flaky path does not flip media back and forth.
+const P2P_SETTLE_MS = 2_000;
+const P2P_DISCONNECTED_GRACE_MS = 3_000;
+const P2P_CONNECT_TIMEOUT_MS = 10_000;
+const P2P_RETRY_MS = 10_000;
+const P2P_RETRY_MAX_MS = 120_000;
+
+// The direct connection of a 1:1 call. The lower sid offers (no glare); one audio
+// and one video transceiver, both sendrecv, each side's camera and microphone.
+interface DirectLink {
+  peerSid: string;
+  session: string;
+  pc: RTCPeerConnection;
+  audio?: RTCRtpTransceiver;
+  video?: RTCRtpTransceiver;
+  remote: Partial<Record<TrackKind, MediaStreamTrack>>;
+  active: boolean; // media moved onto it
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+interface P2PSignal {
+  p2p: 'offer' | 'answer' | 'bye';
+  session: string;
+  sdp?: string;
+}
 
 export class Room extends Emitter<RoomEvents> {
   state: ConnectionState = 'disconnected';
@@ -170,7 +214,13 @@ export class Room extends Emitter<RoomEvents> {
   readonly localTracks = new Map<string, LocalTrackPublication>();
   quality: ConnectionQuality = 'unknown';
   dominantSpeaker?: string;
+  /** Where camera and microphone travel now (see ConnectOptions.p2p). */
+  mediaPath: MediaPath = 'sfu';
 
+  private direct: DirectLink | null = null;
+  private p2pTimer: ReturnType<typeof setTimeout> | undefined;
+  private p2pNotBefore = 0;
+  private p2pFailures = 0;
   private url = '';
   private token = '';
   private opts: ConnectOptions = {};
@@ -192,6 +242,7 @@ export class Room extends Emitter<RoomEvents> {
   private localStream = new MediaStream();
   private stats = new StatsCollector();
   private qualityTimer: ReturnType<typeof setInterval> | null = null;
+  private videoObservers = new Map<HTMLElement, VideoObserver>();
   private iceTimers: Partial<Record<PcTarget, ReturnType<typeof setTimeout>>> = {};
 
   /** The publisher peer connection (client offers), for diagnostics and tests. */
@@ -201,6 +252,10 @@ export class Room extends Emitter<RoomEvents> {
   /** The subscriber peer connection (server offers), for diagnostics and tests. */
   get subscriberPc(): RTCPeerConnection | null {
     return this.sub;
+  }
+  /** The direct peer connection of a 1:1 call, while one exists. */
+  get directPc(): RTCPeerConnection | null {
+    return this.direct?.pc ?? null;
   }
 
   /**
@@ -224,6 +279,7 @@ export class Room extends Emitter<RoomEvents> {
     }
     this.setState('connected');
     this.startQualityTimer();
+    this.evaluateP2P();
     window.addEventListener('online', this.onOnline);
     window.addEventListener('pagehide', this.onPageHide);
   }
@@ -276,7 +332,8 @@ export class Room extends Emitter<RoomEvents> {
     const pc = this.pub;
     if (!pc || !this.signal) throw new Error('publishTrack: not connected');
     const settings = track.getSettings();
-    const layers = opts.simulcast && track.kind === 'video' ? simulcastLayers(settings) : undefined;
+    const simulcast = opts.simulcast ?? this.participants.size + 1 > 2;
+    const layers = simulcast && track.kind === 'video' ? simulcastLayers(settings) : undefined;
     // The server learns the track first and matches it to the SDP by msid (= track.id).
     const reply = await this.signal.request({
       type: 'publishTrack',
@@ -312,6 +369,7 @@ export class Room extends Emitter<RoomEvents> {
       throw err;
     }
     this.emit('localTrackPublished', pub);
+    void this.syncDirectSenders();
     return pub;
   }
 
@@ -325,6 +383,7 @@ export class Room extends Emitter<RoomEvents> {
       this.pub.removeTrack(pub.transceiver.sender);
     }
     this.emit('localTrackUnpublished', pub);
+    void this.syncDirectSenders();
     if (!this.signal?.open) return;
     await this.signal.request({ type: 'unpublishTrack', trackSid });
     await this.pubNegotiation.negotiate();
@@ -349,6 +408,28 @@ export class Room extends Emitter<RoomEvents> {
   async updateTrackSettings(trackSid: string, settings: TrackSettings): Promise<void> {
     if (!this.signal) throw new Error('updateTrackSettings: not connected');
     await this.signal.request({ type: 'updateTrackSettings', trackSid, ...settings });
+  }
+
+  /**
+   * Adaptive subscription: reports the size `el` is shown at (debounced, on every
+   * resize) so the server sends the smallest layer that looks sharp there, and
+   * pauses the video while the page is hidden or the element is off-screen.
+   * Returns a function that stops observing.
+   */
+  observeVideo(trackSid: string, el: HTMLElement): () => void {
+    this.unobserveVideo(el);
+    const o = new VideoObserver(el, (settings) => {
+      if (!this.signal?.open) return;
+      this.updateTrackSettings(trackSid, settings).catch(() => {});
+    });
+    this.videoObservers.set(el, o);
+    return () => this.unobserveVideo(el);
+  }
+
+  /** Stops the adaptive subscription reports for `el`. */
+  unobserveVideo(el: HTMLElement): void {
+    this.videoObservers.get(el)?.stop();
+    this.videoObservers.delete(el);
   }
 
   /** Receive video from at most `n` other participants, most recent speakers first (0: all). */
@@ -401,8 +482,22 @@ export class Room extends Emitter<RoomEvents> {
 
   /** A summary of both peer connections' statistics; bitrates are since the last call. */
   getStats(): Promise<StatsSummary> {
-    return this.stats.collect(this.pub, this.sub, (direction, mid) => {
+    const link = this.direct;
+    return this.stats.collect(this.pub, this.sub, (direction, mid, via) => {
       if (mid === undefined) return undefined;
+      if (via === 'direct') {
+        // The direct connection carries the camera and microphone of each side.
+        const t = link?.pc.getTransceivers().find((x) => x.mid === mid);
+        if (!link || !t) return undefined;
+        const kind = t.receiver.track.kind as TrackKind;
+        if (direction === 'outbound') {
+          const local = this.localDirectPublication(kind);
+          return local && { trackSid: local.sid, participantSid: this.localParticipant?.sid ?? '' };
+        }
+        const peer = this.participants.get(link.peerSid);
+        const remote = peer && this.directPublication(peer, kind);
+        return remote && { trackSid: remote.sid, participantSid: peer.sid };
+      }
       if (direction === 'inbound') {
         const m = this.subMids.get(mid);
         return m && { trackSid: m.trackId, participantSid: m.streamId };
@@ -411,7 +506,7 @@ export class Room extends Emitter<RoomEvents> {
         if (pub.transceiver.mid === mid) return { trackSid: pub.sid, participantSid: this.localParticipant?.sid ?? '' };
       }
       return undefined;
-    });
+    }, link?.pc ?? null);
   }
 
   // ---- session setup ------------------------------------------------------------
@@ -556,12 +651,17 @@ export class Room extends Emitter<RoomEvents> {
       case 'participantUpdated':
         if (msg.participant.sid !== this.localParticipant?.sid) this.upsertParticipant(msg.participant);
         else this.localParticipant = msg.participant;
+        if (msg.type === 'participantJoined') this.evaluateP2P();
         break;
       case 'participantLeft': {
         const p = this.participants.get(msg.participantSid);
         if (p) this.removeParticipant(p, msg.reason);
+        this.evaluateP2P();
         break;
       }
+      case 'relay':
+        void this.onRelay(msg.from, msg.data as P2PSignal).catch((err) => console.warn('petrel: p2p signaling failed', err));
+        break;
       case 'trackPublished': {
         const p = this.participants.get(msg.participantSid);
         if (p && !p.tracks.has(msg.track.sid)) this.addPublication(p, msg.track);
@@ -697,6 +797,7 @@ export class Room extends Emitter<RoomEvents> {
     pub.subscribed = false;
     const track = pub.track;
     pub.track = undefined;
+    pub.sfuTrack = undefined;
     if (track) this.emit('trackUnsubscribed', track, pub, p);
   }
 
@@ -715,10 +816,21 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private attachTrack(pub: RemoteTrackPublication, p: RemoteParticipant, track: MediaStreamTrack): void {
-    // A reused transceiver brings the same track object for a new publication.
-    if (pub.track === track) return;
-    pub.track = track;
+    pub.sfuTrack = track;
     pub.subscribed = true;
+    this.showTrack(pub, p);
+  }
+
+  // Points the publication at the track its media comes on now (SFU or direct)
+  // and tells the page when that changes.
+  private showTrack(pub: RemoteTrackPublication, p: RemoteParticipant): void {
+    const d = this.direct;
+    const direct =
+      d?.active && d.peerSid === p.sid && pub === this.directPublication(p, pub.kind) ? d.remote[pub.kind] : undefined;
+    const track = direct ?? pub.sfuTrack;
+    // A reused transceiver brings the same track object for a new publication.
+    if (!track || pub.track === track) return;
+    pub.track = track;
     this.emit('trackSubscribed', track, pub, p);
   }
 
@@ -739,6 +851,191 @@ export class Room extends Emitter<RoomEvents> {
         participant: header.fromSid ? this.participants.get(header.fromSid) : undefined,
       });
     };
+  }
+
+  // ---- peer-to-peer for 1:1 -----------------------------------------------------
+
+  // The one other participant when the room is exactly two, else undefined.
+  private onlyPeer(): RemoteParticipant | undefined {
+    return this.participants.size === 1 ? [...this.participants.values()][0] : undefined;
+  }
+
+  // Called whenever the room changes: a third participant ends the direct call at
+  // once; a room that is (again) 1:1 goes direct after it has settled.
+  private evaluateP2P(): void {
+    clearTimeout(this.p2pTimer);
+    if (this.opts.p2p === false || this.state !== 'connected' || !this.localParticipant) return;
+    const peer = this.onlyPeer();
+    if (this.direct && this.direct.peerSid !== peer?.sid) this.leaveP2P(peer ? 'peer changed' : 'room is not 1:1', false);
+    if (!peer || this.direct) return;
+    if (this.localParticipant.sid > peer.sid) return; // the other side offers
+    const wait = Math.max(P2P_SETTLE_MS, this.p2pNotBefore - Date.now());
+    this.p2pTimer = setTimeout(() => {
+      if (this.onlyPeer() === peer && !this.direct && this.state === 'connected') {
+        this.offerP2P(peer.sid).catch((err) => {
+          console.warn('petrel: p2p offer failed', err);
+          this.leaveP2P('offer failed', true);
+          this.evaluateP2P();
+        });
+      }
+    }, wait);
+  }
+
+  private newLink(peerSid: string, session: string): DirectLink {
+    const pc = new RTCPeerConnection(this.rtcConfig());
+    const link: DirectLink = { peerSid, session, pc, remote: {}, active: false };
+    pc.ontrack = (ev) => {
+      link.remote[ev.track.kind as TrackKind] = ev.track;
+    };
+    pc.onconnectionstatechange = () => this.onDirectState(link);
+    this.direct = link;
+    // A path that never connects (the other side is no browser, UDP blocked) is given up.
+    link.timer = setTimeout(() => {
+      if (this.direct === link && !link.active) {
+        this.leaveP2P('direct path did not connect', true);
+        this.evaluateP2P();
+      }
+    }, P2P_CONNECT_TIMEOUT_MS);
+    return link;
+  }
+
+  private async offerP2P(peerSid: string): Promise<void> {
+    const link = this.newLink(peerSid, Math.random().toString(36).slice(2));
+    link.audio = link.pc.addTransceiver('audio', { direction: 'sendrecv' });
+    link.video = link.pc.addTransceiver('video', { direction: 'sendrecv' });
+    await link.pc.setLocalDescription(await link.pc.createOffer());
+    await gathered(link.pc);
+    if (this.direct !== link) return;
+    this.sendRelay(peerSid, { p2p: 'offer', session: link.session, sdp: link.pc.localDescription?.sdp });
+  }
+
+  private async onRelay(from: string, data: P2PSignal): Promise<void> {
+    if (!data || typeof data !== 'object' || !('p2p' in data)) return;
+    const link = this.direct;
+    switch (data.p2p) {
+      case 'offer': {
+        if (this.opts.p2p === false || this.onlyPeer()?.sid !== from || !data.sdp) {
+          this.sendRelay(from, { p2p: 'bye', session: data.session });
+          return;
+        }
+        if (link) this.leaveP2P('new offer', false);
+        const l = this.newLink(from, data.session);
+        await l.pc.setRemoteDescription({ type: 'offer', sdp: data.sdp });
+        for (const t of l.pc.getTransceivers()) {
+          const kind = t.receiver.track.kind as TrackKind;
+          t.direction = 'sendrecv';
+          if (kind === 'audio') l.audio ??= t;
+          else l.video ??= t;
+        }
+        await l.pc.setLocalDescription(await l.pc.createAnswer());
+        await gathered(l.pc);
+        if (this.direct !== l) return;
+        this.sendRelay(from, { p2p: 'answer', session: l.session, sdp: l.pc.localDescription?.sdp });
+        return;
+      }
+      case 'answer':
+        if (link && link.peerSid === from && link.session === data.session && data.sdp) {
+          await link.pc.setRemoteDescription({ type: 'answer', sdp: data.sdp });
+        }
+        return;
+      case 'bye':
+        // The peer declined (p2p off) or its direct path failed: try again later.
+        if (link && link.peerSid === from && link.session === data.session) {
+          this.leaveP2P('peer ended p2p', true, false);
+          this.evaluateP2P();
+        }
+        return;
+    }
+  }
+
+  private sendRelay(to: string, data: P2PSignal): void {
+    this.signal?.request({ type: 'relay', to, data }).catch(() => {});
+  }
+
+  private onDirectState(link: DirectLink): void {
+    if (this.direct !== link) return;
+    const state = link.pc.connectionState;
+    if (state === 'connected') {
+      clearTimeout(link.timer);
+      if (!link.active) void this.enterP2P(link);
+    } else if (state === 'disconnected') {
+      clearTimeout(link.timer);
+      link.timer = setTimeout(() => {
+        if (this.direct === link && link.pc.connectionState !== 'connected') {
+          this.leaveP2P('direct path lost', true);
+          this.evaluateP2P();
+        }
+      }, P2P_DISCONNECTED_GRACE_MS);
+    } else if (state === 'failed' || state === 'closed') {
+      this.leaveP2P(`direct path ${state}`, true);
+      this.evaluateP2P();
+    }
+  }
+
+  // The local publication that travels on the direct connection for this kind:
+  // the camera or microphone (screen shares stay on the SFU).
+  private localDirectPublication(kind: TrackKind): LocalTrackPublication | undefined {
+    return [...this.localTracks.values()].find((t) => t.kind === kind && t.source !== 'screen' && t.source !== 'screen_audio');
+  }
+
+  private directPublication(p: RemoteParticipant, kind: TrackKind): RemoteTrackPublication | undefined {
+    return [...p.tracks.values()].find((t) => t.kind === kind && t.source !== 'screen' && t.source !== 'screen_audio');
+  }
+
+  private async enterP2P(link: DirectLink): Promise<void> {
+    link.active = true;
+    this.p2pFailures = 0;
+    await this.syncDirectSenders();
+    if (this.direct !== link) return;
+    this.setMediaPath('p2p', 'direct connection up');
+  }
+
+  // Puts camera and microphone on the direct connection's senders and takes them
+  // off the SFU's (the SFU connection stays up, idle), or the reverse when no
+  // direct link is active. Called on every change of path or local tracks.
+  private async syncDirectSenders(): Promise<void> {
+    const link = this.direct?.active ? this.direct : null;
+    const jobs: Promise<void>[] = [];
+    for (const kind of ['audio', 'video'] as const) {
+      const local = this.localDirectPublication(kind);
+      const t = link?.[kind];
+      if (link && t) {
+        if (t.sender.track !== (local?.track ?? null)) jobs.push(t.sender.replaceTrack(local?.track ?? null));
+        if (local && local.transceiver.sender.track) jobs.push(local.transceiver.sender.replaceTrack(null));
+      } else if (local && local.transceiver.sender.track !== local.track && local.track.readyState === 'live') {
+        jobs.push(local.transceiver.sender.replaceTrack(local.track));
+      }
+    }
+    const results = await Promise.allSettled(jobs);
+    for (const r of results) if (r.status === 'rejected') console.warn('petrel: replaceTrack failed', r.reason);
+  }
+
+  // Back to the SFU: media first (the SFU senders get their tracks again), then the
+  // tiles, then the direct connection goes. After a failure the next attempt waits,
+  // longer each time (a peer without p2p, a path that keeps failing).
+  private leaveP2P(reason: string, failed: boolean, tellPeer = true): void {
+    const link = this.direct;
+    if (!link) return;
+    clearTimeout(link.timer);
+    this.direct = null;
+    if (failed) {
+      this.p2pNotBefore = Date.now() + Math.min(P2P_RETRY_MS * 2 ** this.p2pFailures, P2P_RETRY_MAX_MS);
+      this.p2pFailures++;
+    }
+    if (tellPeer && this.participants.has(link.peerSid)) this.sendRelay(link.peerSid, { p2p: 'bye', session: link.session });
+    void this.syncDirectSenders().finally(() => link.pc.close());
+    this.setMediaPath('sfu', reason);
+  }
+
+  private setMediaPath(path: MediaPath, reason: string): void {
+    const changed = this.mediaPath !== path;
+    this.mediaPath = path;
+    // Tiles follow: the peer's camera and microphone from the path in use.
+    for (const p of this.participants.values()) for (const pub of p.tracks.values()) this.showTrack(pub, p);
+    if (changed) {
+      console.info(`petrel: media path ${path} (${reason})`);
+      this.emit('mediaPathChanged', path, reason);
+    }
   }
 
   // ---- ICE and reconnection -----------------------------------------------------
@@ -807,6 +1104,8 @@ export class Room extends Emitter<RoomEvents> {
           await this.rejoin(joined);
           this.setState('connected');
         }
+        // Whoever joined or left during the outage changes whether this is a 1:1 call.
+        this.evaluateP2P();
         this.emit('reconnected');
         return;
       } catch (err) {
@@ -858,6 +1157,8 @@ export class Room extends Emitter<RoomEvents> {
     window.removeEventListener('pagehide', this.onPageHide);
     if (this.qualityTimer) clearInterval(this.qualityTimer);
     this.qualityTimer = null;
+    for (const o of this.videoObservers.values()) o.stop();
+    this.videoObservers.clear();
     const signal = this.signal;
     this.signal = null;
     signal?.close();
@@ -866,6 +1167,16 @@ export class Room extends Emitter<RoomEvents> {
 
   private closePeerConnections(): void {
     for (const t of Object.values(this.iceTimers)) clearTimeout(t);
+    clearTimeout(this.p2pTimer);
+    if (this.direct) {
+      clearTimeout(this.direct.timer);
+      this.direct.pc.close();
+      this.direct = null;
+    }
+    if (this.mediaPath !== 'sfu') {
+      this.mediaPath = 'sfu';
+      this.emit('mediaPathChanged', 'sfu', 'closed');
+    }
     this.pub?.close();
     this.sub?.close();
     this.pub = this.sub = null;
@@ -914,6 +1225,90 @@ function simulcastLayers(s: MediaTrackSettings): LayerInfo[] {
     { rid: 'h', width: Math.round(w / 2), height: Math.round(h / 2), maxBitrate: 500_000 },
     { rid: 'f', width: w, height: h, maxBitrate: 1_500_000 },
   ];
+}
+
+// Watches one video element for adaptive subscription: its shown size in device
+// pixels (debounced, resizes come in bursts) and whether anyone can see it (page
+// visible and element on screen). Reports only changes. Pausing waits until the
+// video has stayed hidden a moment: tiles reflow when people join, and each
+// pause/resume costs a keyframe. Resuming is at once.
+const PAUSE_AFTER_MS = 1_000;
+
+class VideoObserver {
+  private resize: ResizeObserver;
+  private intersect: IntersectionObserver;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private pauseTimer: ReturnType<typeof setTimeout> | undefined;
+  private onScreen = true;
+  private sent: { width?: number; height?: number; paused?: boolean } = {};
+  constructor(
+    private el: HTMLElement,
+    private report: (s: TrackSettings) => void,
+    private debounceMs = 300,
+  ) {
+    this.resize = new ResizeObserver(() => this.schedule());
+    this.resize.observe(el);
+    this.intersect = new IntersectionObserver((entries) => {
+      // An element not laid out yet (no size) says nothing about being seen.
+      for (const e of entries) if (e.boundingClientRect.width > 0 && e.boundingClientRect.height > 0) this.onScreen = e.isIntersecting;
+      this.update();
+    });
+    this.intersect.observe(el);
+    document.addEventListener('visibilitychange', this.update);
+  }
+  private schedule(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(this.update, this.debounceMs);
+  }
+  private hidden(): boolean {
+    return document.visibilityState === 'hidden' || !this.onScreen;
+  }
+  private update = (): void => {
+    const hidden = this.hidden();
+    clearTimeout(this.pauseTimer);
+    if (hidden && !this.sent.paused) {
+      this.pauseTimer = setTimeout(() => this.apply(this.hidden()), PAUSE_AFTER_MS);
+      return;
+    }
+    this.apply(hidden);
+  };
+  private apply(paused: boolean): void {
+    const scale = window.devicePixelRatio || 1;
+    const width = Math.round(this.el.clientWidth * scale);
+    const height = Math.round(this.el.clientHeight * scale);
+    const s: TrackSettings = {};
+    if (paused !== (this.sent.paused ?? false)) s.paused = paused;
+    // A hidden element has no size worth reporting: keep the last one.
+    if (!paused && width > 0 && height > 0 && (width !== this.sent.width || height !== this.sent.height)) {
+      s.width = width;
+      s.height = height;
+    }
+    if (Object.keys(s).length === 0) return;
+    this.sent = { ...this.sent, ...s };
+    this.report(s);
+  }
+  stop(): void {
+    clearTimeout(this.timer);
+    clearTimeout(this.pauseTimer);
+    this.resize.disconnect();
+    this.intersect.disconnect();
+    document.removeEventListener('visibilitychange', this.update);
+  }
+}
+
+// Waits for ICE gathering to finish (bounded): the direct connection's offer and
+// answer carry all candidates, so its signaling is two relay messages.
+function gathered(pc: RTCPeerConnection, timeoutMs = 3_000): Promise<void> {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, timeoutMs);
+    pc.addEventListener('icegatheringstatechange', () => {
+      if (pc.iceGatheringState === 'complete') {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
 }
 
 function waitOpen(dc: RTCDataChannel, timeoutMs = 10_000): Promise<void> {

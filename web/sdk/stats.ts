@@ -20,6 +20,8 @@ export interface TrackStats {
   frameWidth?: number;
   frameHeight?: number;
   totalSamplesReceived?: number;
+  /** The connection the stream travels on: through the server, or the direct one of a 1:1 call. */
+  path: 'sfu' | 'p2p';
 }
 
 export interface CandidatePairStats {
@@ -39,6 +41,7 @@ export interface StatsSummary {
   quality: ConnectionQuality;
   publisher?: CandidatePairStats;
   subscriber?: CandidatePairStats;
+  direct?: CandidatePairStats;
   tracks: TrackStats[];
 }
 
@@ -46,6 +49,7 @@ export interface StatsSummary {
 export type TrackResolver = (
   direction: 'inbound' | 'outbound',
   mid: string | undefined,
+  via: 'publisher' | 'subscriber' | 'direct',
 ) => { trackSid: string; participantSid: string } | undefined;
 
 interface Counter {
@@ -62,6 +66,7 @@ export class StatsCollector {
     publisher: RTCPeerConnection | null,
     subscriber: RTCPeerConnection | null,
     resolve: TrackResolver,
+    direct: RTCPeerConnection | null = null,
   ): Promise<StatsSummary> {
     const summary: StatsSummary = {
       timestamp: Date.now(),
@@ -77,6 +82,7 @@ export class StatsCollector {
     for (const [pc, name] of [
       [publisher, 'publisher'],
       [subscriber, 'subscriber'],
+      [direct, 'direct'],
     ] as const) {
       if (!pc) continue;
       const report = await pc.getStats();
@@ -100,7 +106,7 @@ export class StatsCollector {
           if (prev) bitrate = Math.max(0, ((bytes - prev.bytes) * 8 * 1000) / (now - prev.at));
           this.last.set(key, { bytes, at: now, bitrate });
         }
-        const owner = resolve(inbound ? 'inbound' : 'outbound', s.mid);
+        const owner = resolve(inbound ? 'inbound' : 'outbound', s.mid, name);
         const t: TrackStats = {
           trackSid: owner?.trackSid ?? '',
           participantSid: owner?.participantSid ?? '',
@@ -117,6 +123,7 @@ export class StatsCollector {
           frameWidth: s.frameWidth,
           frameHeight: s.frameHeight,
           totalSamplesReceived: s.totalSamplesReceived,
+          path: name === 'direct' ? 'p2p' : 'sfu',
         };
         summary.tracks.push(t);
         if (inbound) {

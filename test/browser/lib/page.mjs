@@ -47,9 +47,13 @@ export class Participant {
   }
 
   // Opens the app with a token (autojoin) and waits until camera and mic are published.
-  async join(base, token, { name = this.label, relay = false, tracks = 2 } = {}) {
+  // A 1:1 room stays on the SFU path (p2p=0) unless `p2p` is set: most tests are
+  // about the server, and with two participants the SDK would otherwise go direct.
+  async join(base, token, { name = this.label, relay = false, tracks = 2, p2p = false, simulcast } = {}) {
     const q = new URLSearchParams({ token, name, autojoin: '1' });
     if (relay) q.set('relay', '1');
+    if (!p2p) q.set('p2p', '0');
+    if (simulcast !== undefined) q.set('simulcast', simulcast ? '1' : '0');
     await this.page.goto(`${base}/?${q}`);
     await waitFor(this.page, `${this.label} to join`, () => {
       const err = document.getElementById('join-error')?.textContent;
@@ -61,10 +65,11 @@ export class Participant {
     this.identity = await this.page.evaluate(() => window.petrel.room.localParticipant.identity);
   }
 
-  // Media counters of the subscriber connection, read from the browser's own getStats.
-  inbound() {
-    return this.page.evaluate(async () => {
-      const pc = window.petrel.room?.subscriberPc;
+  // Media counters of the subscriber connection (or `pc`: 'directPc', 'publisherPc'),
+  // read from the browser's own getStats.
+  inbound(pcName = 'subscriberPc') {
+    return this.page.evaluate(async (pcName) => {
+      const pc = window.petrel.room?.[pcName];
       const out = { framesDecoded: 0, videoPackets: 0, audioPackets: 0, samples: 0, videoStreams: 0, audioStreams: 0 };
       if (!pc) return out;
       (await pc.getStats()).forEach((s) => {
@@ -80,6 +85,28 @@ export class Participant {
         }
       });
       return out;
+    }, pcName);
+  }
+
+  // Video frames received per publishing participant (subscriber connection), from the SDK's stats.
+  framesByParticipant() {
+    return this.page.evaluate(async () => {
+      const out = {};
+      for (const t of (await window.petrel.room.getStats()).tracks) {
+        if (t.direction === 'inbound' && t.kind === 'video') out[t.participantSid] = (out[t.participantSid] ?? 0) + (t.framesDecoded ?? 0);
+      }
+      return out;
+    });
+  }
+
+  // Frames encoded by the camera sender on the publisher (SFU) connection.
+  framesEncodedToSfu() {
+    return this.page.evaluate(async () => {
+      let n = 0;
+      (await window.petrel.room.publisherPc.getStats()).forEach((s) => {
+        if (s.type === 'outbound-rtp' && s.kind === 'video') n += s.framesEncoded ?? 0;
+      });
+      return n;
     });
   }
 

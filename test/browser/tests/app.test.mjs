@@ -11,7 +11,7 @@ test('dev mode: join through the form, see names, mute shows on the other side',
     const dave = watch(new Participant('dave', await chromium.newPage()));
 
     // Carol types into the form; the page fetches a dev token.
-    await carol.page.goto(`${server.base}/`);
+    await carol.page.goto(`${server.base}/?p2p=0`);
     await carol.page.fill('input[name=room]', 'lobby');
     await carol.page.fill('input[name=name]', 'Carol');
     await carol.page.click('#join-form button');
@@ -21,7 +21,7 @@ test('dev mode: join through the form, see names, mute shows on the other side',
     carol.sid = await carol.page.evaluate(() => window.petrel.room.localParticipant.sid);
 
     // Dave joins straight from a link.
-    await dave.page.goto(`${server.base}/?room=lobby&name=Dave&autojoin=1`);
+    await dave.page.goto(`${server.base}/?room=lobby&name=Dave&autojoin=1&p2p=0`);
     await waitFor(dave.page, 'dave to publish', () => window.petrel.room?.localTracks.size === 2);
     dave.sid = await dave.page.evaluate(() => window.petrel.room.localParticipant.sid);
 

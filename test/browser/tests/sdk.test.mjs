@@ -25,7 +25,7 @@ async function joinWithSdk(p, base, token, opts) {
       document.body.append(v);
     });
     room.on('dataReceived', (m) => window.__data.push({ text: m.text, reliable: m.reliable, from: m.from }));
-    await room.connect(location.origin, token, opts);
+    await room.connect(location.origin, token, { p2p: false, ...opts });
   }, [token, opts]);
   p.sid = await p.page.evaluate(() => window.petrel.room.localParticipant.sid);
 }

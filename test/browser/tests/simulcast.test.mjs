@@ -11,7 +11,7 @@ test('simulcast: the viewer gets the layer its quality asks for, down and up aga
     const chromium = own(await launchChromium());
     const sender = watch(new Participant('sender', await chromium.newPage()));
     const viewer = watch(new Participant('viewer', await chromium.newPage()));
-    await sender.page.goto(`${server.base}/?${new URLSearchParams({ token: await server.token('sim', 'sender'), simulcast: '1' })}`);
+    await sender.page.goto(`${server.base}/?${new URLSearchParams({ token: await server.token('sim', 'sender'), simulcast: '1', p2p: '0' })}`);
     await waitFor(sender.page, 'sender to publish', () => window.petrel.room?.localTracks.size === 2);
     sender.sid = await sender.page.evaluate(() => window.petrel.room.localParticipant.sid);
     await viewer.join(server.base, await server.token('sim', 'viewer'));
