@@ -1,11 +1,13 @@
 package loadtest
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -56,4 +58,22 @@ func CPUPercent(a, b ProcSample) float64 {
 		return 0
 	}
 	return 100 * float64(b.CPU-a.CPU) / float64(el)
+}
+
+// ProcThreads is the number of threads of pid (Janus's thread-per-handle mode
+// shows here).
+func ProcThreads(pid int) int {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }

@@ -51,6 +51,7 @@ type Summary struct {
 	TargetCPU         float64                `json:"targetCpuPct"`
 	TargetRSSMiB      float64                `json:"targetRssMiB"`
 	TargetRSSStartMiB float64                `json:"targetRssStartMiB"` // before the first peer
+	TargetThreads     int                    `json:"targetThreads"`     // most threads of the target seen
 	TargetCPUusPerPkt float64                `json:"targetCpuUsPerReceivedPacket"`
 	SelfCPU           float64                `json:"selfCpuPct"`
 	SelfRSSMiB        float64                `json:"selfRssMiB"`
@@ -121,6 +122,9 @@ func (r *Runner) sample(ctx context.Context) {
 			}
 		}
 		if r.cfg.TargetPID > 0 {
+			if n := ProcThreads(r.cfg.TargetPID); n > r.threads {
+				r.threads = n
+			}
 			if t1, err := ReadProc(r.cfg.TargetPID); err == nil {
 				s.TargetCPU, s.TargetRSSMiB = CPUPercent(tgt0, t1), float64(t1.RSS)/(1<<20)
 				tgt0 = t1
@@ -243,6 +247,7 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 		}
 	}
 	sm.SelfRSSMiB = selfMax
+	sm.TargetThreads = r.threads
 	if sm.Connected > 0 {
 		sm.SelfRSSPerPeerKiB = selfMax * 1024 / float64(sm.Connected)
 	}

@@ -111,6 +111,7 @@ type Runner struct {
 	started time.Time
 	phase   string
 	closers []func()
+	threads int // most threads of the target seen (sampler goroutine only)
 }
 
 // onClose adds a step to run after every peer is closed.
