@@ -100,3 +100,29 @@ test('p2p: two participants go direct, a third brings them back to the SFU', { t
     await expectGrowth("carol's media", () => carol.inbound(), { framesDecoded: 20 });
     assert.equal(await mediaPath(carol), 'sfu');
   }));
+
+// Adaptive subscription: a tile moved off-screen stops receiving (the SDK sends
+// paused), and receives again when it is back, at the size it is shown.
+test('adaptive subscription: an off-screen tile is paused, and resumes on screen', { timeout: 120_000 }, () =>
+  scenario('adaptive', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const sender = watch(new Participant('sender', await chromium.newPage()));
+    const viewer = watch(new Participant('viewer', await chromium.newPage()));
+    await sender.join(server.base, await server.token('adaptive', 'sender'));
+    await viewer.join(server.base, await server.token('adaptive', 'viewer'));
+    await viewer.seesVideoOf(sender);
+    const frames = () => viewer.framesByParticipant().then((f) => ({ sender: f[sender.sid] ?? 0 }));
+    await expectGrowth('video on screen', frames, { sender: 10 });
+
+    const tile = `.tile[data-sid="${sender.sid}"]`;
+    await viewer.page.evaluate((sel) => Object.assign(document.querySelector(sel).style, { position: 'fixed', top: '-5000px' }), tile);
+    // Paused: after a moment no frame arrives any more.
+    await sleep(2_500);
+    const a = await frames();
+    await sleep(2_000);
+    const b = await frames();
+    assert.equal(b.sender - a.sender, 0, 'no frames while the tile is off-screen');
+
+    await viewer.page.evaluate((sel) => Object.assign(document.querySelector(sel).style, { position: '', top: '' }), tile);
+    await expectGrowth('video back on screen', frames, { sender: 10 });
+  }));
