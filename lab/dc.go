@@ -3,7 +3,6 @@ package lab
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -123,7 +122,8 @@ func dcAnswer(c PeerConfig) (Result, error) {
 	select {
 	case <-m.done:
 	case <-time.After(c.Duration + 30*time.Second):
-		return m.result(stackName(c), c.Probe), errors.New("no bulk data within 30 s")
+		return m.result(stackName(c), c.Probe), fmt.Errorf("no bulk data within 30 s (ICE %s, peer connection %s)",
+			pc.ICEConnectionState(), pc.ConnectionState())
 	}
 	res := m.result(stackName(c), c.Probe)
 	sig.Write([]byte("\"done\"\n"))

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/petrel-sfu/petrel/netem"
@@ -77,11 +78,14 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	if rs.MsgSize > 0 {
 		common = append(common, "-msgsize", strconv.Itoa(rs.MsgSize))
 	}
-	ctx, cancel := context.WithTimeout(ctx, rs.Duration+90*time.Second)
+	// Longer than the peers' own limits, so that they report first.
+	ctx, cancel := context.WithTimeout(ctx, 2*rs.Duration+120*time.Second)
 	defer cancel()
-	stderr := h.Stderr
-	if stderr == nil {
-		stderr = io.Discard
+	// Keep the peers' diagnostics for the error of a failed run.
+	var diag tailBuffer
+	stderr := io.Writer(&diag)
+	if h.Stderr != nil {
+		stderr = io.MultiWriter(h.Stderr, &diag)
 	}
 	start := func(host *netem.Host, role string) *execCmd {
 		args := append(append([]string{}, argv[1:]...), append([]string{"-role", role}, common...)...)
@@ -128,7 +132,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 			line = line[i+1:]
 		}
 		if err := json.Unmarshal(line, &res); err != nil {
-			return Result{}, fmt.Errorf("%s: %v (output %q, exit %v)", rs.Stack, err, line, recvErr)
+			return Result{}, fmt.Errorf("%s: %v (output %q, exit %v; peers said: %s)", rs.Stack, err, line, recvErr, diag.String())
 		}
 		res.Stack = rs.Stack
 		return res, nil
@@ -157,11 +161,11 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	var res Result
 	line := bytes.TrimSpace(out.Bytes())
 	if err := json.Unmarshal(line, &res); err != nil {
-		return Result{}, fmt.Errorf("%s receiver: %v (output %q, exit %v)", rs.Stack, err, line, recvErr)
+		return Result{}, fmt.Errorf("%s receiver: %v (output %q, exit %v; peers said: %s)", rs.Stack, err, line, recvErr, diag.String())
 	}
 	res.Stack = rs.Stack
 	if res.Error != "" {
-		return res, fmt.Errorf("%s receiver: %s", rs.Stack, res.Error)
+		return res, fmt.Errorf("%s receiver: %s (peers said: %s)", rs.Stack, res.Error, diag.String())
 	}
 	return res, nil
 }
@@ -304,4 +308,29 @@ func ParseCases(s string) ([][2]string, error) {
 		out = append(out, [2]string{st, pr})
 	}
 	return out, nil
+}
+
+// tailBuffer keeps the last 2 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2048 {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-2048:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) == 0 {
+		return "nothing"
+	}
+	return strings.TrimSpace(string(t.buf))
 }

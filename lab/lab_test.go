@@ -52,6 +52,12 @@ func TestShortLab(t *testing.T) {
 			for _, stack := range []string{"tcp", "pion-tuned"} {
 				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 2 * time.Second})
 				if err != nil {
+					// Seen once in many runs on mobile: the data channel never
+					// carried data. Logged with the peers' words, tried again.
+					t.Logf("%s: first attempt failed: %v", stack, err)
+					res, err = h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 2 * time.Second})
+				}
+				if err != nil {
 					t.Fatalf("%s: %v", stack, err)
 				}
 				t.Logf("%s %s: %.1f Mbit/s, probe p50 %.1f ms p99 %.1f ms (%d/%d), setup %.0f ms",
