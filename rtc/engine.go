@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -19,10 +20,16 @@ import (
 	"github.com/pion/interceptor/pkg/nack"
 	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/interceptor/pkg/twcc"
+	"github.com/pion/transport/v4/packetio"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
+
+// rtpQueuePackets bounds what waits per incoming stream: about half a second of
+// 2.5 Mbit/s video, and a keyframe burst fits.
+const rtpQueuePackets = 128
 
 // Engine builds peer connections. Publisher connections (media into the server)
 // and subscriber connections (media out of it) get different interceptors: the
@@ -55,10 +62,10 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 	}
 	e.udp = udp
 	e.UDPPort = udp.LocalAddr().(*net.UDPAddr).Port
-	// Large socket buffers absorb bursts from many peers sharing one socket.
+	// Large socket buffers absorb bursts from many peers sharing one socket
+	// (and keep bulk data channels from taking kernel drops for congestion).
 	if uc, ok := udp.(*net.UDPConn); ok {
-		_ = uc.SetReadBuffer(8 << 20)
-		_ = uc.SetWriteBuffer(8 << 20)
+		sctptune.SetSocketBuffers(uc, sctptune.Petrel.SocketBuffer)
 	}
 	if cfg.RTC.TCPPort >= 0 {
 		tcp, err := net.Listen("tcp4", net.JoinHostPort(bindIP, strconv.Itoa(cfg.RTC.TCPPort)))
@@ -132,6 +139,21 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 	// transport is declared failed soon enough for the SDK to act.
 	se.SetICETimeouts(5*time.Second, 15*time.Second, 2*time.Second)
 	se.SetReceiveMTU(1500)
+	// Data channels: the SCTP and DTLS settings the lab found (docs/benchmarks.md).
+	sctptune.TuneSCTP(&se)
+	// A forwarder that falls behind must lose packets (which NACK and keyframe
+	// requests repair) rather than queue seconds of media: Pion's default 1 MB
+	// receive buffer per stream is seconds of video.
+	se.BufferFactory = func(t packetio.BufferPacketType, _ uint32) io.ReadWriteCloser {
+		b := packetio.NewBuffer()
+		if t == packetio.RTPBufferPacket {
+			b.SetLimitCount(rtpQueuePackets)
+			b.SetLimitSize(256 << 10)
+		} else {
+			b.SetLimitSize(100 << 10)
+		}
+		return b
+	}
 	// Lite would be enough for a server with public addresses, but full ICE lets
 	// the server work behind NAT and with ICE-TCP active candidates.
 	return se

@@ -23,15 +23,9 @@ type TURNServer struct {
 
 // StartTURN listens on bindIP:port (UDP and TCP).
 func StartTURN(bindIP string, port int, realm, secret string, relayIP net.IP, allowed []net.IP, log *slog.Logger) (*TURNServer, error) {
-	udp, err := net.ListenPacket("udp4", net.JoinHostPort(bindIP, strconv.Itoa(port)))
+	udp, tcp, port, err := listenBoth(bindIP, port)
 	if err != nil {
-		return nil, fmt.Errorf("turn udp: %w", err)
-	}
-	port = udp.LocalAddr().(*net.UDPAddr).Port
-	tcp, err := net.Listen("tcp4", net.JoinHostPort(bindIP, strconv.Itoa(port)))
-	if err != nil {
-		udp.Close()
-		return nil, fmt.Errorf("turn tcp: %w", err)
+		return nil, err
 	}
 	permit := func(_ net.Addr, peer net.IP) bool {
 		for _, ip := range allowed {
@@ -63,6 +57,26 @@ func StartTURN(bindIP string, port int, realm, secret string, relayIP net.IP, al
 	}
 	log.Info("turn server", "port", port, "relay", relayIP.String())
 	return &TURNServer{srv: srv, Port: port}, nil
+}
+
+// listenBoth opens UDP and TCP on one port number. With port 0 the number the
+// UDP socket got may be taken for TCP: then another is tried.
+func listenBoth(bindIP string, port int) (net.PacketConn, net.Listener, int, error) {
+	for try := 0; ; try++ {
+		udp, err := net.ListenPacket("udp4", net.JoinHostPort(bindIP, strconv.Itoa(port)))
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("turn udp: %w", err)
+		}
+		p := udp.LocalAddr().(*net.UDPAddr).Port
+		tcp, err := net.Listen("tcp4", net.JoinHostPort(bindIP, strconv.Itoa(p)))
+		if err == nil {
+			return udp, tcp, p, nil
+		}
+		udp.Close()
+		if port != 0 || try == 10 {
+			return nil, nil, 0, fmt.Errorf("turn tcp: %w", err)
+		}
+	}
 }
 
 // Close stops the server and its allocations.

@@ -248,6 +248,24 @@ func (d *DownTrack) transportReady() {
 	}
 }
 
+// retryKeyframe asks again for the keyframe this subscriber still waits for (to
+// start, resume or switch layers): a request or the keyframe itself may have
+// been lost, and some encoders send keyframes only when asked.
+func (d *DownTrack) retryKeyframe() {
+	if d.pub.kind != webrtc.RTPCodecTypeVideo || !d.bound.Load() || d.Paused() {
+		return
+	}
+	target := int8(d.target.Load())
+	d.mu.Lock()
+	waiting := d.current != target || d.needSync.Load()
+	d.mu.Unlock()
+	if waiting {
+		if l := d.pub.layer(target); l != nil {
+			l.requestKeyframe()
+		}
+	}
+}
+
 // Paused reports whether nothing is forwarded to this subscriber.
 func (d *DownTrack) Paused() bool { return d.paused.Load() }
 

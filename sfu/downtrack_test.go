@@ -302,3 +302,37 @@ func TestKeyframeRequestsAggregateWithoutLosingLateRequesters(t *testing.T) {
 		t.Fatal("deferred keyframe request never sent")
 	}
 }
+
+func TestParallelFanoutReachesEverySubscriber(t *testing.T) {
+	pub, ws := testPub(200, false)
+	w := newFanWorkers(3)
+	defer w.close()
+	raw := vp8Packet(1, 1, true, 0)
+	var pkt Packet
+	for i := 0; i < 50; i++ {
+		raw[2], raw[3] = byte(i>>8), byte(i)
+		pub.layer(0).parse(&pkt, raw)
+		if sent := pub.fanoutParallel(&pkt, w); sent != 200 {
+			t.Fatalf("packet %d reached %d of 200 subscribers", i, sent)
+		}
+	}
+	for i, x := range ws {
+		if x.n != 50 {
+			t.Fatalf("subscriber %d got %d packets", i, x.n)
+		}
+	}
+}
+
+func BenchmarkFanout400Parallel(b *testing.B) {
+	pub, _ := testPub(400, false)
+	w := newFanWorkers(1)
+	defer w.close()
+	raw := vp8Packet(1, 1, true, 0)
+	var pkt Packet
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		raw[2], raw[3] = byte(i>>8), byte(i)
+		pub.layer(0).parse(&pkt, raw)
+		pub.fanoutParallel(&pkt, w)
+	}
+}

@@ -127,11 +127,11 @@ func (p *Participant) send(m protocol.Msg) {
 // Send is send for the signaling layer.
 func (p *Participant) Send(m protocol.Msg) { p.send(m) }
 
+// writeRTCP sends RTCP to the publisher. It takes no lock: p.pub is set before
+// the participant is admitted and never changes, and keyframe requests come from
+// other participants' goroutines that may hold their own locks.
 func (p *Participant) writeRTCP(pkts []rtcp.Packet) {
-	p.mu.Lock()
-	pc := p.pub
-	p.mu.Unlock()
-	if pc != nil {
+	if pc := p.pub; pc != nil {
 		_ = pc.WriteRTCP(pkts)
 	}
 }
@@ -703,30 +703,37 @@ func (p *Participant) Close(reason string) {
 }
 
 // reportLoop shares out the bandwidth estimate twice a second and sends sender
-// reports for every subscribed track once a second.
+// reports for every subscribed track once a second. It holds no participant lock
+// while it works: choosing layers asks other participants for keyframes.
 func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
 	tick := time.NewTicker(allocateInterval)
 	defer tick.Stop()
 	var pkts []rtcp.Packet
+	var subs []*DownTrack
 	for n := 0; ; n++ {
 		<-tick.C
 		p.allocate()
 		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		closed := p.closed
+		subs = subs[:0]
+		for _, d := range p.subs {
+			subs = append(subs, d)
+		}
+		p.mu.Unlock()
+		if closed {
 			return
 		}
 		wall := time.Now()
 		pkts = pkts[:0]
-		for _, d := range p.subs {
+		for _, d := range subs {
 			d.chooseLayer()
+			d.retryKeyframe()
 			if n%2 == 0 {
 				if sr := d.senderReport(wall); sr != nil {
 					pkts = append(pkts, sr)
 				}
 			}
 		}
-		p.mu.Unlock()
 		if len(pkts) > 0 {
 			_ = pc.WriteRTCP(pkts)
 		}

@@ -3,6 +3,7 @@ package sfu
 import (
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,11 @@ func (l *layer) forward() {
 	t := l.pub
 	buf := make([]byte, maxPacket)
 	var pkt Packet
+	var workers *fanWorkers
+	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == webrtc.RTPCodecTypeVideo {
+		workers = newFanWorkers(n)
+		defer workers.close()
+	}
 	var inPackets, inBytes, outPackets, outBytes int
 	var flushed int64
 	flush := func() {
@@ -273,7 +279,7 @@ func (l *layer) forward() {
 		if t.muted.Load() {
 			continue
 		}
-		sent := t.fanout(&pkt)
+		sent := t.fanoutParallel(&pkt, workers)
 		outPackets += sent
 		outBytes += sent * n
 		// Counters reach Prometheus in batches: every 128 packets, and at least
@@ -286,13 +292,72 @@ func (l *layer) forward() {
 
 // fanout hands pkt to every subscriber and returns how many sent it.
 func (t *Publication) fanout(pkt *Packet) int {
+	return sendAll(*t.downs.Load(), pkt)
+}
+
+func sendAll(downs []*DownTrack, pkt *Packet) int {
 	sent := 0
-	for _, d := range *t.downs.Load() {
+	for _, d := range downs {
 		if d.writeRTP(pkt) {
 			sent++
 		}
 	}
 	return sent
+}
+
+// A track with many subscribers is fanned out by several goroutines, so that one
+// popular track is not limited to one core: above parallelFanout subscribers the
+// list is cut into one share per worker, the reader takes the first share and
+// waits for the others before reading the next packet (the packet stays valid in
+// the cache slot until then).
+const (
+	parallelFanout = 64
+	maxFanWorkers  = 4
+)
+
+type fanJob struct {
+	pkt   *Packet
+	downs []*DownTrack
+}
+
+type fanWorkers struct {
+	jobs chan fanJob
+	wg   sync.WaitGroup
+	sent atomic.Int64
+	n    int
+}
+
+func newFanWorkers(n int) *fanWorkers {
+	w := &fanWorkers{jobs: make(chan fanJob, n), n: n}
+	for i := 0; i < n; i++ {
+		go func() {
+			for j := range w.jobs {
+				w.sent.Add(int64(sendAll(j.downs, j.pkt)))
+				w.wg.Done()
+			}
+		}()
+	}
+	return w
+}
+
+func (w *fanWorkers) close() { close(w.jobs) }
+
+// fanoutParallel is fanout with workers (nil workers: serial).
+func (t *Publication) fanoutParallel(pkt *Packet, w *fanWorkers) int {
+	downs := *t.downs.Load()
+	if w == nil || len(downs) < parallelFanout {
+		return sendAll(downs, pkt)
+	}
+	shares := w.n + 1
+	size := (len(downs) + shares - 1) / shares
+	w.sent.Store(0)
+	for i := size; i < len(downs); i += size {
+		w.wg.Add(1)
+		w.jobs <- fanJob{pkt: pkt, downs: downs[i:min(i+size, len(downs))]}
+	}
+	sent := sendAll(downs[:size], pkt)
+	w.wg.Wait()
+	return sent + int(w.sent.Load())
 }
 
 // parse fills pkt from raw, storing raw in the cache. It rejects what is not RTP.
