@@ -65,6 +65,7 @@ func timing(t *testing.T, spec Spec, measure func(c *check, l *Lab)) {
 	release := exclusive(t)
 	defer release()
 	var errs []string
+	minSteal := 1.0
 	for i := 1; i <= 3; i++ {
 		s0, t0 := cpuSteal()
 		l := newTestLab(t, spec)
@@ -76,10 +77,22 @@ func timing(t *testing.T, spec Spec, measure func(c *check, l *Lab)) {
 		}
 		s1, t1 := cpuSteal()
 		errs = c.errs
-		t.Logf("attempt %d: host stole %.0f%% of CPU time: %s", i, 100*float64(s1-s0)/float64(max(t1-t0, 1)), strings.Join(c.errs, "; "))
+		steal := float64(s1-s0) / float64(max(t1-t0, 1))
+		minSteal = min(minSteal, steal)
+		t.Logf("attempt %d: host stole %.0f%% of CPU time: %s", i, 100*steal, strings.Join(c.errs, "; "))
+	}
+	// A real-time emulator cannot keep milliseconds when the hypervisor takes
+	// the CPU away for that long: with heavy steal in every attempt the host, not
+	// the emulator, is out of spec, and the measurement says nothing either way.
+	if minSteal >= maxSteal {
+		t.Skipf("host stole ≥ %.0f%% of CPU time in every attempt (limit %.0f%%); timing accuracy cannot be judged here: %s",
+			100*minSteal, 100*maxSteal, strings.Join(errs, "; "))
 	}
 	t.Errorf("three attempts failed; last: %s", strings.Join(errs, "; "))
 }
+
+// maxSteal is the hypervisor steal above which timing tests cannot judge.
+const maxSteal = 0.15
 
 func newTestLab(t *testing.T, spec Spec) *Lab {
 	t.Helper()
