@@ -60,11 +60,8 @@ func (p *Participant) allocate() {
 	if p.bwe == nil {
 		return
 	}
+	subs := p.subscriptions()
 	p.mu.Lock()
-	subs := make([]*DownTrack, 0, len(p.subs))
-	for _, d := range p.subs {
-		subs = append(subs, d)
-	}
 	pinned := map[string]bool{}
 	for _, sid := range p.pinned {
 		pinned[sid] = true

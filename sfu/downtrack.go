@@ -493,21 +493,10 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 		return
 	}
 	metrics.CacheHit.Inc()
-	hn, err := hdr.Unmarshal(buf[:n])
-	if err != nil {
+	payload, ok := splitRTP(hdr, buf[:n])
+	if !ok {
 		return
 	}
-	end := n
-	hdr.PaddingSize = 0
-	if hdr.Padding {
-		pad := int(buf[n-1])
-		if pad == 0 || hn+pad > n {
-			return
-		}
-		end -= pad
-		hdr.PaddingSize = byte(pad)
-	}
-	payload := buf[hn:end]
 	if d.pub.ck == codecVP8 && (seg.picOffset != 0 || seg.tl0Offset != 0) {
 		desc := parseVP8(payload)
 		desc.rewrite(payload, seg.picOffset, seg.tl0Offset)

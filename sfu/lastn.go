@@ -50,13 +50,7 @@ func (r *Room) decide(t time.Time) {
 // measureLayers updates every published layer's bitrate.
 func (r *Room) measureLayers() {
 	for _, p := range r.all() {
-		p.mu.Lock()
-		pubs := make([]*Publication, 0, len(p.published))
-		for _, t := range p.published {
-			pubs = append(pubs, t)
-		}
-		p.mu.Unlock()
-		for _, t := range pubs {
+		for _, t := range p.publications() {
 			for i := range t.layers {
 				if l := t.layers[i].Load(); l != nil {
 					l.measure(decisionInterval)
@@ -101,13 +95,13 @@ func (r *Room) applyLastN(speakerChanged bool) {
 		n := p.effectiveLastN()
 		p.mu.Lock()
 		pinned := p.pinned
-		subs := make([]*DownTrack, 0, len(p.subs))
-		for _, d := range p.subs {
+		p.mu.Unlock()
+		var subs []*DownTrack
+		for _, d := range p.subscriptions() {
 			if d.pub.kind == webrtc.RTPCodecTypeVideo {
 				subs = append(subs, d)
 			}
 		}
-		p.mu.Unlock()
 		if len(subs) == 0 {
 			continue
 		}
@@ -182,15 +176,10 @@ func (p *Participant) Pin(sids []string) {
 // receiver needs; the SDK disables the others at the encoder.
 func (r *Room) updateDemand() {
 	for _, p := range r.all() {
-		p.mu.Lock()
-		pubs := make([]*Publication, 0, len(p.published))
-		for _, t := range p.published {
-			if t.kind == webrtc.RTPCodecTypeVideo {
-				pubs = append(pubs, t)
+		for _, t := range p.publications() {
+			if t.kind != webrtc.RTPCodecTypeVideo {
+				continue
 			}
-		}
-		p.mu.Unlock()
-		for _, t := range pubs {
 			var need [maxLayers]bool
 			any := false
 			for _, d := range t.Subscribers() {

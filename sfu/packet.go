@@ -81,6 +81,27 @@ func (d *vp8Descriptor) rewrite(p []byte, picOffset uint16, tl0Offset uint8) {
 	}
 }
 
+// splitRTP parses raw's header into h and returns the payload without its
+// padding, recording the padding size in h so that it is written back on send.
+// It rejects what is not RTP. It allocates nothing once h's slices have grown.
+func splitRTP(h *rtp.Header, raw []byte) ([]byte, bool) {
+	hn, err := h.Unmarshal(raw)
+	if err != nil {
+		return nil, false
+	}
+	end := len(raw)
+	h.PaddingSize = 0
+	if h.Padding {
+		pad := int(raw[end-1])
+		if pad == 0 || hn+pad > end {
+			return nil, false
+		}
+		end -= pad
+		h.PaddingSize = byte(pad)
+	}
+	return raw[hn:end], true
+}
+
 // codecKind identifies the payload format for keyframe detection.
 type codecKind uint8
 

@@ -124,6 +124,28 @@ func (p *Participant) send(m protocol.Msg) {
 	}
 }
 
+// publications and subscriptions return snapshots, so that callers can work on
+// them without holding the participant's lock.
+func (p *Participant) publications() []*Publication {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*Publication, 0, len(p.published))
+	for _, t := range p.published {
+		out = append(out, t)
+	}
+	return out
+}
+
+func (p *Participant) subscriptions() []*DownTrack {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*DownTrack, 0, len(p.subs))
+	for _, d := range p.subs {
+		out = append(out, d)
+	}
+	return out
+}
+
 // Send is send for the signaling layer.
 func (p *Participant) Send(m protocol.Msg) { p.send(m) }
 
@@ -161,13 +183,7 @@ func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
 // subscriberReady asks for the keyframes that subscriptions bound before the
 // connection was up are still waiting for.
 func (p *Participant) subscriberReady() {
-	p.mu.Lock()
-	subs := make([]*DownTrack, 0, len(p.subs))
-	for _, d := range p.subs {
-		subs = append(subs, d)
-	}
-	p.mu.Unlock()
-	for _, d := range subs {
+	for _, d := range p.subscriptions() {
 		d.transportReady()
 	}
 }

@@ -362,25 +362,17 @@ func (t *Publication) fanoutParallel(pkt *Packet, w *fanWorkers) int {
 
 // parse fills pkt from raw, storing raw in the cache. It rejects what is not RTP.
 func (l *layer) parse(pkt *Packet, raw []byte) bool {
-	hn, err := pkt.Header.Unmarshal(raw)
-	if err != nil {
+	payload, ok := splitRTP(&pkt.Header, raw)
+	if !ok {
 		return false
 	}
 	stored := l.cache.Put(pkt.Header.SequenceNumber, raw)
 	if stored == nil {
 		return false
 	}
-	end := len(stored)
-	pkt.Header.PaddingSize = 0
-	if pkt.Header.Padding {
-		pad := int(stored[end-1])
-		if pad == 0 || hn+pad > end {
-			return false
-		}
-		end -= pad
-		pkt.Header.PaddingSize = byte(pad)
-	}
-	pkt.Payload = stored[hn:end]
+	// The same bytes in the cache slot, which outlives raw.
+	start := len(raw) - len(payload) - int(pkt.Header.PaddingSize)
+	pkt.Payload = stored[start : start+len(payload)]
 	pkt.Layer = l.index
 	pkt.Keyframe = l.pub.kind == webrtc.RTPCodecTypeVideo && isKeyframe(l.pub.ck, pkt.Payload)
 	pkt.VP8 = vp8Descriptor{}

@@ -184,13 +184,7 @@ func (r *Room) subscribeExisting(p *Participant) {
 		if q == p {
 			continue
 		}
-		q.mu.Lock()
-		pubs := make([]*Publication, 0, len(q.published))
-		for _, t := range q.published {
-			pubs = append(pubs, t)
-		}
-		q.mu.Unlock()
-		for _, t := range pubs {
+		for _, t := range q.publications() {
 			_ = p.Subscribe(t)
 		}
 	}
