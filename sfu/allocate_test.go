@@ -24,7 +24,7 @@ func TestAllocationByPriority(t *testing.T) {
 		empty := []*DownTrack{}
 		pub.downs.Store(&empty)
 		for i, rate := range []int64{100_000, 300_000, 900_000} {
-			l := &layer{index: int8(i), pub: pub, cache: NewPacketCache(64)}
+			l := &layer{index: int8(i), pub: pub, src: &nopSource{}, cache: NewPacketCache(64)}
 			l.bps.Store(rate)
 			l.lastRecv.Store(now())
 			pub.layers[i].Store(l)

@@ -153,7 +153,13 @@ func (p *Participant) onData(label string, b []byte) {
 	for _, r := range p.room.recipients(p, to) {
 		r.mu.Lock()
 		dc := r.dcs[label]
+		fn := r.dataFn
 		r.mu.Unlock()
+		if fn != nil {
+			fn(label == labelReliable, h, payload)
+			metrics.DataMessages.WithLabelValues("forwarded").Inc()
+			continue
+		}
 		if dc == nil || dc.ReadyState() != webrtc.DataChannelStateOpen {
 			continue
 		}

@@ -39,7 +39,7 @@ func testPub(n int, keep bool, layers ...int8) (*Publication, []*recWriter) {
 		layers = []int8{0}
 	}
 	for _, i := range layers {
-		l := &layer{index: i, pub: pub, cache: NewPacketCache(1024)}
+		l := &layer{index: i, pub: pub, src: &nopSource{}, cache: NewPacketCache(1024)}
 		l.lastRecv.Store(now())
 		pub.layers[i].Store(l)
 	}
@@ -278,7 +278,7 @@ func TestKeyframeRequestsAggregateWithoutLosingLateRequesters(t *testing.T) {
 	l := pub.layer(0)
 	sent := func() int64 { return l.lastPLI.Load() }
 	// The owner has no connection, so a request is only recorded in lastPLI.
-	l.remote = &webrtc.TrackRemote{}
+	l.src = &webrtcSource{remote: &webrtc.TrackRemote{}, owner: pub.owner}
 	t0 := now()
 	l.lastPLI.Store(t0 - int64(100*time.Millisecond))
 	// The requested keyframe has not arrived: a second requester rides on it.

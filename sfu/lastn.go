@@ -194,6 +194,10 @@ func (r *Room) updateDemand() {
 				}
 				any = true
 			}
+			if t.hasSinks() {
+				// Sinks (recording, node links, WebTransport) may use any layer.
+				need, any = [maxLayers]bool{true, true, true}, true
+			}
 			if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
 				p.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
 			}

@@ -2,6 +2,8 @@ package sfu
 
 import (
 	"bytes"
+	"io"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pion/rtp"
@@ -108,7 +110,7 @@ func TestDataFraming(t *testing.T) {
 // BenchmarkParse is the per-packet cost at the start of the packet path.
 func BenchmarkParse(b *testing.B) {
 	pub := &Publication{ck: codecVP8, kind: 2}
-	l := &layer{pub: pub, cache: NewPacketCache(1024)}
+	l := &layer{pub: pub, src: &nopSource{}, cache: NewPacketCache(1024)}
 	raw, _ := (&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SSRC: 1}, Payload: make([]byte, 1100)}).Marshal()
 	var pkt Packet
 	b.ReportAllocs()
@@ -119,3 +121,14 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// nopSource is a layer's source in unit tests that drive the layer directly: it
+// counts keyframe requests.
+type nopSource struct{ keyframes atomic.Int64 }
+
+func (s *nopSource) ReadRTP([]byte) (int, error)  { return 0, io.EOF }
+func (s *nopSource) ReadRTCP([]byte) (int, error) { return 0, io.EOF }
+func (s *nopSource) SSRC() uint32                 { return 1 }
+func (s *nopSource) RID() string                  { return "" }
+func (s *nopSource) RequestKeyframe()             { s.keyframes.Add(1) }
+func (s *nopSource) Stop()                        {}

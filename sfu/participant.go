@@ -43,6 +43,8 @@ type Participant struct {
 	// hidden participants (WHEP viewers) are not announced to the room.
 	hidden        bool
 	autoSubscribe bool
+	// local participants live inside the server (local.go): no peer connections.
+	local bool
 
 	mu        sync.Mutex
 	name      string
@@ -66,6 +68,8 @@ type Participant struct {
 	negotiateSet bool
 
 	data dataLimiter
+	// dataFn receives a local participant's data messages.
+	dataFn func(reliable bool, h DataHeader, payload []byte)
 
 	// Last-N: this receiver's own limit (-1: the room's) and pinned participants.
 	lastN  int
@@ -389,7 +393,7 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 		for _, t := range p.published {
 			if t.Info().Cid == remote.ID() {
 				// Another simulcast encoding of a track already published.
-				l := t.addLayer(remote, receiver)
+				l := t.addLayer(&webrtcSource{remote: remote, receiver: receiver, owner: p})
 				p.mu.Unlock()
 				if l != nil {
 					p.log.Info("simulcast layer", "track", t.sid, "rid", remote.RID(), "layer", l.index)
@@ -417,7 +421,7 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 		}
 		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: remote.ID(), Kind: remote.Kind().String(), Source: src}
 	}
-	t := newPublication(p, ti, remote, receiver, p.room.mgr.cfg.RTC.PacketCache)
+	t := newPublication(p, ti, remote.Kind(), remote.Codec(), &webrtcSource{remote: remote, receiver: receiver, owner: p}, p.room.mgr.cfg.RTC.PacketCache)
 	if t.kind == webrtc.RTPCodecTypeAudio {
 		l := t.layer(layerOf(remote.RID()))
 		for _, x := range receiver.GetParameters().HeaderExtensions {

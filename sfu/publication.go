@@ -40,6 +40,7 @@ type Publication struct {
 
 	downMu sync.Mutex
 	downs  atomic.Pointer[[]*DownTrack]
+	sinks  atomic.Pointer[[]Sink] // local.go; nil or empty when none
 
 	muted atomic.Bool
 	// demand is the last trackDemand sent to the publisher (packDemand).
@@ -56,8 +57,7 @@ const maxLayers = 3
 type layer struct {
 	index    int8
 	pub      *Publication
-	remote   *webrtc.TrackRemote
-	receiver *webrtc.RTPReceiver
+	src      source
 	cache    *PacketCache
 	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
 	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
@@ -82,7 +82,10 @@ type layer struct {
 // this window is served by the same keyframe.
 const minKeyframeInterval = 300 * time.Millisecond
 
-var epoch = time.Now()
+// epoch lies an hour back so that a zero timestamp ("never") is always long
+// ago: with epoch at process start, the first keyframe request in the first
+// 300 ms was taken for a repeat and dropped.
+var epoch = time.Now().Add(-time.Hour)
 
 // now is a monotonic clock in nanoseconds, cheap enough for the packet path.
 func now() int64 { return int64(time.Since(epoch)) }
@@ -99,14 +102,13 @@ func layerOf(rid string) int8 {
 	return 0
 }
 
-func newPublication(owner *Participant, info protocol.TrackInfo, remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver, cacheSize int) *Publication {
-	codec := remote.Codec()
+func newPublication(owner *Participant, info protocol.TrackInfo, kind webrtc.RTPCodecType, codec webrtc.RTPCodecParameters, src source, cacheSize int) *Publication {
 	info.MimeType = codec.MimeType
-	info.SSRC = uint32(remote.SSRC())
+	info.SSRC = src.SSRC()
 	t := &Publication{
 		sid:       info.Sid,
 		owner:     owner,
-		kind:      remote.Kind(),
+		kind:      kind,
 		codec:     codec,
 		ck:        codecOf(codec.MimeType),
 		info:      info,
@@ -119,21 +121,21 @@ func newPublication(owner *Participant, info protocol.TrackInfo, remote *webrtc.
 	t.muted.Store(info.Muted)
 	empty := []*DownTrack{}
 	t.downs.Store(&empty)
-	t.addLayer(remote, receiver)
+	t.addLayer(src)
 	return t
 }
 
 // addLayer adds a simulcast encoding; it returns nil if that layer exists.
-func (t *Publication) addLayer(remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver) *layer {
-	idx := layerOf(remote.RID())
+func (t *Publication) addLayer(src source) *layer {
+	idx := layerOf(src.RID())
 	t.layerMu.Lock()
 	defer t.layerMu.Unlock()
 	if t.layers[idx].Load() != nil {
 		return nil
 	}
-	l := &layer{index: idx, pub: t, remote: remote, receiver: receiver, cache: NewPacketCache(t.cacheSize)}
+	l := &layer{index: idx, pub: t, src: src, cache: NewPacketCache(t.cacheSize)}
 	t.layers[idx].Store(l)
-	if remote.RID() != "" {
+	if src.RID() != "" {
 		t.infoMu.Lock()
 		t.info.Simulcast = true
 		t.infoMu.Unlock()
@@ -252,7 +254,7 @@ func (l *layer) forward() {
 	}
 	defer flush()
 	for {
-		n, _, err := l.remote.Read(buf)
+		n, err := l.src.ReadRTP(buf)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				t.owner.log.Debug("track read ended", "track", t.sid, "layer", l.index, "err", err)
@@ -280,6 +282,7 @@ func (l *layer) forward() {
 			continue
 		}
 		sent := t.fanoutParallel(&pkt, workers)
+		t.sendSinks(&pkt)
 		outPackets += sent
 		outBytes += sent * n
 		// Counters reach Prometheus in batches: every 128 packets, and at least
@@ -392,15 +395,9 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 // clock mapping.
 func (l *layer) readRTCP() {
 	buf := make([]byte, maxPacket)
-	ssrc := uint32(l.remote.SSRC())
+	ssrc := l.src.SSRC()
 	for {
-		var n int
-		var err error
-		if l.remote.RID() != "" {
-			n, _, err = l.receiver.ReadSimulcast(buf, l.remote.RID())
-		} else {
-			n, _, err = l.receiver.Read(buf)
-		}
+		n, err := l.src.ReadRTCP(buf)
 		if err != nil {
 			return
 		}
@@ -443,7 +440,7 @@ func (l *layer) requestKeyframe() {
 		return
 	}
 	metrics.PLIsOut.Inc()
-	l.pub.owner.writeRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: uint32(l.remote.SSRC())}})
+	l.src.RequestKeyframe()
 }
 
 // RequestKeyframe asks for a keyframe on every layer some subscriber waits for.
@@ -486,7 +483,7 @@ func (l *layer) start(onEnd func()) {
 func (t *Publication) stop() {
 	for i := range t.layers {
 		if l := t.layers[i].Load(); l != nil {
-			_ = l.receiver.Stop()
+			l.src.Stop()
 			return // one receiver carries every layer
 		}
 	}

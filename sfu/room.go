@@ -206,7 +206,9 @@ func (r *Room) findTrack(sid string) *Publication {
 func (r *Room) recipients(from *Participant, identities []string) []*Participant {
 	var out []*Participant
 	for _, p := range r.all() {
-		if p == from || p.hidden {
+		// Hidden participants get only messages addressed to them, and only
+		// local ones (a recorder or camera bridge) can receive at all.
+		if p == from || (p.hidden && (len(identities) == 0 || !p.local)) {
 			continue
 		}
 		if len(identities) == 0 {
