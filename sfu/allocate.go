@@ -24,8 +24,10 @@ const (
 	audioReserve = 64_000
 	// assumedLayerRate stands for a layer whose rate is not measured yet.
 	assumedLayerRate = 150_000
-	// probeShare of the missing rate is sent as padding in one interval.
-	probeShare = 0.5
+	// probeShare of the missing rate (at most the estimate's unused part) is
+	// sent as padding in one interval: the estimate can only grow while what
+	// arrives keeps up with it (bwe caps it at 1.5x the acknowledged rate).
+	probeShare = 0.9
 	maxPadding = 255 // bytes of RTP padding per packet
 )
 
@@ -129,8 +131,13 @@ func (p *Participant) allocate() {
 			d.chooseLayer()
 		}
 	}
-	if probeVia != nil && shortfall > 0 {
-		probeVia.probe(int(float64(shortfall) * probeShare * allocateInterval.Seconds() / 8))
+	// Probe with padding only into the part of the estimate that media leaves
+	// unused: the estimator grows when what arrives keeps up with it, and padding
+	// beyond the estimate would congest the very link it measures (a viewer
+	// behind a few hundred kbit/s lost most of its low layer to padding sized
+	// by the top layer's rate).
+	if pad := min(shortfall, budget); probeVia != nil && pad > 0 {
+		probeVia.probe(int(float64(pad) * probeShare * allocateInterval.Seconds() / 8))
 	}
 }
 

@@ -1,0 +1,135 @@
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { Participant, sleep, waitFor } from '../lib/page.mjs';
+import { scenario } from '../lib/scenario.mjs';
+import { startShaper, throughShaper } from '../lib/shaper.mjs';
+
+// What a viewer shows of `pub`: the decoded width and the tile readout.
+const shown = (viewer, pub) =>
+  viewer.page.evaluate((sid) => {
+    const tile = document.querySelector(`.tile[data-sid="${sid}"]`);
+    const v = tile?.querySelector('video');
+    return { width: v?.videoWidth ?? 0, readout: tile?.querySelector('.readout')?.textContent ?? '' };
+  }, pub.sid);
+
+// Takes the viewer's tile of `pub` out of adaptive subscription and asks for the
+// top layer, so that what it gets is decided by its bandwidth alone.
+const wantHigh = (viewer, pub) =>
+  viewer.page.evaluate(async (sid) => {
+    const room = window.petrel.room;
+    const video = document.querySelector(`.tile[data-sid="${sid}"] video`);
+    room.unobserveVideo(video);
+    const track = [...room.participants.get(sid).tracks.values()].find((t) => t.kind === 'video');
+    await room.updateTrackSettings(track.sid, { quality: 'high' });
+  }, pub.sid);
+
+const frames = (viewer, pub) => viewer.framesByParticipant().then((f) => f[pub.sid] ?? 0);
+
+// Watches the frames a viewer decodes of `pub` until stop(): how many, and the
+// longest time without a new one (a freeze, as a user would see it).
+function monitor(viewer, pub) {
+  let running = true;
+  const done = (async () => {
+    const first = await frames(viewer, pub);
+    let prev = first;
+    let lastGrowth = Date.now();
+    let longestStall = 0;
+    while (running) {
+      await sleep(200);
+      const n = await frames(viewer, pub).catch(() => prev);
+      if (n > prev) {
+        longestStall = Math.max(longestStall, Date.now() - lastGrowth);
+        lastGrowth = Date.now();
+        prev = n;
+      }
+    }
+    longestStall = Math.max(longestStall, Date.now() - lastGrowth);
+    return { decoded: prev - first, longestStall };
+  })();
+  return { stop: () => ((running = false), done) };
+}
+
+async function watchDecoding(viewer, pub, ms) {
+  const m = monitor(viewer, pub);
+  await sleep(ms);
+  return m.stop();
+}
+
+// Waits until the viewer decodes `pub` at a width `ok` accepts; returns it.
+const widthUntil = (viewer, pub, what, ok, timeoutMs) =>
+  waitFor(viewer.page, what, ([sid, src]) => {
+    const w = document.querySelector(`.tile[data-sid="${sid}"] video`)?.videoWidth ?? 0;
+    // eslint-disable-next-line no-new-func
+    return w > 0 && new Function('w', `return ${src}`)(w) && w;
+  }, [pub.sid, ok], timeoutMs);
+
+// One simulcast publisher, two viewers who ask for the top layer. The slow one
+// reaches the server through a relay that passes a few hundred kbit/s toward it:
+// the server's bandwidth estimate for it must bring it down to the low layer while
+// the fast one keeps the top layer; when the limit rises the slow one climbs, and
+// when it falls again it steps back down, decoding all along.
+test('bandwidth: viewers behind different real limits get different layers and keep decoding', { timeout: 150_000 }, () =>
+  scenario('bandwidth', async ({ server, own, watch }) => {
+    const shaper = await startShaper({ target: server.turnPort, kbps: 350 });
+    own({ close: () => shaper.close() });
+    const chromium = own(await launchChromium());
+    const sender = watch(new Participant('sender', await chromium.newPage()));
+    const fast = watch(new Participant('fast', await chromium.newPage()));
+    const slow = watch(new Participant('slow', await chromium.newPage()));
+    await throughShaper(slow.page, server.turnPort, shaper.port);
+
+    await sender.join(server.base, await server.token('bw', 'sender'), { simulcast: true });
+    await fast.join(server.base, await server.token('bw', 'fast'));
+    await slow.join(server.base, await server.token('bw', 'slow'), { relay: true });
+    // Only the sender's camera matters here; the viewers' cameras would only load
+    // the machine.
+    for (const v of [fast, slow]) {
+      await v.page.evaluate(async () => {
+        const room = window.petrel.room;
+        for (const t of [...room.localTracks.values()]) if (t.kind === 'video') await room.unpublishTrack(t.sid);
+      });
+    }
+    const types = await slow.selectedCandidateTypes();
+    assert.equal(types.subscriber?.local, 'relay', `the slow viewer's media must cross the shaper: ${JSON.stringify(types)}`);
+    await fast.seesVideoOf(sender);
+    await slow.seesVideoOf(sender);
+    await wantHigh(fast, sender);
+    await wantHigh(slow, sender);
+
+    // Under the limit: the slow viewer settles on the quarter layer, the fast one
+    // on a layer at least twice as wide (Chrome may scale its top layers down
+    // under CPU load, hence relative).
+    const slowLow = await widthUntil(slow, sender, 'the slow viewer on the low layer', 'w <= 400', 40_000);
+    const fastHigh = await widthUntil(fast, sender, 'the fast viewer on a high layer', `w >= ${slowLow * 2}`, 20_000);
+    assert.ok(shaper.stats().forwarded > 0, 'media crossed the shaper');
+    const readout = await waitFor(slow.page, 'the readout of the low layer', ([sid, w]) => {
+      const t = document.querySelector(`.tile[data-sid="${sid}"] .readout`)?.textContent ?? '';
+      return t.startsWith(`${w}×`) && t;
+    }, [sender.sid, slowLow]);
+    assert.match(readout, /kbps|Mbps/);
+    const [slowRun, fastRun] = await Promise.all([watchDecoding(slow, sender, 6_000), watchDecoding(fast, sender, 6_000)]);
+    assert.ok(slowRun.decoded >= 30, `slow viewer decoded ${slowRun.decoded} frames in 6 s`);
+    assert.ok(fastRun.decoded >= 30, `fast viewer decoded ${fastRun.decoded} frames in 6 s`);
+    assert.ok((await shown(slow, sender)).width <= 400, 'the slow viewer stays on the low layer');
+    assert.ok((await shown(fast, sender)).width >= slowLow * 2, 'the fast viewer stays high');
+
+    // The limit rises: the estimate grows (padding probes) and the slow viewer
+    // climbs, without a freeze on the way.
+    shaper.setRate(4_000);
+    const switching = monitor(slow, sender);
+    const up = await widthUntil(slow, sender, 'the slow viewer to climb', `w >= ${slowLow * 2}`, 45_000);
+    // The limit falls again: back down at the next keyframe of the low layer.
+    shaper.setRate(350);
+    const down = await widthUntil(slow, sender, 'the slow viewer to step down again', 'w <= 400', 30_000);
+    await sleep(3_000);
+    const after = await switching.stop();
+    assert.ok(after.decoded >= 20, `slow viewer decoded ${after.decoded} frames while switching up and down`);
+    console.log(`bandwidth: slow ${slowLow} -> ${up} -> ${down}, fast ${fastHigh}; stalls slow ${slowRun.longestStall} ms, fast ${fastRun.longestStall} ms, after ${after.longestStall} ms; shaper ${JSON.stringify(shaper.stats())}`);
+    // Steady, a stall of seconds is a freeze a user would notice. A tenfold drop
+    // of the link strands the packets queued for the higher layer, and the low
+    // layer starts at its next keyframe: a moment, not a frozen picture.
+    for (const [who, r, limit] of [['slow', slowRun, 2_500], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
+      assert.ok(r.longestStall < limit, `${who}: ${r.longestStall} ms without a decoded frame`);
+    }
+  }));
