@@ -136,9 +136,19 @@ func (p *Participant) allocate() {
 	// beyond the estimate would congest the very link it measures (a viewer
 	// behind a few hundred kbit/s lost most of its low layer to padding sized
 	// by the top layer's rate).
-	if pad := min(shortfall, budget); probeVia != nil && pad > 0 {
-		probeVia.probe(int(float64(pad) * probeShare * allocateInterval.Seconds() / 8))
+	if probeVia != nil {
+		probeVia.probe(probeBytes(shortfall, budget))
 	}
+}
+
+// probeBytes is the padding for one interval when the subscriber lacks shortfall
+// bps for the layer it wants and unused bps of the estimate are free.
+func probeBytes(shortfall, unused int) int {
+	pad := min(shortfall, unused)
+	if pad <= 0 {
+		return 0
+	}
+	return int(float64(pad) * probeShare * allocateInterval.Seconds() / 8)
 }
 
 func lowestLayer(t *Publication) int {

@@ -92,3 +92,23 @@ func TestPaddingProbeKeepsTheStreamContinuous(t *testing.T) {
 		t.Fatalf("media after padding maps to %+v", seg)
 	}
 }
+
+// Padding fills the unused part of the estimate and no more: sized by the
+// missing rate alone it congested a slow subscriber's link.
+func TestProbeStaysWithinTheEstimate(t *testing.T) {
+	perInterval := func(bps int) int { return int(float64(bps) * probeShare * allocateInterval.Seconds() / 8) }
+	for _, c := range []struct{ shortfall, unused, want int }{
+		{1_300_000, 100_000, perInterval(100_000)}, // far from the top layer, little room
+		{200_000, 1_000_000, perInterval(200_000)}, // close to it, much room
+		{500_000, 0, 0},                            // media fills the estimate
+		{500_000, -50_000, 0},                      // media exceeds it
+		{0, 500_000, 0},                            // nothing missing
+	} {
+		if got := probeBytes(c.shortfall, c.unused); got != c.want {
+			t.Errorf("probeBytes(%d, %d) = %d, want %d", c.shortfall, c.unused, got, c.want)
+		}
+		if got := probeBytes(c.shortfall, c.unused); got*8 > max(c.unused, 0) {
+			t.Errorf("probeBytes(%d, %d) = %d bytes: beyond the unused estimate", c.shortfall, c.unused, got)
+		}
+	}
+}
