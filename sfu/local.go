@@ -32,6 +32,11 @@ type LocalOptions struct {
 	Metadata string
 	// Hidden participants are not announced to the room (a recorder, a probe).
 	Hidden bool
+	// Audience, when set, limits the participant to these identities: only they
+	// see its tracks (announced and auto-subscribed) and its data; the rest of the
+	// room does not know it exists (a recording played back to one viewer).
+	// It implies Hidden.
+	Audience []string
 	// Out receives the room's messages for this participant (events, errors); nil
 	// discards them.
 	Out Sender
@@ -46,11 +51,12 @@ func (m *Manager) JoinLocal(opt LocalOptions) (*Participant, error) {
 	c := &auth.Claims{Room: opt.Room, Name: opt.Name, Metadata: opt.Metadata,
 		Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}}
 	c.Subject = opt.Identity
-	p, err := m.newParticipant(c, opt.Hidden)
+	p, err := m.newParticipant(c, opt.Hidden || len(opt.Audience) > 0)
 	if err != nil {
 		return nil, err
 	}
 	p.local = true
+	p.audience = append([]string(nil), opt.Audience...)
 	p.out = opt.Out
 	if old := p.room.ByIdentity(p.identity); old != nil {
 		old.Kick("duplicate_identity", "the same identity joined again")
@@ -300,6 +306,20 @@ func (t *Publication) RequestLayerKeyframe(layer int8) {
 	if l := t.layer(layer); l != nil {
 		l.requestKeyframe()
 	}
+}
+
+// seenBy reports whether q may see p's tracks: everyone sees a visible
+// participant's, only the audience a hidden one's.
+func (p *Participant) seenBy(q *Participant) bool {
+	if !p.hidden {
+		return true
+	}
+	for _, id := range p.audience {
+		if id == q.identity {
+			return true
+		}
+	}
+	return false
 }
 
 // Local reports whether the participant lives inside the server.

@@ -45,6 +45,8 @@ type Participant struct {
 	autoSubscribe bool
 	// local participants live inside the server (local.go): no peer connections.
 	local bool
+	// audience limits who sees a hidden local participant's tracks (local.go).
+	audience []string
 
 	mu        sync.Mutex
 	name      string

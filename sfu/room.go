@@ -161,7 +161,7 @@ func (r *Room) broadcast(m protocol.Msg, skip *Participant) {
 func (r *Room) trackPublished(owner *Participant, t *Publication) {
 	info := t.Info()
 	for _, p := range r.all() {
-		if p == owner {
+		if p == owner || !owner.seenBy(p) {
 			continue
 		}
 		if !p.hidden {
@@ -181,7 +181,7 @@ func (r *Room) subscribeExisting(p *Participant) {
 		return
 	}
 	for _, q := range r.all() {
-		if q == p {
+		if q == p || !q.seenBy(p) {
 			continue
 		}
 		for _, t := range q.publications() {
@@ -208,7 +208,7 @@ func (r *Room) recipients(from *Participant, identities []string) []*Participant
 	for _, p := range r.all() {
 		// Hidden participants get only messages addressed to them, and only
 		// local ones (a recorder or camera bridge) can receive at all.
-		if p == from || (p.hidden && (len(identities) == 0 || !p.local)) {
+		if p == from || (p.hidden && (len(identities) == 0 || !p.local)) || !from.seenBy(p) {
 			continue
 		}
 		if len(identities) == 0 {

@@ -153,6 +153,38 @@ func TestLocalParticipantPublishesAndReceives(t *testing.T) {
 		t.Fatal("local participant's data never reached the viewer")
 	}
 
+	// A participant with an audience: only the viewer gets its track.
+	pb, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: "local", Identity: "playback-viewer", Audience: []string{"viewer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(pubc.Tracks) > 0 {
+		<-pubc.Tracks
+	}
+	plt, err := pb.PublishLocal(sfu.LocalTrackOptions{
+		Info:  protocol.TrackInfo{Kind: "video", Source: "playback", SSRC: 0x99},
+		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evCtx := ctxT(t, 5*time.Second)
+	for {
+		ev, err := viewer.WaitEvent(evCtx, "trackPublished")
+		if err != nil {
+			t.Fatalf("audience member not told of the track: %v", err)
+		}
+		if tr, _ := ev["track"].(map[string]any); tr != nil && tr["sid"] == plt.Sid() {
+			break
+		}
+	}
+	select {
+	case tr := <-pubc.Tracks:
+		t.Fatalf("a participant outside the audience got track %s", tr.TrackSid)
+	case <-time.After(time.Second):
+	}
+	pb.Close("done")
+
 	// Closing the local track unpublishes it for the room.
 	lt.Close()
 	if _, err := viewer.WaitEvent(ctxT(t, 5*time.Second), "trackUnpublished"); err != nil {
