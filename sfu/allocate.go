@@ -100,13 +100,14 @@ func (p *Participant) allocate() {
 	var probeVia *DownTrack
 	for _, d := range video {
 		want := int(d.maxLayer.Load())
+		held := int(d.allocLayer.Load())
 		grant := -1
 		for i := want; i >= 0; i-- {
 			l := d.pub.layer(int8(i))
 			if l == nil {
 				continue
 			}
-			if l.rate() <= budget || grant == -1 && i == 0 {
+			if fits(l.rate(), budget, i <= held) || grant == -1 && i == 0 {
 				grant = i
 				break
 			}
@@ -149,6 +150,22 @@ func probeBytes(shortfall, unused int) int {
 		return 0
 	}
 	return int(float64(pad) * probeShare * allocateInterval.Seconds() / 8)
+}
+
+// holdMargin is how far over the budget a layer already granted may run before
+// it is taken away. A delay-based estimate drops by 15% on every overuse
+// (often one its own probe caused) and climbs back over seconds; without the
+// margin each such dip would cost a switch down and, soon after, one back up,
+// each waiting for a keyframe.
+const holdMargin = 0.2
+
+// fits says whether a layer of rate bps fits the budget; one the subscriber
+// already has (held) keeps fitting within the margin.
+func fits(rate, budget int, held bool) bool {
+	if held {
+		return float64(rate) <= float64(budget)*(1+holdMargin)
+	}
+	return rate <= budget
 }
 
 func lowestLayer(t *Publication) int {

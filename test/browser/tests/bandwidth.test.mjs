@@ -64,6 +64,16 @@ const widthUntil = (viewer, pub, what, ok, timeoutMs) =>
     return w > 0 && new Function('w', `return ${src}`)(w) && w;
   }, [pub.sid, ok], timeoutMs);
 
+// A viewer without a camera: only the publishers' cameras matter in these tests,
+// and more encoders would only load the machine. The app joins with its
+// microphone alone (join with { tracks: 1 }).
+const noCamera = (p) =>
+  p.page.addInitScript(() => {
+    const gum = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+    navigator.mediaDevices.getUserMedia = (c) =>
+      c?.video ? Promise.reject(new DOMException('no camera in this test', 'NotFoundError')) : gum(c);
+  });
+
 // One simulcast publisher, two viewers who ask for the top layer. The slow one
 // reaches the server through a relay that passes a few hundred kbit/s toward it:
 // the server's bandwidth estimate for it must bring it down to the low layer while
@@ -78,18 +88,11 @@ test('bandwidth: viewers behind different real limits get different layers and k
     const fast = watch(new Participant('fast', await chromium.newPage()));
     const slow = watch(new Participant('slow', await chromium.newPage()));
     await throughShaper(slow.page, server.turnPort, shaper.port);
+    for (const v of [fast, slow]) await noCamera(v);
 
     await sender.join(server.base, await server.token('bw', 'sender'), { simulcast: true });
-    await fast.join(server.base, await server.token('bw', 'fast'));
-    await slow.join(server.base, await server.token('bw', 'slow'), { relay: true });
-    // Only the sender's camera matters here; the viewers' cameras would only load
-    // the machine.
-    for (const v of [fast, slow]) {
-      await v.page.evaluate(async () => {
-        const room = window.petrel.room;
-        for (const t of [...room.localTracks.values()]) if (t.kind === 'video') await room.unpublishTrack(t.sid);
-      });
-    }
+    await fast.join(server.base, await server.token('bw', 'fast'), { tracks: 1 });
+    await slow.join(server.base, await server.token('bw', 'slow'), { relay: true, tracks: 1 });
     const types = await slow.selectedCandidateTypes();
     assert.equal(types.subscriber?.local, 'relay', `the slow viewer's media must cross the shaper: ${JSON.stringify(types)}`);
     await fast.seesVideoOf(sender);
@@ -132,4 +135,43 @@ test('bandwidth: viewers behind different real limits get different layers and k
     for (const [who, r, limit] of [['slow', slowRun, 2_500], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
       assert.ok(r.longestStall < limit, `${who}: ${r.longestStall} ms without a decoded frame`);
     }
+  }));
+
+// Pinning under a limit: one viewer behind 800 kbit/s, which carries one
+// publisher's middle layer (about 350 kbit/s here) with the other's low one, but
+// not two middle layers. The allocation serves the pinned publisher first, so
+// moving the pin moves the better layer.
+test('bandwidth: under a limit the pinned publisher gets the better layer', { timeout: 150_000 }, () =>
+  scenario('bandwidth-pin', async ({ server, own, watch }) => {
+    const shaper = await startShaper({ target: server.turnPort, kbps: 800 });
+    own({ close: () => shaper.close() });
+    const chromium = own(await launchChromium());
+    const alice = watch(new Participant('alice', await chromium.newPage()));
+    const bob = watch(new Participant('bob', await chromium.newPage()));
+    const viewer = watch(new Participant('viewer', await chromium.newPage()));
+    await throughShaper(viewer.page, server.turnPort, shaper.port);
+    await noCamera(viewer);
+    await alice.join(server.base, await server.token('bwpin', 'alice'), { simulcast: true });
+    await bob.join(server.base, await server.token('bwpin', 'bob'), { simulcast: true });
+    await viewer.join(server.base, await server.token('bwpin', 'viewer'), { relay: true, tracks: 1 });
+    for (const p of [alice, bob]) {
+      await viewer.seesVideoOf(p);
+      await wantHigh(viewer, p);
+    }
+    // Without pins alice, who joined first, comes first. Pinning bob gives him
+    // the better layer; moving the pin back gives it to alice again.
+    const better = (first, second, what) =>
+      waitFor(viewer.page, what, ([a, b]) => {
+        const w = (sid) => document.querySelector(`.tile[data-sid="${sid}"] video`)?.videoWidth ?? 0;
+        return w(a) > w(b) && w(b) > 0 && [w(a), w(b)];
+      }, [first.sid, second.sid], 40_000);
+    await viewer.page.click(`.tile[data-sid="${bob.sid}"] .pin`);
+    const [bobPinned, alicePlain] = await better(bob, alice, 'bob, pinned, to get a better layer than alice');
+    await viewer.page.click(`.tile[data-sid="${bob.sid}"] .pin`);
+    await viewer.page.click(`.tile[data-sid="${alice.sid}"] .pin`);
+    const [alicePinned, bobPlain] = await better(alice, bob, 'alice, pinned, to get a better layer than bob');
+    // Both keep decoding: the other one is stepped down, not dropped.
+    const [a, b] = await Promise.all([watchDecoding(viewer, alice, 4_000), watchDecoding(viewer, bob, 4_000)]);
+    assert.ok(a.decoded >= 20 && b.decoded >= 20, `decoded in 4 s: alice ${a.decoded}, bob ${b.decoded}`);
+    console.log(`bandwidth-pin: bob pinned ${bobPinned} vs alice ${alicePlain}; alice pinned ${alicePinned} vs bob ${bobPlain}; stalls ${a.longestStall}/${b.longestStall} ms`);
   }));
