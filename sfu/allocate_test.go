@@ -46,6 +46,25 @@ func TestAllocationByPriority(t *testing.T) {
 	if downs[1].target.Load() != 1 || downs[0].target.Load() != 0 {
 		t.Fatalf("targets %d %d do not follow the allocation", downs[1].target.Load(), downs[0].target.Load())
 	}
+	// The estimate dips a little below the pinned track's layer: it keeps the
+	// layer (a switch costs a keyframe); a real drop takes it away.
+	sub.bwe = bwe.New(270_000, 0, 0) // 10% short of the held 300k layer
+	sub.allocate()
+	if got := downs[1].allocLayer.Load(); got != 1 {
+		t.Fatalf("a 10%% shortfall cost the held layer: %d", got)
+	}
+	sub.bwe = bwe.New(200_000, 0, 0)
+	sub.allocate()
+	if got := downs[1].allocLayer.Load(); got != 0 {
+		t.Fatalf("a 33%% shortfall kept layer %d", got)
+	}
+	sub.bwe = bwe.New(280_000, 0, 0)
+	sub.allocate()
+	if got := downs[1].allocLayer.Load(); got != 0 {
+		t.Fatalf("climbed back to layer %d on a budget short of its rate", got)
+	}
+	sub.bwe = bwe.New(400_000, 0, 0)
+	sub.allocate()
 	// A subscriber that wants less than it could get is not given more.
 	downs[1].SetMaxLayer(0)
 	sub.allocate()
