@@ -21,6 +21,9 @@ type Grants struct {
 	Subscribe   bool `json:"subscribe"`
 	PublishData bool `json:"publishData"`
 	Admin       bool `json:"admin"`
+	// PTZ lets a viewer of a camera room move the camera, talk through it and
+	// reach its web interface (topics ptz, talk and http; camera/ptz.go).
+	PTZ bool `json:"ptz,omitempty"`
 }
 
 // Claims is the token payload: who joins which room with which grants.

@@ -21,6 +21,7 @@ func tokenMain(args []string) int {
 	subscribe := fs.Bool("subscribe", false, "may subscribe")
 	data := fs.Bool("data", true, "may send data messages")
 	admin := fs.Bool("admin", false, "may use the admin API")
+	ptz := fs.Bool("ptz", false, "may control a camera: PTZ, talk-back audio, HTTP tunnel (camera rooms)")
 	ttl := fs.Duration("ttl", 6*time.Hour, "validity")
 	key := fs.String("api-key", os.Getenv("PETREL_API_KEY"), "API key (default: development key)")
 	secret := fs.String("api-secret", os.Getenv("PETREL_API_SECRET"), "API secret")
@@ -36,7 +37,7 @@ func tokenMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel token:", err)
 		return 1
 	}
-	c := auth.Claims{Room: *room, Name: *name, Metadata: *metadata, Grants: auth.Grants{Publish: *publish, Subscribe: *subscribe, PublishData: *data, Admin: *admin}}
+	c := auth.Claims{Room: *room, Name: *name, Metadata: *metadata, Grants: auth.Grants{Publish: *publish, Subscribe: *subscribe, PublishData: *data, Admin: *admin, PTZ: *ptz}}
 	c.Subject = *identity
 	tok, err := keys.Sign(apiKey, c, *ttl)
 	if err != nil {
