@@ -1,0 +1,263 @@
+package moqt
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"math/rand"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestVIRoundTripAndForm(t *testing.T) {
+	// 0x2F00 is SETUP's type; moq-transport's own test expects 0xAF 0x00.
+	if got := AppendVI(nil, 0x2F00); !bytes.Equal(got, []byte{0xAF, 0x00}) {
+		t.Fatalf("0x2F00 encodes as % x", got)
+	}
+	vals := []uint64{0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 0x0FFFFFFF, 0x10000000,
+		0x07FFFFFFFF, 0x0800000000, 0x03FFFFFFFFFF, 0x01FFFFFFFFFFFF, 0x00FFFFFFFFFFFFFF, 0x0100000000000000, MaxVI}
+	for _, v := range vals {
+		b := AppendVI(nil, v)
+		if len(b) != SizeVI(v) {
+			t.Fatalf("%x: %d bytes, SizeVI %d", v, len(b), SizeVI(v))
+		}
+		got, n, err := ParseVI(b)
+		if err != nil || got != v || n != len(b) {
+			t.Fatalf("%x: parsed %x n=%d err=%v from % x", v, got, n, err, b)
+		}
+		r, err := ReadVI(bytes.NewReader(b))
+		if err != nil || r != v {
+			t.Fatalf("%x: ReadVI %x %v", v, r, err)
+		}
+		if len(b) > 1 {
+			if _, _, err := ParseVI(b[:len(b)-1]); err == nil {
+				t.Fatalf("%x: truncated input accepted", v)
+			}
+		}
+	}
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	msgs := []Message{
+		Setup{Params: Pairs{{Key: ParamPath, Bytes: []byte("/moq")}, {Key: ParamPetrel, Bytes: []byte(`{"ext":["dgram"]}`)}}},
+		Subscribe{RequestID: 4, Namespace: []string{"petrel", "room", "alice"}, Track: "video",
+			Params: Pairs{{Key: ParamForward, Int: 1}, {Key: ParamSubPriority, Int: 7}, {Key: ParamDelivery, Int: 1}}},
+		SubscribeOK{RequestID: 4, TrackAlias: 9, Params: Pairs{{Key: ParamGroupOrder, Int: 1}}, Extensions: Pairs{{Key: 0x2, Int: 1000}}},
+		RequestError{RequestID: 5, Code: ErrCodeDoesNotExist, RetryInterval: 0, Reason: "no such track"},
+		RequestOK{RequestID: 0},
+		PublishNamespace{RequestID: 2, Namespace: []string{"petrel", "r", "bob"}},
+		Unsubscribe{RequestID: 8},
+		PublishDone{RequestID: 1, Status: 2, StreamCount: 3, Reason: "bye"},
+		GoAway{URI: "https://x/"},
+	}
+	var wire []byte
+	for _, m := range msgs {
+		var err error
+		if wire, err = AppendMessage(wire, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	br := bufio.NewReader(bytes.NewReader(wire))
+	for _, want := range msgs {
+		got, err := ReadMessage(br)
+		if err != nil {
+			t.Fatalf("%T: %v", want, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip:\n got %#v\nwant %#v", got, want)
+		}
+	}
+}
+
+func TestGarbageMessages(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 5000; i++ {
+		b := make([]byte, rng.Intn(40))
+		rng.Read(b)
+		for _, typ := range []uint64{TypeSetup, TypeSubscribe, TypeSubscribeOK, TypeRequestError, TypeRequestOK, TypePublishNamespace, TypePublishDone} {
+			_, _ = ParseMessage(typ, b) // must not panic
+		}
+		_, _ = ParseDatagram(b)
+		_, _ = ReadMessage(bufio.NewReader(bytes.NewReader(b)))
+	}
+	bad := [][]byte{
+		{},                       // empty subscribe
+		{0x01, 0x00},             // namespace with 0 fields
+		{0x01, 0x21},             // 33 fields
+		{0x01, 0x01, 0x00, 0x00}, // empty field
+	}
+	for _, b := range bad {
+		if _, err := ParseMessage(TypeSubscribe, b); err == nil {
+			t.Errorf("subscribe % x accepted", b)
+		}
+	}
+	// Trailing bytes after a complete message are an error.
+	w, _ := AppendMessage(nil, Unsubscribe{RequestID: 1})
+	if _, err := ParseMessage(TypeUnsubscribe, append(w[3:], 0)); err == nil {
+		t.Error("trailing byte accepted")
+	}
+}
+
+func TestSubgroupStream(t *testing.T) {
+	h := SubgroupHeader{TrackAlias: 3, Group: 12, Subgroup: 0, Priority: 1}
+	b := AppendSubgroupHeader(nil, h)
+	metas := []Meta{{TimestampUs: 1000, Keyframe: true, Codec: "vp8", Width: 640, Height: 480, AudioLevel: -1}, {TimestampUs: 34333, AudioLevel: -1}}
+	b = AppendObject(b, -1, 0, &metas[0], []byte("key"))
+	b = AppendObject(b, 0, 1, &metas[1], []byte("delta"))
+	br := bufio.NewReader(bytes.NewReader(b))
+	gh, err := ReadSubgroupHeader(br)
+	if err != nil || gh.TrackAlias != 3 || gh.Group != 12 || gh.Priority != 1 || !gh.HasExtensions() {
+		t.Fatalf("header %+v %v", gh, err)
+	}
+	or := NewObjectReader(br, gh, 1<<20)
+	var o StreamObject
+	for i, want := range []string{"key", "delta"} {
+		if err := or.Next(&o); err != nil {
+			t.Fatal(err)
+		}
+		var m Meta
+		if err := ParseExtensions(o.Extensions, &m); err != nil {
+			t.Fatal(err)
+		}
+		if o.ID != uint64(i) || string(o.Payload) != want || !reflect.DeepEqual(m, metas[i]) {
+			t.Fatalf("object %d: id %d %q %+v", i, o.ID, o.Payload, m)
+		}
+	}
+	if err := or.Next(&o); err == nil {
+		t.Fatal("no EOF")
+	}
+	// Oversized object: refused by the reader, not allocated.
+	b = AppendSubgroupHeader(nil, h)
+	b = AppendVI(b, 0)
+	b = AppendVI(b, 0)
+	b = AppendVI(b, 100<<20)
+	br = bufio.NewReader(bytes.NewReader(b))
+	gh, _ = ReadSubgroupHeader(br)
+	if err := NewObjectReader(br, gh, 1<<20).Next(&o); !errors.Is(err, ErrObjectTooLarge) {
+		t.Fatalf("oversized object: %v", err)
+	}
+	if _, err := ReadSubgroupHeader(bufio.NewReader(bytes.NewReader([]byte{0x05, 1, 1}))); !errors.Is(err, ErrNotSubgroup) {
+		t.Fatalf("fetch stream: %v", err)
+	}
+}
+
+// fragments splits obj and returns the parsed fragments.
+func fragments(t *testing.T, alias, group, object uint64, obj []byte, size int) []*Fragment {
+	var out []*Fragment
+	err := Split(alias, group, object, obj, size, nil, func(d []byte) {
+		if len(d) > size {
+			t.Fatalf("datagram of %d bytes > %d", len(d), size)
+		}
+		v, err := ParseDatagram(append([]byte(nil), d...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v.(*Fragment))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestReassemblyLossDuplicationReorder(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	now := time.Unix(1000, 0)
+	a := NewAssembler()
+	objs := map[uint64][]byte{}
+	var all []*Fragment
+	for id := uint64(0); id < 20; id++ {
+		obj := make([]byte, 500+rng.Intn(9000))
+		rng.Read(obj)
+		objs[id] = obj
+		all = append(all, fragments(t, 1, 0, id, obj, 1215)...)
+	}
+	// Duplicate a quarter, shuffle, and lose 10%.
+	for i := 0; i < len(all)/4; i++ {
+		all = append(all, all[rng.Intn(len(all))])
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	lost := map[*Fragment]bool{}
+	got := map[uint64][]byte{}
+	for _, f := range all {
+		if rng.Intn(10) == 0 {
+			lost[f] = true
+			continue
+		}
+		if obj, ok, err := a.Add(f, now); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			if _, dup := got[f.Object]; dup {
+				t.Fatalf("object %d completed twice", f.Object)
+			}
+			got[f.Object] = obj
+		}
+	}
+	// NACK round: the receiver asks, the sender answers from its copy.
+	now = now.Add(20 * time.Millisecond)
+	nacks, dropped := a.Nacks(now, 10*time.Millisecond, 50*time.Millisecond, time.Second)
+	if len(dropped) != 0 {
+		t.Fatalf("dropped %v before the deadline", dropped)
+	}
+	if len(got) < 20 && len(nacks) == 0 {
+		t.Fatal("incomplete objects but no NACK")
+	}
+	for _, n := range nacks {
+		resend := fragments(t, 1, 0, n.Object, objs[n.Object], 1215)
+		for _, i := range n.Missing {
+			if obj, ok, err := a.Add(resend[i], now); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				got[n.Object] = obj
+			}
+		}
+	}
+	for id, obj := range objs {
+		if !bytes.Equal(got[id], obj) {
+			t.Fatalf("object %d: %d bytes, want %d", id, len(got[id]), len(obj))
+		}
+	}
+	if a.Pending() != 0 {
+		t.Fatalf("%d objects left pending", a.Pending())
+	}
+}
+
+func TestReassemblyFECAndDeadline(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := NewAssembler()
+	obj := bytes.Repeat([]byte("keyframe-bytes."), 400)
+	fr := fragments(t, 2, 5, 0, obj, 600)
+	// XOR parity over all fragments.
+	par := make([]byte, len(fr[0].Data))
+	for _, f := range fr {
+		for i, c := range f.Data {
+			par[i] ^= c
+		}
+	}
+	for i, f := range fr {
+		if i == 3 {
+			continue // lost
+		}
+		if _, ok, _ := a.Add(f, now); ok {
+			t.Fatal("completed without fragment 3")
+		}
+	}
+	got, ok := a.AddFEC(&FEC{TrackAlias: 2, Group: 5, Object: 0, First: 0, Count: len(fr), Parity: par}, now)
+	if !ok || !bytes.Equal(got, obj) {
+		t.Fatalf("FEC recovery failed: ok=%v", ok)
+	}
+	// An object that never completes is dropped at the deadline, not NACKed forever.
+	fr = fragments(t, 2, 6, 0, obj, 600)
+	a.Add(fr[0], now)
+	_, dropped := a.Nacks(now.Add(2*time.Second), 10*time.Millisecond, 50*time.Millisecond, time.Second)
+	if len(dropped) != 1 || dropped[0].Group != 6 {
+		t.Fatalf("dropped %v", dropped)
+	}
+	// A fragment whose size disagrees with its header is refused.
+	bad := *fr[1]
+	bad.Data = bad.Data[:len(bad.Data)-1]
+	if _, _, err := a.Add(&bad, now); err == nil {
+		t.Fatal("short fragment accepted")
+	}
+}
