@@ -170,3 +170,18 @@ func BenchmarkOnSent(b *testing.B) {
 		e.OnSent(e.NextSeq(), int64(i), 1200)
 	}
 }
+
+func TestSentRecordRoundTripsAcrossClockWrap(t *testing.T) {
+	// Send times are kept in µs modulo 2^32 (71 minutes); feedback shortly after
+	// must get the full time back, also right after the modulo wraps.
+	for _, at := range []int64{0, 5e9, int64(1<<32)*1000 - 2e6, int64(1<<32)*1000 + 3e6, 7 * int64(1<<32) * 1000} {
+		for _, size := range []int{0, 1200, 40000} {
+			v := packSent(65535, at, size)
+			seq1, gotSize, gotAt := unpackSent(v, at+250e6)
+			wantSize := min(size, maxSentSize)
+			if seq1 != 65536 || gotSize != wantSize || gotAt/1000 != at/1000 {
+				t.Fatalf("at %d size %d: got seq1 %d size %d at %d", at, size, seq1, gotSize, gotAt)
+			}
+		}
+	}
+}

@@ -141,6 +141,8 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 	se.SetReceiveMTU(1500)
 	// Data channels: the SCTP and DTLS settings the lab found (docs/benchmarks.md).
 	sctptune.TuneSCTP(&se)
+	// sfu reads data channels itself, without a 64 KiB buffer per channel.
+	se.DetachDataChannels()
 	// A forwarder that falls behind must lose packets (which NACK and keyframe
 	// requests repair) rather than queue seconds of media: Pion's default 1 MB
 	// receive buffer per stream is seconds of video.

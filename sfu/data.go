@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"sync"
 	"time"
 
@@ -113,7 +114,74 @@ func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 	p.mu.Lock()
 	p.dcs[label] = dc
 	p.mu.Unlock()
-	dc.OnMessage(func(m webrtc.DataChannelMessage) { p.onData(label, m.Data) })
+	// The server's data channels are detached (rtc.Engine): Pion's own reader
+	// would hold a 64 KiB buffer per channel for the life of the connection,
+	// the largest part of an idle participant's memory.
+	dc.OnOpen(func() {
+		rw, err := dc.Detach()
+		if err != nil {
+			p.log.Warn("data channel detach", "label", label, "err", err)
+			return
+		}
+		go p.readData(label, rw)
+	})
+}
+
+// readData reads one data channel's messages. A blocked read holds no buffer:
+// it waits with an empty one, and SCTP keeps a message that does not fit
+// queued (io.ErrShortBuffer), so the message is then read into a pooled buffer
+// just large enough.
+func (p *Participant) readData(label string, rw io.Reader) {
+	limit := p.room.mgr.cfg.Limits.MaxDataBytes + maxDataHeader + 16
+	for {
+		n, err := rw.Read(nil)
+		if errors.Is(err, io.ErrShortBuffer) {
+			n, err = readPooled(rw, limit, func(b []byte) { p.onData(label, b) })
+		} else if err == nil && n == 0 {
+			p.onData(label, nil)
+		}
+		if errors.Is(err, io.ErrShortBuffer) {
+			metrics.DataMessages.WithLabelValues("too_large").Inc()
+			p.log.Warn("data message larger than the limit: closing the channel", "label", label, "limit", limit)
+			if c, ok := rw.(io.Closer); ok {
+				_ = c.Close()
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+var (
+	smallData = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+	largeData sync.Pool
+)
+
+// readPooled reads the queued message into a 4 KiB buffer or, if it needs more,
+// one of limit bytes, and hands it to use before returning the buffer.
+func readPooled(r io.Reader, limit int, use func([]byte)) (int, error) {
+	bp := smallData.Get().(*[]byte)
+	n, err := r.Read(*bp)
+	if err == nil {
+		use((*bp)[:n])
+	}
+	smallData.Put(bp)
+	if !errors.Is(err, io.ErrShortBuffer) {
+		return n, err
+	}
+	lp, _ := largeData.Get().(*[]byte)
+	if lp == nil || len(*lp) != limit {
+		b := make([]byte, limit)
+		lp = &b
+	}
+	defer largeData.Put(lp)
+	n, err = r.Read(*lp)
+	if err == nil {
+		use((*lp)[:n])
+	}
+	return n, err
 }
 
 func (p *Participant) onData(label string, b []byte) {
@@ -150,6 +218,9 @@ func (p *Participant) onData(label string, b []byte) {
 	h.From = p.identity
 	h.FromSid = p.sid
 	frame := EncodeData(h, payload)
+	if tap := p.room.mgr.dataTap.Load(); tap != nil {
+		(*tap)(p, label == labelReliable, h, to, payload)
+	}
 	for _, r := range p.room.recipients(p, to) {
 		r.mu.Lock()
 		dc := r.dcs[label]
