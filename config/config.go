@@ -34,6 +34,9 @@ type Config struct {
 	TURN   TURN   `yaml:"turn"`
 	Limits Limits `yaml:"limits"`
 	Admin  Admin  `yaml:"admin"`
+
+	// Cameras are the IP cameras the gateway serves (camera.go, docs/cameras.md).
+	Cameras []Camera `yaml:"cameras"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -191,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
+	}
+	if err := validateCameras(c.Cameras); err != nil {
+		return fmt.Errorf("cameras: %w", err)
 	}
 	return nil
 }

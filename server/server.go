@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -31,6 +32,8 @@ type Server struct {
 	Manager  *sfu.Manager
 	HTTPAddr string
 	TURNPort int
+	// Cameras is the camera gateway (cameras of the config and of the REST API).
+	Cameras *camera.Gateway
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -77,7 +80,12 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			s.TURNPort = s.turn.Port
 		}
 	}
-	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev,
+	s.Cameras = camera.New(camera.Options{Manager: s.Manager, Keys: keys, APIKey: apiKey, Loopback: cfg.Loopback, Log: log})
+	if err := s.Cameras.Start(cfg.Cameras); err != nil {
+		s.closeMedia()
+		return nil, fmt.Errorf("cameras: %w", err)
+	}
+	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log})
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
@@ -96,6 +104,7 @@ func (s *Server) Err() <-chan error { return s.errc }
 
 // Shutdown tells every participant to leave, then stops.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.Cameras.Close()
 	s.Manager.Shutdown()
 	err := s.http.Shutdown(ctx)
 	s.closeMedia()

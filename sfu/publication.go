@@ -43,6 +43,8 @@ type Publication struct {
 	sinks  atomic.Pointer[[]Sink] // local.go; nil or empty when none
 
 	muted atomic.Bool
+	// gopStart: new subscribers start from the cached last keyframe (gop.go).
+	gopStart atomic.Bool
 	// demand is the last trackDemand sent to the publisher (packDemand).
 	demand atomic.Uint32
 

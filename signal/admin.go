@@ -33,6 +33,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			_ = json.NewEncoder(w).Encode(v)
 		})))
 	}
+	if s.cameras != nil {
+		s.cameras.AdminRoutes(h)
+	}
 	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		out := []protocol.RoomInfo{}
 		for _, room := range s.mgr.Rooms() {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -38,6 +39,7 @@ type Server struct {
 	turnPort   int
 	web        fs.FS
 	joins      *rate.Limiter
+	cameras    *camera.Gateway
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession // WHIP/WHEP sessions by id
@@ -54,13 +56,14 @@ type Options struct {
 	TURNSecret string
 	Web        fs.FS
 	Log        *slog.Logger
+	Cameras    *camera.Gateway // nil: no camera routes
 }
 
 // New makes the HTTP server.
 func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
-		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web,
+		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, cameras: o.Cameras,
 		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
 		sessions: map[string]*httpSession{},
 	}

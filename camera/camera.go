@@ -1,0 +1,340 @@
+package camera
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// State is where a camera's upstream session is.
+type State string
+
+const (
+	StateIdle       State = "idle"       // no viewer and not warm: upstream closed
+	StateConnecting State = "connecting" // opening the upstream session
+	StateStreaming  State = "streaming"  // media flowing
+	StateBackoff    State = "backoff"    // the last attempt failed; waiting to retry
+	StateError      State = "error"      // cannot work until reconfigured (bad port)
+	StateWaiting    State = "waiting"    // WebRTC camera not joined yet
+)
+
+// Status is a camera as the REST API and the app show it.
+type Status struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Room      string    `json:"room"`
+	Ingest    string    `json:"ingest"` // rtsp, rtp or webrtc
+	Warm      bool      `json:"warm"`
+	State     State     `json:"state"`
+	LastError string    `json:"lastError,omitempty"`
+	Since     time.Time `json:"since"`
+	Viewers   int       `json:"viewers"`
+	Bitrate   int64     `json:"bitrate"` // bits per second into the server, last second
+	Video     string    `json:"video,omitempty"`
+	Audio     string    `json:"audio,omitempty"`
+	Width     int       `json:"width,omitempty"`
+	Height    int       `json:"height,omitempty"`
+	// Reconnects counts upstream sessions opened after the first.
+	Reconnects int `json:"reconnects"`
+}
+
+// Camera is one camera of the gateway.
+type Camera struct {
+	g   *Gateway
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	part *sfu.Participant // local participant "camera" (nil for WebRTC cameras)
+	msgs chan message
+
+	// demand is signalled when a viewer (or a sink) asks for a keyframe: a cold
+	// camera opens its upstream session on it.
+	demand chan struct{}
+
+	mu         sync.Mutex
+	state      State
+	lastErr    string
+	since      time.Time
+	reconnects int
+	video      *sfu.LocalTrack
+	audio      *sfu.LocalTrack
+	videoCodec string
+	audioCodec string
+	width      int
+	height     int
+
+	bytesIn atomic.Uint64
+	bitrate atomic.Int64
+}
+
+type message struct {
+	from     string
+	topic    string
+	reliable bool
+	payload  []byte
+}
+
+func newCamera(g *Gateway, cfg Config) *Camera {
+	c := &Camera{g: g, cfg: cfg, log: g.log.With("camera", cfg.ID), msgs: make(chan message, 64),
+		demand: make(chan struct{}, 1), state: StateIdle, since: time.Now()}
+	c.ctx, c.cancel = context.WithCancel(g.ctx())
+	return c
+}
+
+// ID is the camera's id.
+func (c *Camera) ID() string { return c.cfg.ID }
+
+// Config is the camera's declaration (with ONVIF and HTTP settings).
+func (c *Camera) Config() Config { return c.cfg }
+
+// Room is the name of the camera's room.
+func (c *Camera) Room() string { return RoomOf(c.cfg.ID) }
+
+// Participant is the camera's local participant (nil for a WebRTC camera).
+func (c *Camera) Participant() *sfu.Participant { return c.part }
+
+// Reply sends a data message from the camera to one viewer.
+func (c *Camera) Reply(to, topic string, payload []byte) {
+	if c.part == nil {
+		return
+	}
+	c.part.PublishData(true, topic, []string{to}, payload)
+}
+
+func (c *Camera) kind() string {
+	switch {
+	case c.cfg.RTSP != "":
+		return "rtsp"
+	case c.cfg.RTP != nil:
+		return "rtp"
+	}
+	return "webrtc"
+}
+
+// Status reports the camera's state.
+func (c *Camera) Status() Status {
+	c.mu.Lock()
+	s := Status{ID: c.cfg.ID, Name: c.cfg.Name, Room: c.Room(), Ingest: c.kind(), Warm: c.cfg.Warm,
+		State: c.state, LastError: c.lastErr, Since: c.since, Video: c.videoCodec, Audio: c.audioCodec,
+		Width: c.width, Height: c.height, Reconnects: c.reconnects}
+	c.mu.Unlock()
+	s.Viewers = c.viewers()
+	s.Bitrate = c.bitrate.Load()
+	return s
+}
+
+func (c *Camera) setState(s State, err error) {
+	c.mu.Lock()
+	if c.state != s {
+		c.since = time.Now()
+	}
+	c.state = s
+	if err != nil {
+		c.lastErr = err.Error()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Info("camera state", "state", s, "err", err)
+	} else {
+		c.log.Debug("camera state", "state", s)
+	}
+}
+
+// start joins the room and starts the ingest.
+func (c *Camera) start() error {
+	if c.cfg.WebRTC {
+		c.setState(StateWaiting, nil)
+		c.done.Add(1)
+		go c.watchWebRTC()
+		return nil
+	}
+	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: c.Room(), Identity: Identity, Name: c.cfg.Name})
+	if err != nil {
+		return fmt.Errorf("camera %s: join room: %w", c.cfg.ID, err)
+	}
+	c.part = p
+	p.OnData(c.onData)
+	c.done.Add(2)
+	go c.dispatch()
+	go c.measure()
+	switch {
+	case c.cfg.RTSP != "":
+		c.done.Add(1)
+		go c.runRTSP()
+	case c.cfg.RTP != nil:
+		if err := c.startRTPPush(); err != nil {
+			c.setState(StateError, err)
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Camera) stop() {
+	c.cancel()
+	c.mu.Lock()
+	v, a := c.video, c.audio
+	c.mu.Unlock()
+	if v != nil {
+		v.Close()
+	}
+	if a != nil {
+		a.Close()
+	}
+	if c.part != nil {
+		c.part.Close("camera_removed")
+	}
+	c.done.Wait()
+}
+
+// onData runs on the sender's goroutine: queue, never block.
+func (c *Camera) onData(reliable bool, h sfu.DataHeader, payload []byte) {
+	if len(h.To) == 0 && h.Topic == "" {
+		return
+	}
+	m := message{from: h.From, topic: h.Topic, reliable: reliable, payload: append([]byte(nil), payload...)}
+	select {
+	case c.msgs <- m:
+	default:
+		c.log.Warn("camera message dropped: handlers fall behind", "topic", h.Topic, "from", h.From)
+	}
+}
+
+func (c *Camera) dispatch() {
+	defer c.done.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case m := <-c.msgs:
+			h := c.g.handler(m.topic)
+			if h == nil {
+				c.log.Debug("no handler for topic", "topic", m.topic, "from", m.from)
+				if m.topic != "" {
+					c.Reply(m.from, m.topic, errorReply(m.payload, fmt.Sprintf("camera %s does not handle topic %q", c.cfg.ID, m.topic)))
+				}
+				continue
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						c.log.Error("topic handler panicked", "topic", m.topic, "panic", r)
+					}
+				}()
+				h(c, m.from, m.reliable, m.payload)
+			}()
+		}
+	}
+}
+
+// measure samples the incoming bitrate once a second.
+func (c *Camera) measure() {
+	defer c.done.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var prev uint64
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			n := c.bytesIn.Load()
+			c.bitrate.Store(int64(n-prev) * 8)
+			prev = n
+		}
+	}
+}
+
+// viewers counts the subscribers of the camera's video (audio if no video).
+func (c *Camera) viewers() int {
+	c.mu.Lock()
+	v, a := c.video, c.audio
+	c.mu.Unlock()
+	if v == nil {
+		v = a
+	}
+	if v == nil {
+		if c.cfg.WebRTC {
+			return c.webrtcViewers()
+		}
+		return 0
+	}
+	return len(v.Publication().Subscribers())
+}
+
+// wanted reports whether anyone needs the stream: a viewer or a sink (recorder).
+func (c *Camera) wanted() bool {
+	c.mu.Lock()
+	v, a := c.video, c.audio
+	c.mu.Unlock()
+	for _, t := range []*sfu.LocalTrack{v, a} {
+		if t != nil && (len(t.Publication().Subscribers()) > 0 || t.Publication().HasSinks()) {
+			return true
+		}
+	}
+	return false
+}
+
+// wake signals demand without blocking (it runs on subscribers' goroutines).
+func (c *Camera) wake() {
+	select {
+	case c.demand <- struct{}{}:
+	default:
+	}
+}
+
+// publish (once per kind) the camera's track for codec; later sessions reuse it.
+func (c *Camera) publish(kind string, codec webrtc.RTPCodecParameters, ssrc uint32, w, h int) (*sfu.LocalTrack, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := &c.video
+	source := "camera"
+	if kind == "audio" {
+		cur = &c.audio
+		source = "microphone"
+	}
+	if *cur != nil {
+		if (*cur).Publication().Codec().MimeType == codec.MimeType {
+			return *cur, nil
+		}
+		// The camera changed codec: viewers must renegotiate for the new track.
+		(*cur).Close()
+		*cur = nil
+	}
+	lt, err := c.part.PublishLocal(sfu.LocalTrackOptions{
+		Info:  protocol.TrackInfo{Kind: kind, Source: source, Name: c.cfg.ID + " " + source, SSRC: ssrc, Width: w, Height: h},
+		Codec: codec,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if kind == "video" {
+		lt.Publication().SetGOPStart(true)
+		lt.OnKeyframeRequest(c.wake)
+		c.videoCodec, c.width, c.height = codec.MimeType, w, h
+	} else {
+		c.audioCodec = codec.MimeType
+	}
+	*cur = lt
+	return lt, nil
+}
+
+func errorReply(req []byte, text string) []byte {
+	id := requestID(req)
+	return []byte(fmt.Sprintf(`{"id":%s,"error":%q}`, id, text))
+}
+
+var errStopped = errors.New("camera stopped")
