@@ -73,7 +73,9 @@ func New(o Options) *Gateway {
 	if o.IdleAfter <= 0 {
 		o.IdleAfter = 10 * time.Second
 	}
-	return &Gateway{o: o, log: o.Log.With("component", "camera"), cams: map[string]*Camera{}, handlers: map[string]TopicHandler{}}
+	g := &Gateway{o: o, log: o.Log.With("component", "camera"), cams: map[string]*Camera{}, handlers: map[string]TopicHandler{}}
+	registerDeviceTopics(g) // ptz, talk, http (ptz.go)
+	return g
 }
 
 // Start adds the configured cameras. A camera that cannot start (a port in

@@ -231,7 +231,8 @@ func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
 		httpError(w, protocol.Errorf(protocol.CodeBadRequest, "body must be {room, identity, name?}"))
 		return
 	}
-	c := auth.Claims{Room: req.Room, Name: req.Name, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
+	// Development tokens may do everything a room allows, camera control included.
+	c := auth.Claims{Room: req.Room, Name: req.Name, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, PTZ: true}}
 	c.Subject = req.Identity
 	tok, err := s.keys.Sign(s.apiKey, c, 6*time.Hour)
 	if err != nil {
