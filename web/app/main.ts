@@ -117,8 +117,7 @@ function wireRoom(r: Room): void {
       // Screen shares get their own tile so that the camera stays visible.
       const target = pub.source === 'screen' ? addTile(`${pub.participantSid}/screen`, `${p?.name ?? ''} (screen)`, false) : tile;
       const video = target.querySelector('video') as HTMLVideoElement;
-      video.srcObject = new MediaStream([track]);
-      video.dataset.trackSid = pub.sid;
+      showVideo(video, track, pub.sid);
       // Adaptive subscription: the layer that fits the tile, nothing while unseen.
       r.observeVideo(pub.sid, video);
     } else {
@@ -136,7 +135,9 @@ function wireRoom(r: Room): void {
   });
   r.on('trackUnsubscribed', (_track, pub) => {
     document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
-      if (el instanceof HTMLVideoElement) {
+      const swap = el instanceof HTMLVideoElement && pendingSwap.get(el);
+      if (swap) swap(); // the tile's next track is waiting for its first frame: show it now
+      else if (el instanceof HTMLVideoElement) {
         room?.unobserveVideo(el);
         el.srcObject = null;
         if (pub.source === 'screen') el.closest('.tile')?.remove();
@@ -190,6 +191,34 @@ function wireRoom(r: Room): void {
 }
 
 // ---- tiles --------------------------------------------------------------------------
+
+// A tile playing one publication that gets another (a camera republished with
+// simulcast when the room grew) keeps the old picture until the new track's first
+// frame arrives (its unmute), instead of going blank meanwhile. The same
+// publication on another path (SFU / direct) switches at once, as before.
+const pendingSwap = new WeakMap<HTMLVideoElement, () => void>();
+const SWAP_WAIT_MS = 5_000;
+
+function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: string): void {
+  const shown = video.srcObject instanceof MediaStream ? video.srcObject.getVideoTracks()[0] : undefined;
+  const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
+  const swap = (): void => {
+    clearTimeout(timer);
+    track.removeEventListener('unmute', swap);
+    if (pendingSwap.get(video) === swap) pendingSwap.delete(video);
+    video.srcObject = new MediaStream([track]);
+    video.dataset.trackSid = trackSid;
+  };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  if (!playing || !track.muted) {
+    pendingSwap.delete(video);
+    swap();
+    return;
+  }
+  pendingSwap.set(video, swap);
+  track.addEventListener('unmute', swap);
+  timer = setTimeout(swap, SWAP_WAIT_MS);
+}
 
 function tileOf(sid: string): HTMLElement | null {
   return tiles.querySelector(`.tile[data-sid="${CSS.escape(sid)}"]`);

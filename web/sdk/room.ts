@@ -53,8 +53,10 @@ export interface PublishOptions {
   /**
    * Send three resolutions (full, 1/2, 1/4) so each subscriber gets what fits. Video
    * only. Default: on when the room has more than two participants at publish time
-   * (in a 1:1 call the only viewer gets the full layer anyway). A room that grows
-   * past two keeps the tracks as published; simulcast starts with the next publish.
+   * (in a 1:1 call the only viewer gets the full layer anyway). When the option is
+   * left out and the room grows past two, a single-layer camera is republished with
+   * simulcast (make before break: the old publication goes once the new one is
+   * received, so viewers keep seeing video).
    */
   simulcast?: boolean;
 }
@@ -118,10 +120,16 @@ export class LocalTrackPublication {
   demand?: { active: boolean; layers?: boolean[] };
   /** @internal serializes encoder parameter changes */
   readonly demandQueue = new TaskQueue();
+  /** @internal resolves waiters for the first demand that asks for media */
+  demandWaiters: (() => void)[] = [];
   constructor(
     public info: TrackInfo,
     readonly track: MediaStreamTrack,
     readonly transceiver: RTCRtpTransceiver,
+    /** Sent as several encodings (simulcast). */
+    readonly simulcast = false,
+    /** @internal simulcast was left to the SDK (by room size), so it may turn it on later */
+    readonly autoSimulcast = false,
   ) {}
   get sid(): string {
     return this.info.sid;
@@ -186,6 +194,11 @@ const P2P_DISCONNECTED_GRACE_MS = 3_000;
 const P2P_CONNECT_TIMEOUT_MS = 10_000;
 const P2P_RETRY_MS = 10_000;
 const P2P_RETRY_MAX_MS = 120_000;
+// Switching a camera to simulcast: how long to wait for the server to ask for the
+// new publication's media, then how long both stay up so that viewers decode the
+// new one before the old one goes.
+const SIMULCAST_SWITCH_WAIT_MS = 8_000;
+const SIMULCAST_OVERLAP_MS = 1_500;
 
 // The direct connection of a 1:1 call. The lower sid offers (no glare); one audio
 // and one video transceiver, both sendrecv, each side's camera and microphone.
@@ -219,6 +232,8 @@ export class Room extends Emitter<RoomEvents> {
 
   private direct: DirectLink | null = null;
   private p2pTimer: ReturnType<typeof setTimeout> | undefined;
+  // Local track sids being republished with simulcast.
+  private upgrading = new Set<string>();
   private p2pNotBefore = 0;
   private p2pFailures = 0;
   private url = '';
@@ -358,7 +373,7 @@ export class Room extends Emitter<RoomEvents> {
         scaleResolutionDownBy: l.rid === 'q' ? 4 : l.rid === 'h' ? 2 : 1,
       })),
     });
-    const pub = new LocalTrackPublication(info, track, transceiver);
+    const pub = new LocalTrackPublication(info, track, transceiver, !!layers, opts.simulcast === undefined);
     this.localTracks.set(info.sid, pub);
     // The browser's "stop sharing" button ends the track: take it out of the room.
     track.addEventListener('ended', () => void this.unpublishTrack(info.sid).catch(() => {}));
@@ -651,7 +666,10 @@ export class Room extends Emitter<RoomEvents> {
       case 'participantUpdated':
         if (msg.participant.sid !== this.localParticipant?.sid) this.upsertParticipant(msg.participant);
         else this.localParticipant = msg.participant;
-        if (msg.type === 'participantJoined') this.evaluateP2P();
+        if (msg.type === 'participantJoined') {
+          this.evaluateP2P();
+          this.growSimulcast();
+        }
         break;
       case 'participantLeft': {
         const p = this.participants.get(msg.participantSid);
@@ -728,6 +746,7 @@ export class Room extends Emitter<RoomEvents> {
     const pub = this.localTracks.get(trackSid);
     if (!pub) return;
     pub.demand = { active, layers };
+    if (active) for (const w of pub.demandWaiters.splice(0)) w();
     await pub.demandQueue.run(async () => {
       const sender = pub.transceiver.sender;
       const want = pub.demand;
@@ -744,6 +763,48 @@ export class Room extends Emitter<RoomEvents> {
         console.warn('petrel: could not apply track demand', err);
       }
     });
+  }
+
+  // The room has grown past two: cameras published as one encoding (by the SDK's
+  // choice, not the caller's) are republished with simulcast, so that each
+  // viewer can get the layer it needs. Chrome cannot add encodings to a sender,
+  // hence a new publication of a clone of the track. Make before break: the old
+  // one keeps flowing until the server asks for the new one's media (someone
+  // subscribes to it) and a moment more for the viewers' first keyframe; the app
+  // swaps tiles to the new track on its first frame.
+  private growSimulcast(): void {
+    if (this.participants.size + 1 <= 2 || this.state !== 'connected') return;
+    for (const pub of [...this.localTracks.values()]) {
+      if (pub.kind !== 'video' || pub.source !== 'camera' || pub.simulcast || !pub.autoSimulcast) continue;
+      if (this.upgrading.has(pub.sid) || pub.track.readyState !== 'live') continue;
+      this.upgrading.add(pub.sid);
+      this.republishSimulcast(pub)
+        .catch((err) => console.warn('petrel: could not switch the camera to simulcast', err))
+        .finally(() => this.upgrading.delete(pub.sid));
+    }
+  }
+
+  private async republishSimulcast(old: LocalTrackPublication): Promise<void> {
+    const track = old.track.clone();
+    let next: LocalTrackPublication;
+    try {
+      next = await this.publishTrack(track, { source: old.source, name: old.info.name, simulcast: true });
+    } catch (err) {
+      track.stop();
+      throw err;
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, SIMULCAST_SWITCH_WAIT_MS);
+      next.demandWaiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      if (next.demand?.active) resolve();
+    });
+    await sleep(SIMULCAST_OVERLAP_MS);
+    if (this.localTracks.get(old.sid) !== old || this.localTracks.get(next.sid) !== next) return;
+    await this.unpublishTrack(old.sid);
+    console.info(`petrel: camera now simulcast (${old.sid} -> ${next.sid})`);
   }
 
   private upsertParticipant(info: ParticipantInfo): void {
@@ -1132,7 +1193,8 @@ export class Room extends Emitter<RoomEvents> {
     await this.startSession(joined);
     for (const pub of old) {
       if (pub.track.readyState === 'live') {
-        await this.publishTrack(pub.track, { source: pub.source, name: pub.info.name, simulcast: pub.info.simulcast });
+        // A camera whose encodings the SDK chose is left to choose again.
+        await this.publishTrack(pub.track, { source: pub.source, name: pub.info.name, simulcast: pub.autoSimulcast ? undefined : pub.simulcast });
       }
     }
   }
