@@ -1,0 +1,34 @@
+package config
+
+import (
+	"errors"
+	"time"
+)
+
+// Recording configures continuous recording of cameras (the record package,
+// docs/recording.md). It is off unless Dir is set.
+type Recording struct {
+	// Dir holds one directory of segment files per camera; empty disables recording.
+	Dir string `yaml:"dir" flag:"recording-dir" usage:"directory for camera recordings (empty: no recording)"`
+	// Segment is the length of one file; a segment ends on the first keyframe after it.
+	Segment time.Duration `yaml:"segment" flag:"recording-segment" usage:"length of one recording segment"`
+	// MaxAge deletes segments older than this (0: keep by size only).
+	MaxAge time.Duration `yaml:"max_age" flag:"recording-max-age" usage:"delete recordings older than this (0: no age limit)"`
+	// MaxSizeMB bounds all cameras' recordings together; the oldest go first (0: no limit).
+	MaxSizeMB int `yaml:"max_size_mb" flag:"recording-max-size-mb" usage:"total size of all recordings in MiB (0: no limit)"`
+	// Cameras limits recording to these camera ids; empty records every camera.
+	Cameras []string `yaml:"cameras"`
+}
+
+func (r Recording) validate() error {
+	if r.Dir == "" {
+		return nil
+	}
+	if r.Segment < time.Second || r.Segment > time.Hour {
+		return errors.New("recording.segment must be between 1s and 1h")
+	}
+	if r.MaxAge < 0 || r.MaxSizeMB < 0 {
+		return errors.New("recording.max_age and recording.max_size_mb must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package record
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/petrel-sfu/petrel/auth"
+)
+
+// Routes adds the recording endpoints to mux:
+//
+//	GET /v1/cameras/{id}/recordings           recorded ranges, for the timeline
+//	GET /v1/cameras/{id}/export?from=&to=     one MP4 file of that range (Unix ms)
+//
+// A token with the admin grant, or one for the camera's room (a viewer's),
+// authorizes; it comes as "Authorization: Bearer" or, so that a plain download
+// link works, as ?token=.
+func (r *Recorder) Routes(mux *http.ServeMux, keys auth.Keys) {
+	mux.HandleFunc("GET /v1/cameras/{id}/recordings", func(w http.ResponseWriter, q *http.Request) {
+		id, ok := r.authorize(w, q, keys)
+		if !ok {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(map[string]any{"camera": id, "ranges": r.store.Ranges(id)})
+	})
+	mux.HandleFunc("GET /v1/cameras/{id}/export", func(w http.ResponseWriter, q *http.Request) {
+		id, ok := r.authorize(w, q, keys)
+		if !ok {
+			return
+		}
+		from, err1 := strconv.ParseInt(q.URL.Query().Get("from"), 10, 64)
+		to, err2 := strconv.ParseInt(q.URL.Query().Get("to"), 10, 64)
+		if err1 != nil || err2 != nil || from < 0 || to <= from {
+			httpErr(w, http.StatusBadRequest, "from and to must be Unix milliseconds with from < to")
+			return
+		}
+		if to-from > 24*3600*1000 {
+			httpErr(w, http.StatusBadRequest, "export at most 24 hours at once")
+			return
+		}
+		ex, err := r.store.planExport(id, uint64(from)*90, uint64(to)*90)
+		if err != nil {
+			httpErr(w, http.StatusNotFound, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "video/mp4")
+		w.Header().Set("Content-Length", strconv.FormatInt(ex.size, 10))
+		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.mp4"`, id,
+			time.UnixMilli(from).UTC().Format("20060102T150405Z")))
+		if q.Method == http.MethodHead {
+			return
+		}
+		if err := ex.writeTo(w); err != nil {
+			r.log.Warn("export interrupted", "camera", id, "err", err)
+		}
+	})
+}
+
+func httpErr(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+}
+
+func (r *Recorder) authorize(w http.ResponseWriter, q *http.Request, keys auth.Keys) (string, bool) {
+	id := q.PathValue("id")
+	if !validID(id) {
+		httpErr(w, http.StatusBadRequest, "bad camera id")
+		return "", false
+	}
+	tok := q.URL.Query().Get("token")
+	if h := q.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		tok = strings.TrimPrefix(h, "Bearer ")
+	}
+	c, err := keys.Verify(tok)
+	if err != nil {
+		r.log.Info("recording request refused", "err", err, "remote", q.RemoteAddr)
+		httpErr(w, http.StatusUnauthorized, err.Error())
+		return "", false
+	}
+	if !c.Grants.Admin && c.Room != RoomPrefix+id {
+		httpErr(w, http.StatusForbidden, fmt.Sprintf("the token is for room %q, not %s%s", c.Room, RoomPrefix, id))
+		return "", false
+	}
+	return id, true
+}
+
+// An export is the init of the first segment followed by the indexed fragments
+// from the keyframe at or before from to the fragment holding to, copied byte
+// for byte: its length is known before the first byte is sent (a download shows
+// progress), and nothing is re-encoded. Every keyframe carries its parameter
+// sets in band, so a camera that changed resolution between segments still plays.
+type export struct {
+	parts []exportPart
+	size  int64
+}
+
+type exportPart struct {
+	path      string
+	off, size int64
+}
+
+func (s *Store) planExport(id string, from, to uint64) (*export, error) {
+	c := s.lookup(id)
+	if c == nil {
+		return nil, fmt.Errorf("camera %q has no recordings", id)
+	}
+	p, ok := c.seekKey(from)
+	if !ok {
+		return nil, errors.New("nothing recorded in that range")
+	}
+	ex := &export{}
+	initSize, err := initLength(p.seg.Path)
+	if err != nil {
+		return nil, err
+	}
+	ex.parts = append(ex.parts, exportPart{p.seg.Path, 0, initSize})
+	ex.size = initSize
+	for {
+		fr := c.frag(p)
+		if fr.T > to {
+			break
+		}
+		if fr.End() > from {
+			last := &ex.parts[len(ex.parts)-1]
+			if last.path == p.seg.Path && last.off+last.size == fr.Off {
+				last.size += fr.Size // contiguous: one read
+			} else {
+				ex.parts = append(ex.parts, exportPart{p.seg.Path, fr.Off, fr.Size})
+			}
+			ex.size += fr.Size
+		}
+		if p, ok = c.next(p); !ok {
+			break
+		}
+	}
+	if len(ex.parts) == 1 {
+		return nil, errors.New("nothing recorded in that range")
+	}
+	return ex, nil
+}
+
+// initLength is the size of the ftyp and moov boxes at the start of a segment.
+func initLength(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var off int64
+	var hdr [8]byte
+	for i := 0; i < 4; i++ {
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return 0, err
+		}
+		if string(hdr[4:]) == "moof" {
+			return off, nil
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[:4]))
+		if n < 8 {
+			return 0, fmt.Errorf("%s: bad box at %d", path, off)
+		}
+		off += n
+	}
+	return 0, fmt.Errorf("%s: no fragment after the init", path)
+}
+
+func (ex *export) writeTo(w io.Writer) error {
+	for _, p := range ex.parts {
+		f, err := os.Open(p.path)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(w, io.NewSectionReader(f, p.off, p.size))
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Export writes the MP4 of [from, to] (Unix ms) for camera id to w.
+func (s *Store) Export(id string, from, to int64, w io.Writer) (int64, error) {
+	ex, err := s.planExport(id, uint64(from)*90, uint64(to)*90)
+	if err != nil {
+		return 0, err
+	}
+	return ex.size, ex.writeTo(w)
+}

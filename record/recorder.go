@@ -1,0 +1,182 @@
+// Package record records cameras continuously into segmented fragmented-MP4
+// files with a keyframe index and retention, plays recordings back to one viewer
+// over the viewer's own peer connection (controlled with data messages on topic
+// "playback"), and exports time ranges as MP4 files. docs/recording.md.
+package record
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// CameraIdentity is the identity whose tracks are recorded in each camera room.
+const CameraIdentity = "camera"
+
+// RoomPrefix names camera rooms: camera/<id>.
+const RoomPrefix = "camera/"
+
+// Recorder watches camera rooms and records every camera's video track.
+type Recorder struct {
+	mgr   *sfu.Manager
+	store *Store
+	cfg   config.Recording
+	log   *slog.Logger
+	only  map[string]bool
+
+	mu       sync.Mutex
+	tracks   map[*sfu.Publication]*recTrack
+	sessions map[sessionKey]*Session
+	done     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
+
+	// watchEvery is how often rooms are checked for cameras that came or went.
+	watchEvery time.Duration
+}
+
+type recTrack struct {
+	rec    *trackRec
+	remove func()
+}
+
+// New opens the store (repairing what a crash left) and starts watching.
+func New(mgr *sfu.Manager, cfg config.Recording, log *slog.Logger) (*Recorder, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "record")
+	if cfg.Segment <= 0 {
+		cfg.Segment = 10 * time.Second
+	}
+	st, err := OpenStore(cfg.Dir, cfg.MaxAge, int64(cfg.MaxSizeMB)<<20, log)
+	if err != nil {
+		return nil, err
+	}
+	r := &Recorder{mgr: mgr, store: st, cfg: cfg, log: log, tracks: map[*sfu.Publication]*recTrack{},
+		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond}
+	if len(cfg.Cameras) > 0 {
+		r.only = map[string]bool{}
+		for _, id := range cfg.Cameras {
+			r.only[id] = true
+		}
+	}
+	st.Prune(time.Now())
+	r.wg.Add(1)
+	go r.watch()
+	log.Info("recording", "dir", cfg.Dir, "segment", cfg.Segment, "max_age", cfg.MaxAge, "max_size_mb", cfg.MaxSizeMB)
+	return r, nil
+}
+
+// Store is where the recordings are.
+func (r *Recorder) Store() *Store { return r.store }
+
+// Close stops recording (closing every segment cleanly) and every playback.
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	close(r.done)
+	sess := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		sess = append(sess, s)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+	for _, s := range sess {
+		s.Close("server closing")
+	}
+	r.mu.Lock()
+	for pub, t := range r.tracks {
+		t.remove()
+		t.rec.stop()
+		delete(r.tracks, pub)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Recorder) watch() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.watchEvery)
+	defer t.Stop()
+	lastPrune := time.Now()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-t.C:
+		}
+		r.scan()
+		if time.Since(lastPrune) > 30*time.Second {
+			lastPrune = time.Now()
+			r.store.Prune(time.Now())
+		}
+	}
+}
+
+// scan attaches a recorder to every camera video track not yet recorded and
+// stops those whose track is gone. Polling keeps the sfu free of recorder hooks;
+// a quarter second of a new camera's first GOP is not lost, as the sink's
+// keyframe request starts the recording anyway.
+func (r *Recorder) scan() {
+	seen := map[*sfu.Publication]bool{}
+	for _, room := range r.mgr.Rooms() {
+		id, ok := strings.CutPrefix(room.Name(), RoomPrefix)
+		if !ok || !validID(id) || (r.only != nil && !r.only[id]) {
+			continue
+		}
+		p := room.ByIdentity(CameraIdentity)
+		if p == nil {
+			continue
+		}
+		for _, pub := range p.Publications() {
+			if pub.Kind() != webrtc.RTPCodecTypeVideo || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
+				continue
+			}
+			seen[pub] = true
+			r.mu.Lock()
+			_, have := r.tracks[pub]
+			r.mu.Unlock()
+			if !have {
+				r.start(id, pub)
+			}
+		}
+	}
+	r.mu.Lock()
+	var gone []*recTrack
+	for pub, t := range r.tracks {
+		if !seen[pub] {
+			gone = append(gone, t)
+			delete(r.tracks, pub)
+		}
+	}
+	r.mu.Unlock()
+	for _, t := range gone {
+		t.remove()
+		t.rec.stop()
+		r.log.Info("recording stopped", "track", t.rec.pub.Sid())
+	}
+}
+
+func (r *Recorder) start(id string, pub *sfu.Publication) {
+	rec := newTrackRec(r.store.cam(id), pub, r.cfg.Segment, r.log.With("camera", id, "track", pub.Sid()))
+	go rec.run()
+	t := &recTrack{rec: rec}
+	r.mu.Lock()
+	r.tracks[pub] = t
+	r.mu.Unlock()
+	t.remove = pub.AddSink(rec)
+	r.log.Info("recording started", "camera", id, "track", pub.Sid(), "codec", pub.Codec().MimeType)
+}
+
+// Ranges lists a camera's recorded ranges (Unix ms).
+func (r *Recorder) Ranges(id string) []Range { return r.store.Ranges(id) }
