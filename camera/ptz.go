@@ -330,14 +330,16 @@ func (w *ptzWorker) do(ctx context.Context, r *PTZRequest) (any, error) {
 	return map[string]any{}, nil
 }
 
-// bucket is a token bucket refilled at ptzRate.
+// bucket is a token bucket.
 type bucket struct {
 	tokens float64
 	last   time.Time
 }
 
-func (b *bucket) take(now time.Time) bool {
-	b.tokens = math.Min(ptzBurst, b.tokens+now.Sub(b.last).Seconds()*ptzRate)
+func (b *bucket) take(now time.Time) bool { return b.takeAt(now, ptzRate, ptzBurst) }
+
+func (b *bucket) takeAt(now time.Time, rate, burst float64) bool {
+	b.tokens = math.Min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	b.last = now
 	if b.tokens < 1 {
 		return false
@@ -380,6 +382,7 @@ func clipText(s string, n int) string {
 // registerDeviceTopics routes the camera-control topics of every camera.
 func registerDeviceTopics(g *Gateway) {
 	g.HandleTopic("ptz", handlePTZ)
+	g.HandleTopic("http", handleHTTP)
 }
 
 // devices holds the per-camera state of the ptz, talk and http topics; it

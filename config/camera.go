@@ -55,6 +55,10 @@ type ONVIF struct {
 type HTTPTo struct {
 	Base  string   `yaml:"base" json:"base,omitempty"`
 	Allow []string `yaml:"allow" json:"allow,omitempty"`
+	// User and Password log in to the web interface (Digest or Basic, as the
+	// camera asks); empty: the ONVIF credentials.
+	User     string `yaml:"user" json:"user,omitempty"`
+	Password string `yaml:"password" json:"password,omitempty"`
 }
 
 var cameraID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)

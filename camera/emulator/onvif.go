@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"bytes"
+	"crypto/md5"
 	"crypto/sha1"
 	"crypto/subtle"
 	"encoding/base64"
@@ -38,6 +39,7 @@ type ONVIF struct {
 	nonces   map[string]time.Time
 	commands []Command
 	waiters  []chan struct{}
+	web      []WebRequest
 	srv      *http.Server
 	ln       net.Listener
 }
@@ -86,6 +88,7 @@ func (o *ONVIF) Start(addr string) (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/onvif/", o)
+	mux.HandleFunc("/axis-cgi/", o.serveWeb)
 	o.ln = ln
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = o.srv.Serve(ln) }()
@@ -491,4 +494,118 @@ func parseXSDuration(s string) (time.Duration, bool) {
 		return 0, false
 	}
 	return d, true
+}
+
+// The emulator's web interface (the part of a camera's web server the HTTP
+// tunnel reaches), behind HTTP Digest authentication with the same
+// credentials, like an Axis camera's /axis-cgi:
+//
+//	GET  /axis-cgi/param.cgi?action=list   parameters as text
+//	GET  /axis-cgi/blob.cgi?size=N         N bytes of a known pattern (BlobByte)
+//	POST /axis-cgi/echo.cgi                the request body back
+//	GET  /axis-cgi/slow.cgi                answers after 3 s
+//	POST /axis-cgi/admin/restart.cgi       "restarting" (tests assert it is never reached)
+
+// WebRequest is a request the web interface authenticated and served.
+type WebRequest struct {
+	Method, Path, Query string
+	Body                []byte
+	Header              http.Header
+}
+
+// WebRequests returns the requests served so far.
+func (o *ONVIF) WebRequests() []WebRequest {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]WebRequest(nil), o.web...)
+}
+
+// BlobByte is byte i of blob.cgi's answer.
+func BlobByte(i int) byte { return byte(i*7 + i/251) }
+
+const webRealm = "Petrel emulator"
+
+func (o *ONVIF) serveWeb(w http.ResponseWriter, r *http.Request) {
+	if o.User != "" && !o.webAuth(r) {
+		nonce := make([]byte, 12)
+		for i := range nonce {
+			nonce[i] = byte(time.Now().UnixNano() >> (i * 3))
+		}
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Digest realm=%q, nonce="%x", qop="auth", algorithm=MD5`, webRealm, nonce))
+		http.Error(w, "authorization required", http.StatusUnauthorized)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	o.web = append(o.web, WebRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: body, Header: r.Header.Clone()})
+	o.mu.Unlock()
+	switch r.URL.Path {
+	case "/axis-cgi/param.cgi":
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Set-Cookie", "session=secret") // must not reach viewers
+		fmt.Fprintf(w, "root.Brand.Brand=Petrel\nroot.Brand.ProdShortName=Camera emulator\nroot.Properties.PTZ.PTZ=yes\n")
+	case "/axis-cgi/blob.cgi":
+		n, err := strconv.Atoi(r.URL.Query().Get("size"))
+		if err != nil || n < 0 || n > 16<<20 {
+			http.Error(w, "size", http.StatusBadRequest)
+			return
+		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = BlobByte(i)
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(b)
+	case "/axis-cgi/echo.cgi":
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		_, _ = w.Write(body)
+	case "/axis-cgi/slow.cgi":
+		select {
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprintln(w, "slow")
+	case "/axis-cgi/admin/restart.cgi":
+		fmt.Fprintln(w, "restarting")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// webAuth checks an RFC 7616 Digest (MD5, qop=auth) Authorization header.
+// Nonces are not tracked: the emulator checks that the client computes the
+// response right, not replay protection.
+func (o *ONVIF) webAuth(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	if !strings.HasPrefix(h, "Digest ") {
+		return false
+	}
+	p := map[string]string{}
+	for _, part := range strings.Split(h[len("Digest "):], ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if ok {
+			p[k] = strings.Trim(v, `"`)
+		}
+	}
+	if p["username"] != o.User || p["realm"] != webRealm || p["uri"] != r.URL.RequestURI() {
+		return false
+	}
+	ha1 := md5hex(o.User + ":" + webRealm + ":" + o.Password)
+	ha2 := md5hex(r.Method + ":" + p["uri"])
+	want := md5hex(ha1 + ":" + p["nonce"] + ":" + p["nc"] + ":" + p["cnonce"] + ":" + p["qop"] + ":" + ha2)
+	return p["qop"] == "auth" && subtle.ConstantTimeCompare([]byte(want), []byte(p["response"])) == 1
+}
+
+func md5hex(s string) string {
+	h := md5.Sum([]byte(s))
+	return fmt.Sprintf("%x", h)
 }
