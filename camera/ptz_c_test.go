@@ -57,7 +57,9 @@ type replies struct {
 	ch  chan struct{}
 }
 
-func newReplies() *replies { return &replies{got: map[string][]map[string]any{}, ch: make(chan struct{}, 1024)} }
+func newReplies() *replies {
+	return &replies{got: map[string][]map[string]any{}, ch: make(chan struct{}, 1024)}
+}
 
 func (r *replies) add(to string, b []byte) {
 	var m map[string]any
