@@ -28,3 +28,7 @@ export {
   type LayerInfo,
   type VideoQuality,
 } from './protocol.js';
+// WebTransport media path (MoQT over WebTransport, WebCodecs): docs/webtransport.md.
+export { WtSession, wtEndpoint, type WtConnectOptions, type WtEvents, type WtParticipant, type WtStats, type WtSubscription, type WtTrackInfo, type WtDataMessage } from './wt.js';
+export { WtLocalTrack, WtRemoteTrack, type WtMode, type WtPublishOptions, type WtLocalStats, type WtRemoteStats } from './wttrack.js';
+export { webTransportMediaSupported } from './wtmedia.js';

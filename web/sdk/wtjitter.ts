@@ -9,8 +9,13 @@
 // Pure logic with an injected clock, so it is unit-tested in Node.
 
 export interface JitterFrame<T> {
-  /** Consecutive per track (a gap is a lost frame). */
-  id: number;
+  /**
+   * MoQT position: a video group is a GOP (object 0 the keyframe, objects
+   * consecutive), an audio frame is a group of its own. A gap inside a group is a
+   * lost frame; a new group may follow any object of the previous one.
+   */
+  group: number;
+  object: number;
   /** Sender's media time, milliseconds. */
   tsMs: number;
   key: boolean;
@@ -43,10 +48,15 @@ export interface JitterStats {
   jitterMs: number;
 }
 
+// Groups up to 2^32 and objects up to 2^20 fit one ordering key exactly.
+const OBJ = 2 ** 20;
+const keyOf = (group: number, object: number) => group * OBJ + object;
+
+type Held<T> = JitterFrame<T> & { arrived: number };
+
 export class JitterBuffer<T> {
-  private readonly frames = new Map<number, JitterFrame<T> & { arrived: number }>();
-  private next = -1; // the id expected next; -1 until the first keyframe (video) or frame
-  private newest = -1;
+  private readonly frames = new Map<number, Held<T>>();
+  private last = -1; // ordering key of the last frame released; -1 before the first
   // offset = local arrival time − media time, the smallest seen recently: the
   // transit of the fastest frame, against which the others' lateness is measured.
   private offset = Number.NaN;
@@ -54,7 +64,7 @@ export class JitterBuffer<T> {
   private jitter = 0;
   private lastTransit = Number.NaN;
   private waitingKey: boolean;
-  private readonly minDelay: number;
+  private minDelay: number;
   private readonly maxDelay: number;
   private readonly video: boolean;
   readonly stats: JitterStats = { released: 0, late: 0, dropped: 0, lost: 0, targetMs: 0, jitterMs: 0 };
@@ -67,6 +77,11 @@ export class JitterBuffer<T> {
     this.video = opts.video ?? true;
     this.waitingKey = this.video;
     this.stats.targetMs = this.minDelay;
+  }
+
+  /** Raises the floor while losses are being repaired (room for a retransmission). */
+  setMinDelay(ms: number): void {
+    this.minDelay = Math.min(this.maxDelay, ms);
   }
 
   /** Target delay beyond the fastest transit: four times the jitter, bounded. */
@@ -82,9 +97,8 @@ export class JitterBuffer<T> {
   /** Adds a complete frame. Returns false when it is too late or a duplicate. */
   push(f: JitterFrame<T>, now: number): boolean {
     const transit = now - f.tsMs;
-    // The minimum transit over the last few seconds: a clock offset that drifts
-    // or a path that gets shorter moves it down at once, a longer path moves it
-    // up once the old minimum has aged out.
+    // The minimum transit over the last few seconds: a path that gets shorter
+    // moves it down at once, a longer one moves it up once the old minimum aged.
     if (Number.isNaN(this.offset) || transit < this.offset) {
       this.offset = transit;
       this.offsetAt = now;
@@ -99,66 +113,75 @@ export class JitterBuffer<T> {
     this.lastTransit = transit;
     this.stats.targetMs = this.targetMs;
 
-    if (this.next >= 0 && f.id < this.next) {
+    const k = keyOf(f.group, f.object);
+    if (k <= this.last) {
       this.stats.late++;
       return false;
     }
-    if (this.frames.has(f.id)) return false;
-    this.frames.set(f.id, { ...f, arrived: now });
-    if (f.id > this.newest) this.newest = f.id;
+    if (this.frames.has(k)) return false;
+    this.frames.set(k, { ...f, arrived: now });
     return true;
+  }
+
+  // Whether f may follow the last released frame without a gap.
+  private follows(f: Held<T>): boolean {
+    if (this.last < 0) return f.key || !this.video;
+    const lastGroup = Math.floor(this.last / OBJ);
+    if (f.group === lastGroup) return f.object === this.last - lastGroup * OBJ + 1;
+    // A new group starts with its object 0: a keyframe for video.
+    return f.group > lastGroup && f.object === 0 && (f.key || !this.video);
+  }
+
+  private oldest(): [number, Held<T>] | undefined {
+    let best: [number, Held<T>] | undefined;
+    for (const e of this.frames) if (!best || e[0] < best[0]) best = e;
+    return best;
   }
 
   /** The frames to decode now, in order. Call on every arrival and on a timer. */
   pop(now: number): JitterFrame<T>[] {
     const out: JitterFrame<T>[] = [];
     for (;;) {
-      if (this.next < 0 || this.waitingKey) {
-        // Start (or restart) at the oldest keyframe held; drop what precedes it.
-        let key: (JitterFrame<T> & { arrived: number }) | undefined;
-        for (const f of this.frames.values()) if ((f.key || !this.video) && (!key || f.id < key.id)) key = f;
-        if (!key) {
-          // Nothing to start from: shed frames that are past their deadline.
-          for (const [id, f] of this.frames) {
-            if (now > this.playoutAt(f.tsMs) + this.maxDelay) {
-              this.frames.delete(id);
-              this.stats.dropped++;
-            }
-          }
-          if (this.video && this.frames.size > 0) this.needKeyframe = true;
-          return out;
-        }
-        for (const [id] of this.frames) {
-          if (id < key.id) {
-            this.frames.delete(id);
-            this.stats.dropped++;
-          }
-        }
-        this.next = key.id;
-        this.waitingKey = false;
-      }
-      const f = this.frames.get(this.next);
-      if (f) {
+      const o = this.oldest();
+      if (!o) return out;
+      const [k, f] = o;
+      if (!this.waitingKey && this.follows(f)) {
         if (now < this.playoutAt(f.tsMs)) return out;
-        this.frames.delete(this.next);
-        this.next++;
-        this.stats.released++;
-        out.push(f);
+        this.release(k, f, out);
         continue;
       }
-      // The next frame is missing. Give it up once a later frame is due, i.e.
-      // once waiting longer would delay frames we already hold past their time.
-      let later: (JitterFrame<T> & { arrived: number }) | undefined;
-      for (const g of this.frames.values()) if (g.id > this.next && (!later || g.id < later.id)) later = g;
-      if (!later || now < this.playoutAt(later.tsMs)) return out;
-      this.stats.lost += later.id - this.next;
-      if (this.video) {
-        this.waitingKey = true;
-        this.needKeyframe = true;
-      } else {
-        this.next = later.id;
+      if (this.waitingKey && (f.key || !this.video) && f.object === 0) {
+        // The keyframe that restarts decoding.
+        if (now < this.playoutAt(f.tsMs)) return out;
+        this.waitingKey = false;
+        this.release(k, f, out);
+        continue;
       }
+      // A gap before the oldest frame held: wait for the missing frame until the
+      // oldest is due (waiting longer would make frames we hold late).
+      if (now < this.playoutAt(f.tsMs)) return out;
+      if (!this.waitingKey) {
+        const lastGroup = this.last < 0 ? f.group : Math.floor(this.last / OBJ);
+        this.stats.lost += f.group === lastGroup ? Math.max(1, f.object - (this.last - lastGroup * OBJ) - 1) : 1;
+      }
+      if (!this.video) {
+        this.release(k, f, out);
+        continue;
+      }
+      // Video: what follows a gap does not decode; skip to the next keyframe.
+      this.waitingKey = true;
+      this.needKeyframe = true;
+      this.frames.delete(k);
+      this.last = k;
+      this.stats.dropped++;
     }
+  }
+
+  private release(k: number, f: Held<T>, out: JitterFrame<T>[]): void {
+    this.frames.delete(k);
+    this.last = k;
+    this.stats.released++;
+    out.push(f);
   }
 
   /** How many frames are held. */
@@ -168,11 +191,7 @@ export class JitterBuffer<T> {
 
   /** The earliest time pop() may return something (for the owner's timer). */
   nextDue(): number | undefined {
-    let t: number | undefined;
-    for (const f of this.frames.values()) {
-      const p = this.playoutAt(f.tsMs);
-      if (t === undefined || p < t) t = p;
-    }
-    return t;
+    const o = this.oldest();
+    return o && this.playoutAt(o[1].tsMs);
   }
 }

@@ -264,6 +264,7 @@ export class AudioSource {
 export class MediaSink {
   readonly track: MediaStreamTrack;
   private readonly writer: WritableStreamDefaultWriter<VideoFrame | AudioData>;
+  private codec: string;
   private videoDecoder?: VideoDecoder;
   private audioDecoder?: AudioDecoder;
   private waitKey = true;
@@ -273,9 +274,10 @@ export class MediaSink {
 
   constructor(
     readonly kind: 'audio' | 'video',
-    private readonly codec: string,
+    codec: string,
     private readonly onKeyframeNeeded: () => void,
   ) {
+    this.codec = codec;
     const gen = new MediaStreamTrackGenerator({ kind });
     this.track = gen;
     this.writer = gen.writable.getWriter();
@@ -346,6 +348,22 @@ export class MediaSink {
     } catch {
       this.fail();
     }
+  }
+
+  /** The publisher's codec changed (or was first learned): a fresh decoder for it. */
+  reconfigure(codec: string): void {
+    if (codec === this.codec) return;
+    this.codec = codec;
+    try {
+      this.videoDecoder?.close();
+      this.audioDecoder?.close();
+    } catch {
+      /* already closed */
+    }
+    this.videoDecoder = undefined;
+    this.audioDecoder = undefined;
+    this.waitKey = this.kind === 'video';
+    this.setup();
   }
 
   /** After frames were lost: skip to the next keyframe. */

@@ -6,17 +6,19 @@ import test from 'node:test';
 import { JitterBuffer } from '../sdk/wtjitter.js';
 import { RateController } from '../sdk/wtrate.js';
 
-const frame = (id: number, key = false) => ({ id, tsMs: id * 33, key, data: id });
+// A GOP-long group starting at frame 0: object = frame number.
+const frame = (id: number, key = false) => ({ group: 0, object: id, tsMs: id * 33, key, data: id });
+const ids = (fs: { object: number; group: number }[]) => fs.map((f) => (f.group ? f.group * 100 + f.object : f.object));
 
 test('jitter buffer releases reordered frames in order at their playout time', () => {
   const jb = new JitterBuffer<number>({ minDelayMs: 20 });
   // Transit 100 ms; frame 2 overtakes frame 1.
   jb.push(frame(0, true), 100);
-  assert.deepEqual(jb.pop(100).map((f) => f.id), [], 'held for the target delay');
-  assert.deepEqual(jb.pop(120).map((f) => f.id), [0]);
+  assert.deepEqual(ids(jb.pop(100)), [], 'held for the target delay');
+  assert.deepEqual(ids(jb.pop(120)), [0]);
   jb.push(frame(2), 166 + 100);
   jb.push(frame(1), 133 + 100 + 5);
-  assert.deepEqual(jb.pop(300).map((f) => f.id), [1, 2]);
+  assert.deepEqual(ids(jb.pop(300)), [1, 2]);
   assert.equal(jb.stats.lost, 0);
   assert.equal(jb.needKeyframe, false);
 });
@@ -24,26 +26,36 @@ test('jitter buffer releases reordered frames in order at their playout time', (
 test('a frame missing past the deadline is given up; video then waits for a keyframe', () => {
   const jb = new JitterBuffer<number>({ minDelayMs: 20 });
   jb.push(frame(0, true), 0);
-  assert.deepEqual(jb.pop(20).map((f) => f.id), [0]);
+  assert.deepEqual(ids(jb.pop(20)), [0]);
   jb.push(frame(2), 66); // frame 1 never comes
   jb.push(frame(3), 99);
-  assert.deepEqual(jb.pop(80).map((f) => f.id), [], 'frame 2 is not due yet: frame 1 may still come');
-  assert.deepEqual(jb.pop(200).map((f) => f.id), [], 'deltas after a gap do not decode');
+  assert.deepEqual(ids(jb.pop(80)), [], 'frame 2 is not due yet: frame 1 may still come');
+  assert.deepEqual(ids(jb.pop(200)), [], 'deltas after a gap do not decode');
   assert.equal(jb.needKeyframe, true);
   assert.equal(jb.stats.lost, 1);
   jb.needKeyframe = false;
-  jb.push(frame(4, true), 132);
-  assert.deepEqual(jb.pop(300).map((f) => f.id), [4], 'resumes at the keyframe');
+  jb.push({ group: 1, object: 0, tsMs: 132, key: true, data: 4 }, 132);
+  assert.deepEqual(ids(jb.pop(300)), [100], 'resumes at the keyframe of the next group');
   assert.equal(jb.stats.dropped, 2, 'frames 2 and 3 were dropped');
   jb.push(frame(1), 301);
   assert.equal(jb.stats.late, 1, 'the straggler is late');
 });
 
+test('a new group follows any object of the previous one without counting a loss', () => {
+  const jb = new JitterBuffer<number>({ minDelayMs: 20 });
+  jb.push(frame(0, true), 0);
+  jb.push(frame(1), 33);
+  jb.push({ group: 1, object: 0, tsMs: 66, key: true, data: 0 }, 66);
+  assert.deepEqual(ids(jb.pop(200)), [0, 1, 100]);
+  assert.equal(jb.stats.lost, 0);
+  assert.equal(jb.needKeyframe, false);
+});
+
 test('audio skips a lost frame without waiting for a keyframe', () => {
   const jb = new JitterBuffer<number>({ minDelayMs: 20, video: false });
-  jb.push({ id: 0, tsMs: 0, key: true, data: 0 }, 0);
-  jb.push({ id: 2, tsMs: 40, key: true, data: 2 }, 40);
-  assert.deepEqual(jb.pop(100).map((f) => f.id), [0, 2]);
+  jb.push({ group: 0, object: 0, tsMs: 0, key: true, data: 0 }, 0);
+  jb.push({ group: 2, object: 0, tsMs: 40, key: true, data: 2 }, 40);
+  assert.deepEqual(ids(jb.pop(100)), [0, 200]);
   assert.equal(jb.needKeyframe, false);
 });
 
@@ -77,4 +89,72 @@ test('rate controller backs off on loss, grows when clean, follows QUIC estimate
   for (let i = 0; i < 10; i++) d = rc.update({ dropFraction: 0.5, rttMs: 50 }, (now += 500));
   assert.equal(d.bitrate, 50_000, 'floor');
   assert.equal(d.scale, 4);
+});
+
+import { Reader, Writer, fragmentObject, objectBytes, parseDatagram, parseObjectBytes, subscribeMessage, parseMessage, StreamReader, viLen } from '../sdk/wtwire.js';
+
+test('draft-18 integers: prefix lengths and round trips at the edges', () => {
+  assert.deepEqual([...new Writer().vi(0x2f00).finish()], [0xaf, 0x00], 'SETUP type is two bytes');
+  assert.deepEqual([...new Writer().vi(37).finish()], [37]);
+  for (const v of [0, 127, 128, 16383, 16384, 2 ** 21 - 1, 2 ** 28, 2 ** 35 + 5, 2 ** 49 + 1, 2 ** 53 - 1]) {
+    const b = new Writer().vi(v).finish();
+    assert.equal(b.length, viLen(v));
+    assert.equal(new Reader(b).vi(), v, `value ${v}`);
+  }
+  assert.equal(new Writer().vi(2 ** 53 - 1).finish()[0], 0xfe, 'eight-byte form (56 value bits)');
+  assert.throws(() => new Reader(new Uint8Array([0xc0, 1])).vi(), /truncated/);
+});
+
+test('an object fragments into datagrams that fit and reassembles with its metadata', () => {
+  const payload = new Uint8Array(5000).map((_, i) => i & 0xff);
+  const obj = objectBytes({ tsUs: 123456, key: true, codec: 'vp8', width: 640, height: 480, wallMs: 1_700_000_000_000 }, payload);
+  const frags = fragmentObject(3, 7, 0, obj, 1215);
+  assert.ok(frags.every((f) => f.length <= 1215));
+  const parts = frags.map((f) => parseDatagram(f)).reverse(); // reordered
+  const whole = new Uint8Array(obj.length);
+  const per = Math.ceil(obj.length / frags.length);
+  for (const p of parts) {
+    assert.equal(p.type, 0x50);
+    if (p.type !== 0x50) continue;
+    assert.equal(p.count, frags.length);
+    whole.set(p.data, p.index * per);
+  }
+  const back = parseObjectBytes(whole);
+  assert.equal(back.meta.tsUs, 123456);
+  assert.equal(back.meta.key, true);
+  assert.equal(back.meta.codec, 'vp8');
+  assert.equal(back.meta.width, 640);
+  assert.deepEqual(back.payload, payload);
+});
+
+test('malformed datagrams and messages are errors, not crashes', () => {
+  assert.throws(() => parseDatagram(new Uint8Array([0x50, 1, 1, 1, 5, 2, 10])), /fragment 5 of 2/);
+  assert.throws(() => parseDatagram(new Uint8Array([0x7f])), /unknown datagram/);
+  assert.throws(() => parseDatagram(new Uint8Array([0x51, 1])), /truncated/);
+  const m = subscribeMessage(2, ['petrel', 'room', 'bob'], 'video', new Map([[0x2a0, 1]]));
+  const r = new Reader(m);
+  const type = r.vi();
+  const len = r.u16();
+  const parsed = parseMessage({ type, body: new Reader(r.raw(len)) });
+  assert.equal(parsed.type, 0x3);
+  if (parsed.type === 0x3) {
+    assert.deepEqual(parsed.ns, ['petrel', 'room', 'bob']);
+    assert.equal(parsed.track, 'video');
+    assert.equal(parsed.params.get(0x2a0), 1);
+  }
+  // A namespace of zero fields is refused.
+  const bad = new Writer().vi(1).vi(0).finish();
+  assert.throws(() => parseMessage({ type: 0x3, body: new Reader(bad) }), /namespace of 0 fields/);
+});
+
+test('StreamReader reads messages split across chunks and reports a short stream', async () => {
+  const m = subscribeMessage(0, ['petrel', 'r'], 'events');
+  const chunks = [m.subarray(0, 1), m.subarray(1, 3), m.subarray(3)];
+  const rs = new ReadableStream<Uint8Array>({ start(c) { for (const x of chunks) c.enqueue(x); c.close(); } });
+  const sr = new StreamReader(rs);
+  const got = await sr.message();
+  assert.equal(got.type, 0x3);
+  assert.equal(await sr.atEnd(), true);
+  const short = new StreamReader(new ReadableStream<Uint8Array>({ start(c) { c.enqueue(m.subarray(0, 4)); c.close(); } }));
+  await assert.rejects(short.message(), /ended/);
 });
