@@ -7,6 +7,7 @@ import {
   PetrelError,
   Room,
 } from '../sdk/index.js';
+import { joinWt, transportChoice } from './wtcall.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const params = new URLSearchParams(location.search);
@@ -32,6 +33,7 @@ window.petrel = { Room, room: null };
 (joinForm.elements.namedItem('room') as HTMLInputElement).value = params.get('room') ?? '';
 (joinForm.elements.namedItem('name') as HTMLInputElement).value = params.get('name') ?? '';
 (joinForm.elements.namedItem('relay') as HTMLInputElement).checked = params.get('relay') === '1';
+(joinForm.elements.namedItem('transport') as HTMLSelectElement).value = transportChoice(params.get('transport'));
 
 joinForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
@@ -73,6 +75,25 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
   submit.disabled = true;
   try {
     const token = params.get('token') || (await devToken(roomName, name));
+    // WebTransport instead of WebRTC: the form's choice or ?transport=wt-datagram|wt-stream.
+    const transport = transportChoice(new FormData(joinForm).get('transport')?.toString());
+    if (transport !== 'webrtc') {
+      await joinWt(token, transport === 'wt-stream' ? 'stream' : 'datagram', {
+        addTile,
+        removeTile: (sid) => tileOf(sid)?.remove(),
+        setStatus,
+        note,
+        onLeft: (reason) => {
+          tiles.replaceChildren();
+          call.hidden = true;
+          joinForm.hidden = false;
+          if (reason !== 'left') joinError.textContent = `Disconnected: ${reason}`;
+        },
+      });
+      joinForm.hidden = true;
+      call.hidden = false;
+      return;
+    }
     const r = new Room();
     wireRoom(r);
     setStatus('connecting…');
