@@ -45,6 +45,15 @@ func makeClip(t testing.TB, n int) []clipFrame {
 	if err != nil {
 		t.Fatal(err)
 	}
+	frames := parseClip(raw)
+	if len(frames) != n {
+		t.Fatalf("clip has %d frames, want %d", len(frames), n)
+	}
+	return frames
+}
+
+// parseClip splits an Annex B stream (one slice per frame) into access units.
+func parseClip(raw []byte) []clipFrame {
 	var frames []clipFrame
 	var cur clipFrame
 	for _, n := range avc.ExtractNalusFromByteStream(raw) {
@@ -64,9 +73,6 @@ func makeClip(t testing.TB, n int) []clipFrame {
 			frames = append(frames, cur)
 			cur = clipFrame{}
 		}
-	}
-	if len(frames) != n {
-		t.Fatalf("clip has %d frames, want %d", len(frames), n)
 	}
 	return frames
 }
