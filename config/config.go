@@ -37,6 +37,8 @@ type Config struct {
 
 	// Cameras are the IP cameras the gateway serves (camera.go, docs/cameras.md).
 	Cameras []Camera `yaml:"cameras"`
+	// Recording records cameras continuously (config/recording.go, docs/recording.md).
+	Recording Recording `yaml:"recording"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -103,6 +105,7 @@ func Default() Config {
 			Realm:         "petrel",
 			CredentialTTL: time.Hour,
 		},
+		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -194,6 +197,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
+	}
+	if err := c.Recording.validate(); err != nil {
+		return err
 	}
 	if err := validateCameras(c.Cameras); err != nil {
 		return fmt.Errorf("cameras: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/signal"
@@ -34,6 +35,8 @@ type Server struct {
 	TURNPort int
 	// Cameras is the camera gateway (cameras of the config and of the REST API).
 	Cameras *camera.Gateway
+	// Recorder records cameras and plays recordings back; nil unless recording.dir is set.
+	Recorder *record.Recorder
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -85,7 +88,20 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.closeMedia()
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
-	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras,
+	var routes func(*http.ServeMux)
+	if cfg.Recording.Dir != "" {
+		if s.Recorder, err = record.New(s.Manager, cfg.Recording, log); err != nil {
+			s.Cameras.Close()
+			s.closeMedia()
+			return nil, fmt.Errorf("recording: %w", err)
+		}
+		rec := s.Recorder
+		s.Cameras.HandleTopic(record.Topic, func(cam *camera.Camera, from string, _ bool, payload []byte) {
+			rec.HandlePlayback(cam.ID(), from, payload, func(b []byte) { cam.Reply(from, record.Topic, b) })
+		})
+		routes = func(mux *http.ServeMux) { rec.Routes(mux, keys) }
+	}
+	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log})
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
@@ -105,6 +121,10 @@ func (s *Server) Err() <-chan error { return s.errc }
 // Shutdown tells every participant to leave, then stops.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Cameras.Close()
+	if s.Recorder != nil {
+		// Before the rooms go: every open segment is closed and indexed.
+		s.Recorder.Close()
+	}
 	s.Manager.Shutdown()
 	err := s.http.Shutdown(ctx)
 	s.closeMedia()

@@ -38,6 +38,7 @@ type Server struct {
 	turnSecret string
 	turnPort   int
 	web        fs.FS
+	routes     func(*http.ServeMux)
 	joins      *rate.Limiter
 	cameras    *camera.Gateway
 
@@ -57,13 +58,15 @@ type Options struct {
 	Web        fs.FS
 	Log        *slog.Logger
 	Cameras    *camera.Gateway // nil: no camera routes
+	// Routes adds endpoints that authorize by themselves (recordings).
+	Routes func(*http.ServeMux)
 }
 
 // New makes the HTTP server.
 func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
-		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, cameras: o.Cameras,
+		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, cameras: o.Cameras, routes: o.Routes,
 		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
 		sessions: map[string]*httpSession{},
 	}
@@ -90,6 +93,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("OPTIONS /whep/{room}", s.whipOptions)
 
 	s.adminRoutes(mux)
+	if s.routes != nil {
+		s.routes(mux)
+	}
 	if s.web != nil {
 		mux.Handle("GET /", s.webHandler())
 	}
