@@ -77,7 +77,6 @@ func parseClip(raw []byte) []clipFrame {
 	return frames
 }
 
-
 func hashOf(b []byte) [32]byte { return sha256.Sum256(b) }
 
 // frameIndex maps each clip frame's hash to its number.
