@@ -381,6 +381,11 @@ func ReadMessage(br *bufio.Reader) (Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ReadMessageAfterType(br, t)
+}
+
+// ReadMessageAfterType reads the length and payload of a message of type t.
+func ReadMessageAfterType(br *bufio.Reader, t uint64) (Message, error) {
 	var l [2]byte
 	if _, err := io.ReadFull(br, l[:]); err != nil {
 		return nil, fmt.Errorf("moqt: message 0x%x length: %w", t, err)

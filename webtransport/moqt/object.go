@@ -164,11 +164,18 @@ var ErrNotSubgroup = errors.New("moqt: not a subgroup stream")
 
 // ReadSubgroupHeader reads the header of a data stream.
 func ReadSubgroupHeader(br *bufio.Reader) (SubgroupHeader, error) {
-	var h SubgroupHeader
-	var err error
-	if h.Type, err = ReadVI(br); err != nil {
-		return h, err
+	t, err := ReadVI(br)
+	if err != nil {
+		return SubgroupHeader{}, err
 	}
+	return ReadSubgroupHeaderAfterType(br, t)
+}
+
+// ReadSubgroupHeaderAfterType reads the rest of a subgroup header whose type t
+// the caller already read (to tell data streams from the control stream).
+func ReadSubgroupHeaderAfterType(br *bufio.Reader, t uint64) (SubgroupHeader, error) {
+	h := SubgroupHeader{Type: t}
+	var err error
 	if !validSubgroupType(h.Type) {
 		return h, fmt.Errorf("%w: type 0x%x", ErrNotSubgroup, h.Type)
 	}
