@@ -48,6 +48,9 @@ type ONVIF struct {
 	URL      string `yaml:"url" json:"url,omitempty"`
 	User     string `yaml:"user" json:"user,omitempty"`
 	Password string `yaml:"password" json:"password,omitempty"`
+	// Backchannel is the RTSP URL of the audio backchannel (viewers talking
+	// through the camera's loudspeaker); default: the camera's rtsp URL.
+	Backchannel string `yaml:"backchannel" json:"backchannel,omitempty"`
 }
 
 // HTTPTo is the camera's web interface, reachable over the data channel only
