@@ -119,9 +119,7 @@ func (r *Room) add(p *Participant) error {
 	r.participants[p.sid] = p
 	r.mu.Unlock()
 	metrics.Participants.Inc()
-	if !p.hidden {
-		r.broadcast(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
-	}
+	r.announce(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
 	return nil
 }
 
@@ -140,9 +138,7 @@ func (r *Room) remove(p *Participant, reason string) {
 	r.mu.Unlock()
 	r.speakers.Forget(p.sid)
 	metrics.Participants.Dec()
-	if !p.hidden {
-		r.broadcast(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)
-	}
+	r.announce(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)
 	if empty {
 		r.mgr.dropIfEmpty(r)
 	}
@@ -153,6 +149,17 @@ func (r *Room) broadcast(m protocol.Msg, skip *Participant) {
 	for _, p := range r.all() {
 		if p != skip && !p.hidden {
 			p.send(m)
+		}
+	}
+}
+
+// announce tells those who may see p (everyone for a visible participant, its
+// audience for a hidden one) that it joined or left: a client only attaches
+// tracks of participants it knows.
+func (r *Room) announce(m protocol.Msg, p *Participant) {
+	for _, q := range r.all() {
+		if q != p && !q.hidden && p.seenBy(q) {
+			q.send(m)
 		}
 	}
 }
