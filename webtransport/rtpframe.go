@@ -86,6 +86,7 @@ type Depacketizer struct {
 	pkts    [reorderWindow]slot
 	started bool
 	next    uint16 // the sequence number the next frame starts at
+	highest uint16 // the newest sequence number seen
 	broken  bool   // lost sync: wait for a keyframe
 	needKey bool
 
@@ -152,28 +153,57 @@ func (d *Depacketizer) Push(h *rtp.Header, payload []byte, keyframe bool, emit f
 		return
 	}
 	if !d.started {
-		if !keyframe {
-			d.needKey = true
-			return // join on a keyframe
+		// Keep packets until the head of a keyframe arrives: reordering may
+		// bring the rest of the keyframe before its first packet.
+		d.store(h, payload, keyframe)
+		if !keyframe || !d.isHead(payload) {
+			if !keyframe {
+				d.needKey = true
+			}
+			return
 		}
 		d.started = true
-		d.next = h.SequenceNumber
+		d.next, d.highest = h.SequenceNumber, h.SequenceNumber
+		for i := 1; i < 64; i++ {
+			if p := &d.pkts[(h.SequenceNumber+uint16(i))%reorderWindow]; p.used && p.seq == h.SequenceNumber+uint16(i) {
+				d.highest = p.seq
+			}
+		}
+		d.drain(emit)
+		return
 	}
 	diff := int16(h.SequenceNumber - d.next)
 	if diff < 0 {
-		return // late or duplicate of something already emitted
+		first := &d.pkts[d.next%reorderWindow]
+		if d.Frames > 0 || d.Dropped > 0 || diff < -16 || !first.used || first.seq != d.next || first.ts != h.Timestamp {
+			return // late or duplicate of something already emitted
+		}
+		// The first keyframe began earlier than the head we started on (H.264:
+		// parameter sets reordered behind the IDR's first fragment).
+		d.next = h.SequenceNumber
+	}
+	if int16(h.SequenceNumber-d.highest) > 0 {
+		d.highest = h.SequenceNumber
 	}
 	if int(diff) >= reorderWindow {
 		// Too far ahead: everything buffered is hopeless.
 		d.reset(h.SequenceNumber)
 	}
+	if !d.store(h, payload, keyframe) {
+		return
+	}
+	d.drain(emit)
+}
+
+// store puts a packet in its slot; false for a duplicate.
+func (d *Depacketizer) store(h *rtp.Header, payload []byte, keyframe bool) bool {
 	s := &d.pkts[h.SequenceNumber%reorderWindow]
 	if s.used && s.seq == h.SequenceNumber {
-		return // duplicate
+		return false
 	}
 	s.used, s.seq, s.ts, s.marker, s.keyframe = true, h.SequenceNumber, h.Timestamp, h.Marker, keyframe
 	s.payload = append(s.payload[:0], payload...)
-	d.drain(emit)
+	return true
 }
 
 func (d *Depacketizer) reset(seq uint16) {
@@ -194,9 +224,15 @@ func (d *Depacketizer) drain(emit func(uint64, bool, []byte)) {
 			d.emitFrame(d.next, end, emit)
 			continue
 		}
-		// Is there a complete frame after a gap? Then the gap is lost.
+		// A gap is a loss once the stream moved well past it: several complete
+		// frames after it, or many packets (reordering and retransmission
+		// get that long to fill it).
 		start, end2, found := d.completeAfterGap()
 		if !found {
+			return
+		}
+		dist := int16(d.highest - d.next)
+		if dist < lossDistance && (dist < lossReorder || d.completeFramesFrom(start) < lossFrames) {
 			return
 		}
 		for s := d.next; s != start; s++ {
@@ -207,6 +243,28 @@ func (d *Depacketizer) drain(emit func(uint64, bool, []byte)) {
 		d.next = start
 		_ = end2
 	}
+}
+
+// A gap counts as lost after lossFrames complete frames lossReorder packets
+// beyond it, or lossDistance packets in any case.
+const (
+	lossFrames   = 3
+	lossReorder  = 16
+	lossDistance = 64
+)
+
+// completeFramesFrom counts complete frames back to back from seq.
+func (d *Depacketizer) completeFramesFrom(seq uint16) int {
+	n := 0
+	for n < lossFrames {
+		end, ok := d.frameAt(seq)
+		if !ok {
+			break
+		}
+		n++
+		seq = end + 1
+	}
+	return n
 }
 
 // frameAt finds the marker packet of the frame starting at seq, with every packet
