@@ -25,5 +25,7 @@ const common = { bundle: true, format: 'esm', target: ['chrome110', 'firefox115'
 
 await build({ ...common, entryPoints: ['app/main.ts'], outfile: 'dist/app.js', minify: true });
 await build({ ...common, entryPoints: ['sdk/index.ts'], outfile: 'dist/petrel-sdk.js' });
+// The recording timeline on its own, for pages built on the SDK bundle (and its browser test).
+await build({ ...common, entryPoints: ['app/timeline.ts'], outfile: 'dist/timeline.js' });
 await copyFile(new URL('./app/index.html', import.meta.url), new URL('index.html', dist));
 await copyFile(new URL('./app/app.css', import.meta.url), new URL('app.css', dist));
