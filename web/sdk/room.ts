@@ -59,6 +59,12 @@ export interface PublishOptions {
    * received, so viewers keep seeing video).
    */
   simulcast?: boolean;
+  /**
+   * Preferred codec mime type, e.g. 'audio/PCMU' for a camera loudspeaker that
+   * takes only G.711 (the browser encodes it, nobody transcodes). Other codecs
+   * stay as fallbacks in the offer.
+   */
+  codec?: string;
 }
 
 export interface TrackSettings {
@@ -373,6 +379,7 @@ export class Room extends Emitter<RoomEvents> {
         scaleResolutionDownBy: l.rid === 'q' ? 4 : l.rid === 'h' ? 2 : 1,
       })),
     });
+    if (opts.codec) preferCodec(transceiver, track.kind, opts.codec);
     const pub = new LocalTrackPublication(info, track, transceiver, !!layers, opts.simulcast === undefined);
     this.localTracks.set(info.sid, pub);
     // The browser's "stop sharing" button ends the track: take it out of the room.
@@ -1392,3 +1399,18 @@ function sleep(ms: number): Promise<void> {
 }
 
 export type { ClientMessage };
+
+// Puts mime first in the transceiver's codec list (where the browser supports
+// setCodecPreferences and the codec); the answerer then picks it.
+function preferCodec(t: RTCRtpTransceiver, kind: string, mime: string): void {
+  const caps = RTCRtpSender.getCapabilities?.(kind)?.codecs;
+  if (!caps || typeof t.setCodecPreferences !== 'function') return;
+  const want = mime.toLowerCase();
+  const first = caps.filter((c) => c.mimeType.toLowerCase() === want);
+  if (first.length === 0) return;
+  try {
+    t.setCodecPreferences([...first, ...caps.filter((c) => c.mimeType.toLowerCase() !== want)]);
+  } catch (err) {
+    console.warn('petrel: codec preference refused', err);
+  }
+}
