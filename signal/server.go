@@ -40,6 +40,7 @@ type Server struct {
 	web        fs.FS
 	routes     func(*http.ServeMux)
 	joins      *rate.Limiter
+	wtInfo     func(host string) map[string]any
 	cameras    *camera.Gateway
 
 	mu       sync.Mutex
@@ -58,6 +59,9 @@ type Options struct {
 	Web        fs.FS
 	Log        *slog.Logger
 	Cameras    *camera.Gateway // nil: no camera routes
+	// WebTransport describes the WebTransport endpoint for a request host (URL,
+	// development certificate hash); nil or a nil result: not served.
+	WebTransport func(host string) map[string]any
 	// Routes adds endpoints that authorize by themselves (recordings).
 	Routes func(*http.ServeMux)
 }
@@ -66,7 +70,7 @@ type Options struct {
 func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
-		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, cameras: o.Cameras, routes: o.Routes,
+		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, wtInfo: o.WebTransport, cameras: o.Cameras, routes: o.Routes,
 		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
 		sessions: map[string]*httpSession{},
 	}
@@ -82,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /v1/rtc", s.serveWS)
 	mux.HandleFunc("POST /v1/dev/token", s.devToken)
+	mux.HandleFunc("GET /v1/wt-cert-hash", s.wtCertHash)
 
 	mux.HandleFunc("POST /whip/{room}", s.whipPost)
 	mux.HandleFunc("POST /whep/{room}", s.whepPost)
@@ -247,4 +252,20 @@ func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]string{"token": tok})
+}
+
+// wtCertHash tells the web app where the WebTransport endpoint is and, with a
+// development certificate, the hash to pass as serverCertificateHashes.
+func (s *Server) wtCertHash(w http.ResponseWriter, r *http.Request) {
+	var info map[string]any
+	if s.wtInfo != nil {
+		info = s.wtInfo(r.Host)
+	}
+	if info == nil {
+		http.Error(w, "webtransport is not enabled", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(info)
 }

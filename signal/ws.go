@@ -293,6 +293,11 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
 		"iceServers": s.iceServers(r, claims.Identity()), "resumeToken": p.ResumeToken(), "resumed": resumed,
 	}
+	if s.wtInfo != nil {
+		if info := s.wtInfo(r.Host); info != nil {
+			joined["webtransport"] = info
+		}
+	}
 	if req.ID != nil {
 		joined["id"] = *req.ID
 	}
