@@ -34,6 +34,8 @@ type Config struct {
 	TURN   TURN   `yaml:"turn"`
 	Limits Limits `yaml:"limits"`
 	Admin  Admin  `yaml:"admin"`
+	// WebTransport is the HTTP/3 media endpoint (config/webtransport.go).
+	WebTransport WebTransport `yaml:"webtransport"`
 
 	// Cameras are the IP cameras the gateway serves (camera.go, docs/cameras.md).
 	Cameras []Camera `yaml:"cameras"`
@@ -99,6 +101,7 @@ func Default() Config {
 			ResumeWindow: 20 * time.Second,
 			PacketCache:  1024,
 		},
+		WebTransport: WebTransport{Enabled: true},
 		TURN: TURN{
 			Enabled:       true,
 			Port:          3478,
