@@ -69,6 +69,8 @@ type Camera struct {
 	lastErr    string
 	since      time.Time
 	reconnects int
+	hadSession bool
+	warned     map[string]bool
 	video      *sfu.LocalTrack
 	audio      *sfu.LocalTrack
 	videoCodec string

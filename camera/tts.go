@@ -1,4 +1,7 @@
 package camera
 
-// Sessions lists the time-to-stream records of the viewing sessions of room.
-func Sessions(room string) []any { return []any{} }
+import "github.com/petrel-sfu/petrel/sfu"
+
+// Sessions lists the time-to-stream records (steps in ms from the first
+// signaling message) of the live and recent viewing sessions of room.
+func Sessions(room string) []sfu.SessionTimingInfo { return sfu.SessionTimings(room) }

@@ -21,6 +21,7 @@ import (
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/signal"
 	"github.com/petrel-sfu/petrel/web"
+	"github.com/petrel-sfu/petrel/webtransport"
 )
 
 // Server is a running Petrel.
@@ -35,6 +36,8 @@ type Server struct {
 	TURNPort int
 	// Cameras is the camera gateway (cameras of the config and of the REST API).
 	Cameras *camera.Gateway
+	// WebTransport is the HTTP/3 media endpoint; nil when disabled.
+	WebTransport *webtransport.Server
 	// Recorder records cameras and plays recordings back; nil unless recording.dir is set.
 	Recorder *record.Recorder
 
@@ -102,13 +105,14 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		routes = func(mux *http.ServeMux) { rec.Routes(mux, keys) }
 	}
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes,
-		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log})
+		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo})
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		s.closeMedia()
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	s.HTTPAddr = ln.Addr().String()
+	s.startWebTransport(cfg, keys, log)
 	s.http = &http.Server{Handler: edge.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { s.errc <- s.http.Serve(ln) }()
 	log.Info("listening", "http", s.HTTPAddr, "rtc_udp", s.Engine.UDPPort, "rtc_tcp", s.Engine.TCPPort, "turn", s.TURNPort, "dev", dev)
@@ -120,6 +124,7 @@ func (s *Server) Err() <-chan error { return s.errc }
 
 // Shutdown tells every participant to leave, then stops.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopWebTransport()
 	s.Cameras.Close()
 	if s.Recorder != nil {
 		// Before the rooms go: every open segment is closed and indexed.

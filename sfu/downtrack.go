@@ -304,6 +304,9 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	if !d.bound.Load() || d.paused.Load() {
 		return false
 	}
+	if d.needSync.Load() && !p.Keyframe {
+		d.replayGOP(p) // gop.go: a new subscriber of a camera starts from the cached GOP
+	}
 	target := int8(d.target.Load())
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -371,6 +374,9 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 		}
 		d.lastOutTS.Store(h.Timestamp)
 		d.lastOutAt.Store(p.Arrival)
+	}
+	if !d.started {
+		d.markFirstRTP() // timing.go
 	}
 	d.started = true
 	d.packets.Add(1)

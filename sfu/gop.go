@@ -1,8 +1,30 @@
 package sfu
 
+import (
+	"sync/atomic"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/metrics"
+)
+
 // Fast start for tracks whose source cannot be asked for a keyframe (an RTSP
-// camera, plain RTP): a new subscriber starts at once from the last keyframe
-// still in the layer's packet cache instead of waiting up to a GOP for the next.
+// camera, plain RTP) or answers slowly: a new subscriber starts at once from the
+// last keyframe still in the layer's packet cache, followed by every packet
+// since (the rest of the GOP, so that the frames after it decode correctly),
+// instead of waiting up to a whole GOP for the next keyframe.
+//
+// The layer's reader notes where the last keyframe began (noteGOP); the
+// DownTrack's first write replays the cache from there (replayGOP). Both run on
+// the layer's reader goroutine, the only writer of the cache, so the cached
+// packets older than the one being forwarded are stable during the replay.
+
+// gopIndex is the sequence number of the first packet of the layer's last
+// keyframe (bit 16 set when valid), and that keyframe's timestamp.
+type gopIndex struct {
+	start atomic.Uint32
+	ts    uint32 // reader goroutine only
+}
 
 // SetGOPStart enables (or disables) starting new subscribers of t from the
 // cached last GOP.
@@ -10,3 +32,67 @@ func (t *Publication) SetGOPStart(on bool) { t.gopStart.Store(on) }
 
 // HasSinks reports whether a Go sink (a recorder) receives the track.
 func (t *Publication) HasSinks() bool { return t.hasSinks() }
+
+// noteGOP records where a keyframe begins: the first keyframe packet with a
+// new timestamp (parameter sets and the IDR's first fragment share it).
+func (l *layer) noteGOP(p *Packet) {
+	if !p.Keyframe || !l.pub.gopStart.Load() {
+		return
+	}
+	g := &l.gop
+	if cur := g.start.Load(); cur&(1<<16) != 0 && g.ts == p.Header.Timestamp {
+		return
+	}
+	g.ts = p.Header.Timestamp
+	g.start.Store(1<<16 | uint32(p.Header.SequenceNumber))
+}
+
+// replayGOP starts a subscriber that has received nothing yet from the cached
+// last keyframe, when p (not itself a keyframe) would otherwise make it wait.
+// It writes the cached packets before p through writeRTP; p follows normally.
+func (d *DownTrack) replayGOP(p *Packet) {
+	if p.Keyframe || !d.pub.gopStart.Load() || d.pub.kind != webrtc.RTPCodecTypeVideo ||
+		!d.needSync.Load() || !d.bound.Load() || d.paused.Load() || p.Layer != int8(d.target.Load()) {
+		return
+	}
+	d.mu.Lock()
+	fresh := !d.started && d.current == -1
+	d.mu.Unlock()
+	l := d.pub.layer(p.Layer)
+	if !fresh || l == nil {
+		return
+	}
+	g := l.gop.start.Load()
+	if g&(1<<16) == 0 {
+		return
+	}
+	from := uint16(g)
+	span := p.Header.SequenceNumber - from
+	if span == 0 || int(span) >= len(l.cache.slots) || int16(span) < 0 {
+		return // the keyframe is no longer cached (or p is older): wait for the next
+	}
+	buf := make([]byte, maxPacket)
+	var q Packet
+	for seq := from; seq != p.Header.SequenceNumber; seq++ {
+		n := l.cache.Get(seq, buf)
+		if n == 0 {
+			return // a hole: the rest would not decode; p's normal path waits
+		}
+		payload, ok := splitRTP(&q.Header, buf[:n])
+		if !ok {
+			return
+		}
+		q.Payload = payload
+		q.Layer = p.Layer
+		q.Keyframe = isKeyframe(l.pub.ck, payload)
+		q.VP8 = vp8Descriptor{}
+		if l.pub.ck == codecVP8 {
+			q.VP8 = parseVP8(payload)
+		}
+		q.Arrival = p.Arrival
+		if !d.writeRTP(&q) && seq == from {
+			return // transport not up yet: try again on a later packet
+		}
+	}
+	metrics.GOPStarts.Inc()
+}

@@ -274,6 +274,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	if len(tracks) == 0 {
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}
+	start := time.Now()
 	p, err := m.newParticipant(c, true)
 	if err != nil {
 		return nil, "", err
@@ -282,6 +283,9 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	if err != nil {
 		return nil, "", err
 	}
+	tm := p.startTiming("whep", start) // timing.go
+	tm.Mark(StepPCCreated)
+	tm.watchTransport(pc)
 	// The viewer's connection is client-offered, so it is this participant's
 	// subscriber connection without server renegotiation.
 	p.sub = pc
@@ -295,6 +299,10 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		p.Close("negotiation_failed")
 		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
 	}
+	tm.Mark(StepOfferApplied)
+	if offerHasCandidates(offer) {
+		tm.Mark(StepFirstRemoteCandidate)
+	}
 	for _, t := range tracks {
 		if err := p.subscribeNoNegotiate(t); err != nil {
 			p.Close("negotiation_failed")
@@ -306,6 +314,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		p.Close("negotiation_failed")
 		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
 	}
+	tm.Mark(StepAnswerCreated)
 	sdp, err := setLocalAndGather(pc, answer)
 	if err != nil {
 		p.Close("negotiation_failed")

@@ -78,6 +78,8 @@ type layer struct {
 	// current at local monotonic time srAt. Sender reports to subscribers derive from it.
 	srRTP atomic.Uint32
 	srAt  atomic.Int64
+
+	gop gopIndex // where the last keyframe begins (gop.go)
 }
 
 // minKeyframeInterval aggregates keyframe requests: every subscriber asking within
@@ -268,6 +270,7 @@ func (l *layer) forward() {
 		}
 		if pkt.Keyframe {
 			l.lastKey.Store(pkt.Arrival)
+			l.noteGOP(&pkt)
 		}
 		if l.lastRecv.Swap(pkt.Arrival) == 0 {
 			// A layer that starts sending may be what subscribers should get.

@@ -237,6 +237,9 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, answerFrag(answer))
 		return
 	}
+	if t := sess.p.Timing(); t != nil && len(frag.candidates) > 0 {
+		t.Mark(sfu.StepFirstRemoteCandidate) // a trickling viewer's hole punch starts here
+	}
 	for _, c := range frag.candidates {
 		mid := frag.mid
 		if err := pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &mid}); err != nil {
@@ -303,5 +306,14 @@ func answerFrag(sdp string) string {
 
 func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Accept-Post", "application/sdp")
+	// A client with a valid token learns the TURN servers before its offer, so
+	// that a relay-only client (petrel probe --relay) can gather relay candidates.
+	if c, err := s.verify(bearer(r)); err == nil {
+		for _, ice := range s.iceServers(r, c.Identity()) {
+			for _, u := range ice.URLs {
+				w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
+			}
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -146,8 +146,16 @@ func (c *Client) Close() {
 // Done is closed when the session ends; Err tells why.
 func (c *Client) Done() <-chan struct{} { return c.Session.Context().Done() }
 
-// Err is why the session ended.
-func (c *Client) Err() error { return context.Cause(c.Session.Context()) }
+// Err is why the session ended: the server's close code and reason when it
+// closed it.
+func (c *Client) Err() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Session.AcceptStream(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return context.Cause(c.Session.Context())
+}
 
 func (c *Client) acceptUni() {
 	for {
@@ -361,6 +369,17 @@ func (t *PubTrack) Subscribers() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.subs)
+}
+
+// Aliases are the track aliases the track's subscribers were given.
+func (t *PubTrack) Aliases() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []uint64
+	for _, s := range t.subs {
+		out = append(out, s.alias)
+	}
+	return out
 }
 
 // OnKeyframeRequest sets what runs when a subscriber asks for a new group.

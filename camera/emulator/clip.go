@@ -1,0 +1,93 @@
+package emulator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Clip is the test clip in memory: H.264 access units (NAL units without start
+// codes, parameter sets removed) and G.711 samples.
+type Clip struct {
+	AUs      [][][]byte
+	IDR      []bool // whether AUs[i] is an IDR picture
+	SPS, PPS []byte
+	FPS      int
+	ULaw     []byte // 8 kHz mono mu-law; nil if absent
+}
+
+// LoadClip reads clip.h264 (and clip.ulaw if present) from dir, as written by
+// scripts/make-test-clip.sh.
+func LoadClip(dir string) (*Clip, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "clip.h264"))
+	if err != nil {
+		return nil, fmt.Errorf("test clip: %w (run scripts/make-test-clip.sh %s)", err, dir)
+	}
+	c := &Clip{FPS: 25}
+	var au [][]byte
+	idr := false
+	flush := func() {
+		if len(au) > 0 {
+			c.AUs = append(c.AUs, au)
+			c.IDR = append(c.IDR, idr)
+		}
+		au, idr = nil, false
+	}
+	for _, n := range splitAnnexB(b) {
+		if len(n) == 0 {
+			continue
+		}
+		switch n[0] & 0x1f {
+		case 9: // access unit delimiter: a new frame
+			flush()
+		case 7:
+			if c.SPS == nil {
+				c.SPS = n
+			}
+		case 8:
+			if c.PPS == nil {
+				c.PPS = n
+			}
+		case 5:
+			idr = true
+			au = append(au, n)
+		default:
+			au = append(au, n)
+		}
+	}
+	flush()
+	if len(c.AUs) == 0 || c.SPS == nil || c.PPS == nil || !c.IDR[0] {
+		return nil, errors.New("test clip: no H.264 access units with SPS/PPS starting at an IDR")
+	}
+	if u, err := os.ReadFile(filepath.Join(dir, "clip.ulaw")); err == nil {
+		c.ULaw = u
+	}
+	return c, nil
+}
+
+// splitAnnexB cuts a byte stream at 3- and 4-byte start codes.
+func splitAnnexB(b []byte) [][]byte {
+	var out [][]byte
+	start := -1
+	for i := 0; i+2 < len(b); {
+		if b[i] == 0 && b[i+1] == 0 && b[i+2] == 1 {
+			if start >= 0 {
+				end := i
+				if end > start && b[end-1] == 0 {
+					end--
+				}
+				out = append(out, b[start:end])
+			}
+			i += 3
+			start = i
+			continue
+		}
+		i++
+	}
+	if start >= 0 && start < len(b) {
+		out = append(out, bytes.TrimRight(b[start:], "\x00"))
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make-test-clip.sh DIR [SECONDS] — the camera test clip, generated, never committed:
+#   DIR/clip.h264   H.264 constrained baseline, Annex B with access unit delimiters,
+#                   640x360, 25 fps, a keyframe every second (GOP 25), a burnt-in
+#                   frame counter and timecode so a viewer's frame can be identified
+#   DIR/clip.ulaw   G.711 mu-law, 8 kHz mono: a 440 Hz tone
+#   DIR/clip.opus   Opus in Ogg, 48 kHz: the same tone
+# The camera emulator (camera/emulator) loops these files. Idempotent: existing
+# files newer than this script are kept.
+set -euo pipefail
+dir=${1:?usage: make-test-clip.sh DIR [SECONDS]}
+secs=${2:-10}
+mkdir -p "$dir"
+if [[ -s $dir/clip.h264 && -s $dir/clip.ulaw && -s $dir/clip.opus && $dir/clip.h264 -nt $0 ]]; then
+	exit 0
+fi
+font=$(fc-match -f '%{file}' monospace 2>/dev/null || true)
+text="drawtext=text='%{frame_num} %{pts\\:hms}':x=20:y=20:fontsize=36:fontcolor=white:box=1:boxcolor=black"
+[[ -n $font ]] && text="$text:fontfile=$font"
+ffmpeg -nostdin -hide_banner -loglevel error -y \
+	-f lavfi -i "testsrc2=size=640x360:rate=25:duration=$secs" \
+	-vf "$text" -c:v libx264 -profile:v baseline -level 3.1 -pix_fmt yuv420p -preset veryfast -tune zerolatency \
+	-g 25 -keyint_min 25 -sc_threshold 0 -bf 0 -b:v 800k -x264-params aud=1:repeat-headers=1 \
+	-bsf:v h264_mp4toannexb -f h264 "$dir/clip.h264.tmp"
+ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=8000:duration=$secs" \
+	-c:a pcm_mulaw -f mulaw "$dir/clip.ulaw.tmp"
+ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
+	-c:a libopus -b:a 32k -frame_duration 20 -f ogg "$dir/clip.opus.tmp"
+for f in clip.h264 clip.ulaw clip.opus; do mv "$dir/$f.tmp" "$dir/$f"; done

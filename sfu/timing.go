@@ -1,0 +1,186 @@
+package sfu
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/metrics"
+)
+
+// Time-to-stream instrumentation of viewing sessions: every WHEP session (and
+// every room participant's subscriber connection) records when each WebRTC step
+// happened, relative to the first signaling message, so that a slow start can
+// be blamed on the right step. Steps go to Prometheus as they happen and the
+// last sessions stay readable through SessionTimings (the camera REST API).
+
+// Step is one milestone of a session's setup.
+type Step int
+
+const (
+	StepPCCreated Step = iota
+	StepOfferApplied
+	StepAnswerCreated
+	StepFirstRemoteCandidate
+	StepICEConnected
+	StepDTLSConnected
+	StepFirstRTP // first media packet sent (for video: the first keyframe's first packet)
+	numSteps
+)
+
+var stepNames = [numSteps]string{"pc_created", "offer_applied", "answer_created", "first_remote_candidate", "ice_connected", "dtls_connected", "first_rtp"}
+
+func (s Step) String() string { return stepNames[s] }
+
+// SessionTiming is one session's milestones, in nanoseconds since Start (0: not yet).
+type SessionTiming struct {
+	Room     string
+	Identity string
+	Sid      string
+	Kind     string // "whep" or "room"
+	Start    time.Time
+	marks    [numSteps]atomic.Int64
+}
+
+// Mark records step now, once.
+func (t *SessionTiming) Mark(s Step) {
+	if t == nil {
+		return
+	}
+	d := max(int64(time.Since(t.Start)), 1)
+	if !t.marks[s].CompareAndSwap(0, d) {
+		return
+	}
+	metrics.TimeToStream.WithLabelValues(s.String()).Observe(float64(d) / 1e9)
+	if s == StepICEConnected {
+		from := t.marks[StepFirstRemoteCandidate].Load()
+		if from == 0 {
+			from = t.marks[StepOfferApplied].Load()
+		}
+		if from > 0 && d > from {
+			metrics.TimeToStream.WithLabelValues("ice").Observe(float64(d-from) / 1e9)
+		}
+	}
+}
+
+// SessionTimingInfo is a session's milestones in milliseconds since its start.
+type SessionTimingInfo struct {
+	Room     string             `json:"room"`
+	Identity string             `json:"identity"`
+	Sid      string             `json:"sid"`
+	Kind     string             `json:"kind"`
+	Start    time.Time          `json:"start"`
+	Steps    map[string]float64 `json:"stepsMs"`
+}
+
+// Info snapshots the milestones reached so far.
+func (t *SessionTiming) Info() SessionTimingInfo {
+	out := SessionTimingInfo{Room: t.Room, Identity: t.Identity, Sid: t.Sid, Kind: t.Kind, Start: t.Start, Steps: map[string]float64{}}
+	for i := range t.marks {
+		if v := t.marks[i].Load(); v > 0 {
+			out.Steps[Step(i).String()] = float64(v) / 1e6
+		}
+	}
+	return out
+}
+
+// The sessions: live ones by participant, and the last finished ones.
+var timings struct {
+	mu     sync.Mutex
+	live   map[*Participant]*SessionTiming
+	recent []*SessionTiming
+}
+
+const recentTimings = 200
+
+// startTiming begins p's record at start (the first signaling message).
+func (p *Participant) startTiming(kind string, start time.Time) *SessionTiming {
+	t := &SessionTiming{Room: p.room.name, Identity: p.identity, Sid: p.sid, Kind: kind, Start: start}
+	timings.mu.Lock()
+	if timings.live == nil {
+		timings.live = map[*Participant]*SessionTiming{}
+	}
+	timings.live[p] = t
+	timings.mu.Unlock()
+	p.OnClose(func() {
+		timings.mu.Lock()
+		delete(timings.live, p)
+		timings.recent = append(timings.recent, t)
+		if len(timings.recent) > recentTimings {
+			timings.recent = timings.recent[len(timings.recent)-recentTimings:]
+		}
+		timings.mu.Unlock()
+	})
+	return t
+}
+
+// timing is p's record, nil if it has none.
+func (p *Participant) timing() *SessionTiming {
+	timings.mu.Lock()
+	defer timings.mu.Unlock()
+	return timings.live[p]
+}
+
+// Timing is the participant's session timing, nil if it has none.
+func (p *Participant) Timing() *SessionTiming { return p.timing() }
+
+// SessionTimings lists the live and recently finished sessions of room, newest
+// last.
+func SessionTimings(room string) []SessionTimingInfo {
+	timings.mu.Lock()
+	var all []*SessionTiming
+	for _, t := range timings.recent {
+		all = append(all, t)
+	}
+	for _, t := range timings.live {
+		all = append(all, t)
+	}
+	timings.mu.Unlock()
+	out := []SessionTimingInfo{}
+	for _, t := range all {
+		if t.Room == room {
+			out = append(out, t.Info())
+		}
+	}
+	for i := 1; i < len(out); i++ { // few entries: insertion sort by start
+		for j := i; j > 0 && out[j].Start.Before(out[j-1].Start); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// watchTransport marks ICE and DTLS completion of pc. It registers the ICE
+// connection state and DTLS state handlers, which nothing else uses.
+func (t *SessionTiming) watchTransport(pc *webrtc.PeerConnection) {
+	if t == nil {
+		return
+	}
+	pc.OnICEConnectionStateChange(func(s webrtc.ICEConnectionState) {
+		if s == webrtc.ICEConnectionStateConnected {
+			t.Mark(StepICEConnected)
+		}
+	})
+	if sctp := pc.SCTP(); sctp != nil && sctp.Transport() != nil {
+		sctp.Transport().OnStateChange(func(s webrtc.DTLSTransportState) {
+			if s == webrtc.DTLSTransportStateConnected {
+				t.Mark(StepDTLSConnected)
+			}
+		})
+	}
+}
+
+// offerHasCandidates reports whether a (non-trickled) offer carries candidates.
+func offerHasCandidates(sdp string) bool { return strings.Contains(sdp, "a=candidate:") }
+
+// markFirstRTP is called by a DownTrack when its first packet went out.
+func (d *DownTrack) markFirstRTP() {
+	if d.sub != nil && d.pub.kind == webrtc.RTPCodecTypeVideo {
+		if t := d.sub.timing(); t != nil {
+			t.Mark(StepFirstRTP)
+		}
+	}
+}

@@ -1,0 +1,483 @@
+package webtransport_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/server"
+	"github.com/petrel-sfu/petrel/webtransport"
+	"github.com/petrel-sfu/petrel/webtransport/moqt"
+)
+
+const (
+	apiKey    = "wtkey"
+	apiSecret = "wt-secret-wt-secret-wt-secret-wt-secret"
+)
+
+// logBuf collects the server's log lines so tests can assert on them.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), s)
+}
+
+type env struct {
+	t    *testing.T
+	srv  *server.Server
+	wt   *webtransport.Server
+	logs *logBuf
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Loopback = true
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.RTC.UDPPort = 0
+	cfg.RTC.TCPPort = 0
+	cfg.TURN.Enabled = false
+	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
+	logs := &logBuf{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	keys := auth.Keys{apiKey: apiSecret}
+	s, err := server.Start(cfg, keys, apiKey, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.WebTransport
+	if w == nil {
+		// A server built without the endpoint: start one beside it.
+		if w, err = webtransport.Start(webtransport.Options{Addr: "127.0.0.1:0", Manager: s.Manager, Keys: keys, Log: log}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Close() })
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.b.String())
+		}
+	})
+	return &env{t: t, srv: s, wt: w, logs: logs}
+}
+
+func (e *env) token(room, identity string) string {
+	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true},
+		RegisteredClaims: jwtSubject(identity)}, time.Hour)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+func (e *env) url() string { return e.wt.Info("127.0.0.1")["url"].(string) }
+
+func (e *env) dial(room, identity string) *webtransport.Client {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := webtransport.Dial(ctx, e.url(), e.token(room, identity), webtransport.ClientOptions{CertHash: e.wt.CertHash(), Extensions: true})
+	if err != nil {
+		e.t.Fatalf("dial %s: %v", identity, err)
+	}
+	e.t.Cleanup(c.Close)
+	return c
+}
+
+func (e *env) join(room, identity string) *client.Client {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Join(ctx, "ws://"+e.srv.HTTPAddr+"/v1/rtc", e.token(room, identity), client.Options{Name: identity})
+	if err != nil {
+		e.t.Fatalf("join %s: %v", identity, err)
+	}
+	e.t.Cleanup(c.Close)
+	return c
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// vp8Frame makes a recognizable VP8 frame: the frame tag's bit 0 marks
+// keyframes (what the SFU and decoders look at), the rest numbers the frame.
+func vp8Frame(n int, key bool) []byte {
+	b := make([]byte, 2500+(n%7)*300)
+	rand.New(rand.NewSource(int64(n))).Read(b)
+	if key {
+		b[0] &^= 1
+		b[3], b[4], b[5] = 0x9d, 0x01, 0x2a
+	} else {
+		b[0] |= 1
+	}
+	b[1], b[2] = byte(n>>8), byte(n)
+	return b
+}
+
+// A WebTransport publisher's VP8 frames reach a Pion WebRTC subscriber whole and
+// in order; the subscriber's keyframe request reaches the WebTransport publisher;
+// the publisher's data track reaches the WebRTC client, and the WebRTC
+// client's data and the room's events reach the WebTransport client.
+func TestWebTransportPublisherToWebRTCSubscriber(t *testing.T) {
+	e := start(t)
+	pub := e.dial("mix", "wtpub")
+	if pub.Petrel["identity"] != "wtpub" {
+		t.Fatalf("server SETUP: %v", pub.Petrel)
+	}
+	video := pub.AddTrack("video", false)
+	data := pub.AddTrack("data", false)
+	var keyReqs atomic.Int64
+	var forceKey atomic.Bool
+	video.OnKeyframeRequest(func() { keyReqs.Add(1); forceKey.Store(true) })
+	if err := pub.Announce(context.Background(), []string{"petrel", "mix", "wtpub"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to subscribe to the publisher's video", 10*time.Second, func() bool { return video.Subscribers() > 0 })
+	events, err := pub.Subscribe(context.Background(), []string{"petrel", "mix"}, "events", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sent := sync.Map{} // frame number -> bytes
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tk := time.NewTicker(33 * time.Millisecond)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			key := n%60 == 0 || forceKey.Swap(false)
+			f := vp8Frame(n, key)
+			sent.Store(n, f)
+			m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1, WallclockMs: uint64(time.Now().UnixMilli())}
+			if key {
+				m.Codec, m.Width, m.Height = "vp8", 640, 360
+			}
+			_ = video.WriteFrame(&m, key, f)
+		}
+	}()
+
+	viewer := e.join("mix", "viewer")
+	var tr client.Track
+	select {
+	case tr = <-viewer.Tracks:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the WebRTC viewer never got the WebTransport publisher's track")
+	}
+	dp, _ := webtransport.NewDepacketizer("vp8", 90000)
+	var frames [][]byte
+	var lastTS uint64
+	keys := 0
+	deadline := time.Now().Add(15 * time.Second)
+	for len(frames) < 30 && time.Now().Before(deadline) {
+		_ = tr.Remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+		p, _, err := tr.Remote.ReadRTP()
+		if err != nil {
+			t.Fatalf("read: %v after %d frames", err, len(frames))
+		}
+		key := len(p.Payload) > 4 && vp8Key(p.Payload)
+		dp.Push(&p.Header, p.Payload, key, func(ts uint64, k bool, f []byte) {
+			if len(frames) > 0 && ts <= lastTS {
+				t.Errorf("timestamps go back: %d after %d", ts, lastTS)
+			}
+			lastTS = ts
+			if k {
+				keys++
+			}
+			frames = append(frames, append([]byte(nil), f...))
+		})
+	}
+	if len(frames) < 30 {
+		t.Fatalf("viewer decoded %d whole frames", len(frames))
+	}
+	if tr.Remote.Codec().MimeType != webrtc.MimeTypeVP8 {
+		t.Fatalf("codec %s", tr.Remote.Codec().MimeType)
+	}
+	if keys == 0 {
+		t.Fatal("no keyframe reached the viewer")
+	}
+	prev := -1
+	for i, f := range frames {
+		n := int(f[1])<<8 | int(f[2])
+		want, ok := sent.Load(n)
+		if !ok || !bytes.Equal(want.([]byte), f) {
+			t.Fatalf("frame %d (number %d) differs from what was published", i, n)
+		}
+		if n <= prev {
+			t.Fatalf("frame %d after %d", n, prev)
+		}
+		prev = n
+	}
+	if keyReqs.Load() == 0 {
+		t.Error("the WebRTC subscriber's keyframe request never reached the WebTransport publisher")
+	}
+
+	// Data: WebTransport -> WebRTC.
+	msg, _ := json.Marshal(map[string]any{"topic": "chat", "payload": []byte("hello from quic")})
+	waitFor(t, "the server to subscribe to the data track", 10*time.Second, func() bool { return data.Subscribers() > 0 })
+	if err := data.WriteFrame(&moqt.Meta{AudioLevel: -1}, true, msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-viewer.DataIn:
+		if string(d.Payload) != "hello from quic" || d.Header.From != "wtpub" || d.Header.Topic != "chat" {
+			t.Fatalf("viewer got %+v %q", d.Header, d.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("data from the WebTransport client never reached the WebRTC client")
+	}
+	// Data: WebRTC -> WebTransport, on the events track, after joined.
+	if err := viewer.SendData([]byte("hello from rtc"), true, true, "wtpub"); err != nil {
+		t.Fatal(err)
+	}
+	sawJoined, sawData := false, false
+	deadline = time.Now().Add(10 * time.Second)
+	for !sawData && time.Now().Before(deadline) {
+		select {
+		case o := <-events.Objects:
+			var ev map[string]any
+			if err := json.Unmarshal(o.Payload, &ev); err != nil {
+				t.Fatalf("event is not JSON: %q", o.Payload)
+			}
+			switch ev["type"] {
+			case "joined":
+				sawJoined = true
+			case "data":
+				sawData = ev["from"] == "viewer" && ev["payload"] == "aGVsbG8gZnJvbSBydGM=" // base64("hello from rtc")
+			}
+		case <-time.After(time.Second):
+		}
+	}
+	if !sawJoined || !sawData {
+		t.Fatalf("events track: joined %v, data %v", sawJoined, sawData)
+	}
+}
+
+func vp8Key(p []byte) bool {
+	// RFC 7741 descriptor with X/I/M as the packetizer writes them.
+	i := 1
+	if p[0]&0x80 != 0 {
+		x := p[1]
+		i = 2
+		if x&0x80 != 0 {
+			if p[i]&0x80 != 0 {
+				i += 2
+			} else {
+				i++
+			}
+		}
+		if x&0x40 != 0 {
+			i++
+		}
+		if x&0x30 != 0 {
+			i++
+		}
+	}
+	return p[0]&0x10 != 0 && p[0]&0x07 == 0 && i < len(p) && p[i]&1 == 0
+}
+
+// A WebRTC publisher's VP8 track reaches a WebTransport subscriber as frames
+// (objects in groups, a group per keyframe), over streams and over datagrams.
+func TestWebRTCPublisherToWebTransportSubscriber(t *testing.T) {
+	e := start(t)
+	pc := e.join("mix2", "rtcpub")
+	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "v", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pc.Publish(context.Background(), track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	sent := sync.Map{}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		pk, _ := webtransport.NewPacketizer("vp8", 90000, 96, 0x5555, 1)
+		tk := time.NewTicker(33 * time.Millisecond)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			f := vp8Frame(n, n%15 == 0)
+			sent.Store(n, f)
+			pk.Packetize(uint64(n)*33333, f, func(p *rtp.Packet) { _ = track.WriteRTP(p) })
+		}
+	}()
+	_ = media.Sample{}
+
+	sub := e.dial("mix2", "wtsub")
+	ns := []string{"petrel", "mix2", "rtcpub"}
+	var s *webtransport.ClientSub
+	waitFor(t, "the WebRTC publisher's track", 10*time.Second, func() bool {
+		s, err = sub.Subscribe(context.Background(), ns, "video", false)
+		return err == nil
+	})
+	check := func(s *webtransport.ClientSub, mode string) {
+		t.Helper()
+		got, groups := 0, map[uint64]bool{}
+		var codec string
+		deadline := time.Now().Add(15 * time.Second)
+		for got < 30 && time.Now().Before(deadline) {
+			select {
+			case o := <-s.Objects:
+				n := int(o.Payload[1])<<8 | int(o.Payload[2])
+				want, ok := sent.Load(n)
+				if !ok || !bytes.Equal(want.([]byte), o.Payload) {
+					t.Fatalf("%s: object %d/%d is not frame %d as published", mode, o.Group, o.ID, n)
+				}
+				if o.Meta.Keyframe != (o.ID == 0) {
+					t.Fatalf("%s: object %d/%d keyframe=%v", mode, o.Group, o.ID, o.Meta.Keyframe)
+				}
+				if o.Meta.Codec != "" {
+					codec = o.Meta.Codec
+				}
+				groups[o.Group] = true
+				got++
+			case <-time.After(time.Second):
+			}
+		}
+		if got < 30 || codec != "vp8" || len(groups) < 2 {
+			t.Fatalf("%s: %d objects in %d groups, codec %q", mode, got, len(groups), codec)
+		}
+	}
+	check(s, "streams")
+	s.Unsubscribe()
+	d, err := sub.Subscribe(context.Background(), ns, "video", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(d, "datagrams")
+}
+
+// Hostile input: a bad token, garbage on the control stream, a data stream for
+// an unknown track alias, an oversized object. Each gets a clear error and a
+// log line; none takes the server down.
+func TestWebTransportBadInput(t *testing.T) {
+	e := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := webtransport.Dial(ctx, e.url(), "not-a-token", webtransport.ClientOptions{CertHash: e.wt.CertHash()})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("bad token: %v", err)
+	}
+	waitFor(t, "a log line for the bad token", 5*time.Second, func() bool { return e.logs.has("webtransport session refused") })
+
+	// Garbage after SETUP on the control stream.
+	c := e.dial("bad", "garbage")
+	st, err := c.Session.OpenUniStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup, _ := moqt.AppendMessage(nil, moqt.Setup{})
+	_, _ = st.Write(append(setup, 0x7f, 0x00, 0x02, 0xde, 0xad))
+	select {
+	case <-c.Done():
+		// Which of the two control streams the server takes first is a race;
+		// either way the session ends naming the control-stream violation.
+		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "control") {
+			t.Fatalf("session ended with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second control stream did not end the session")
+	}
+
+	c2 := e.dial("bad", "garbage2")
+	// Unknown track alias on a data stream: the stream is refused, the session lives.
+	ds, err := c2.Session.OpenUniStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = ds.Write(moqt.AppendSubgroupHeader(nil, moqt.SubgroupHeader{TrackAlias: 999, Group: 1}))
+	waitFor(t, "a log line for the unknown alias", 5*time.Second, func() bool { return e.logs.has("unknown track alias") })
+
+	// Oversized object on a real track.
+	v := c2.AddTrack("video", false)
+	if err := c2.Announce(ctx, []string{"petrel", "bad", "garbage2"}); err != nil {
+		t.Fatal(err)
+	}
+	// Publishing in someone else's namespace is refused.
+	var re *webtransport.RequestError
+	if err := c2.Announce(ctx, []string{"petrel", "bad", "someone-else"}); !errors.As(err, &re) || re.Code != moqt.ErrCodeUnauthorized {
+		t.Fatalf("foreign namespace: %v", err)
+	}
+	waitFor(t, "the server's subscription", 5*time.Second, func() bool { return v.Subscribers() > 0 })
+	alias := v.Aliases()[0]
+	big, _ := c2.Session.OpenUniStream()
+	b := moqt.AppendSubgroupHeader(nil, moqt.SubgroupHeader{TrackAlias: alias, Group: 0})
+	b = moqt.AppendVI(b, 0)
+	b = moqt.AppendVI(b, 0) // no extensions
+	b = moqt.AppendVI(b, 100<<20)
+	_, _ = big.Write(b)
+	waitFor(t, "a log line for the oversized object", 5*time.Second, func() bool { return e.logs.has("object too large") })
+	select {
+	case <-c2.Done():
+		t.Fatalf("session ended: %v", c2.Err())
+	default:
+	}
+
+	// Garbage control message (an unknown type) ends the session with a reason.
+	c3 := e.dial("bad", "garbage3")
+	req, err := c3.Session.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = req.Write([]byte{0x03, 0x00, 0x03, 0xff, 0xff, 0xff}) // SUBSCRIBE with a truncated body
+	select {
+	case <-c3.Done():
+		if err := c3.Err(); err == nil || !strings.Contains(err.Error(), "bad request") {
+			t.Fatalf("session ended with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a malformed request did not end the session")
+	}
+	if !e.logs.has("webtransport session closed") {
+		t.Fatal("no log line for the closed session")
+	}
+}
+
+func jwtSubject(s string) jwt.RegisteredClaims { return jwt.RegisteredClaims{Subject: s} }
