@@ -45,6 +45,7 @@ import (
 const (
 	talkWaitTrack = 15 * time.Second // for the viewer's microphone to appear
 	talkQueue     = 64               // packets between the SFU and the RTSP writer
+	talkMismatch  = 3 * time.Second  // an audio track in the wrong codec, before giving up
 )
 
 type talkRequest struct {
@@ -156,12 +157,9 @@ func (c *Camera) talk(ctx context.Context, from string, id json.RawMessage) stri
 	defer bc.close()
 	c.Reply(from, "talk", result(id, map[string]any{"codec": bc.mime}))
 
-	pub, why := c.waitMicrophone(ctx, from)
+	pub, why := c.waitMicrophone(ctx, from, bc.mime)
 	if pub == nil {
 		return why
-	}
-	if got := pub.Codec().MimeType; !strings.EqualFold(got, bc.mime) {
-		return fmt.Sprintf("the microphone is %s, the camera takes %s", got, bc.mime)
 	}
 	q := make(chan []byte, talkQueue)
 	remove := pub.AddSink(&queueSink{q: q})
@@ -193,32 +191,45 @@ func (c *Camera) talk(ctx context.Context, from string, id json.RawMessage) stri
 	}
 }
 
-// waitMicrophone finds the viewer's published audio (source microphone, or any
-// audio) in the camera's room.
-func (c *Camera) waitMicrophone(ctx context.Context, from string) (*sfu.Publication, string) {
+// waitMicrophone finds the viewer's published audio in the camera's room: one
+// in codec mime if it has one (a viewer may also publish its ordinary Opus
+// microphone), preferring source "microphone"; "" accepts any codec. A viewer
+// whose only audio stays in another codec for talkMismatch is told so.
+func (c *Camera) waitMicrophone(ctx context.Context, from, mime string) (*sfu.Publication, string) {
 	deadline := time.NewTimer(talkWaitTrack)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	var mismatchSince time.Time
 	for {
+		var best, other *sfu.Publication
 		if r := c.g.o.Manager.Room(c.Room()); r != nil {
 			p := r.ByIdentity(from)
 			if p == nil {
 				return nil, "viewer left"
 			}
-			var any *sfu.Publication
 			for _, pub := range p.Publications() {
 				if pub.Info().Kind != "audio" {
 					continue
 				}
-				if pub.Info().Source == "microphone" {
-					return pub, ""
+				if mime != "" && !strings.EqualFold(pub.Codec().MimeType, mime) {
+					other = pub
+					continue
 				}
-				any = pub
+				if best == nil || pub.Info().Source == "microphone" {
+					best = pub
+				}
 			}
-			if any != nil {
-				return any, ""
-			}
+		}
+		if best != nil {
+			return best, ""
+		}
+		if other == nil {
+			mismatchSince = time.Time{}
+		} else if mismatchSince.IsZero() {
+			mismatchSince = time.Now()
+		} else if time.Since(mismatchSince) > talkMismatch {
+			return nil, fmt.Sprintf("the microphone is %s, the camera takes %s", other.Codec().MimeType, mime)
 		}
 		select {
 		case <-ctx.Done():
@@ -250,7 +261,7 @@ func (c *Camera) stillPublished(from string, pub *sfu.Publication) bool {
 // talkWebRTC subscribes the camera peer to the talker's microphone only.
 func (c *Camera) talkWebRTC(ctx context.Context, from string, id json.RawMessage) string {
 	c.Reply(from, "talk", result(id, map[string]any{"codec": "any"}))
-	pub, why := c.waitMicrophone(ctx, from)
+	pub, why := c.waitMicrophone(ctx, from, "")
 	if pub == nil {
 		return why
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha1"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -51,14 +52,16 @@ type emuPreset struct {
 
 // Command is one accepted PTZ request.
 type Command struct {
-	Op      string // ContinuousMove, Stop, AbsoluteMove, RelativeMove, GotoPreset, SetPreset, GetPresets, GetStatus, GetProfiles
-	Profile string
+	Op      string `json:"op"` // ContinuousMove, Stop, AbsoluteMove, RelativeMove, GotoPreset, SetPreset, GetPresets, GetStatus, GetProfiles
+	Profile string `json:"profile"`
 	// Pan, Tilt, Zoom of the velocity/position/translation; nil when absent.
-	Pan, Tilt, Zoom *float64
-	Preset          string // token (GotoPreset, SetPreset) or name (SetPreset without token)
-	Name            string
-	Timeout         string
-	At              time.Time
+	Pan     *float64  `json:"pan,omitempty"`
+	Tilt    *float64  `json:"tilt,omitempty"`
+	Zoom    *float64  `json:"zoom,omitempty"`
+	Preset  string    `json:"preset,omitempty"` // token (GotoPreset, SetPreset)
+	Name    string    `json:"name,omitempty"`
+	Timeout string    `json:"timeout,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Profiles the emulator has: the first without PTZ (a client must pick the
@@ -81,7 +84,10 @@ func NewONVIF(user, password string) *ONVIF {
 }
 
 // Start serves on addr (e.g. 127.0.0.1:0) and returns the device service URL.
-func (o *ONVIF) Start(addr string) (string, error) {
+func (o *ONVIF) Start(addr string) (string, error) { return o.StartWith(addr, nil) }
+
+// StartWith is Start with more routes added by extra.
+func (o *ONVIF) StartWith(addr string, extra func(*http.ServeMux)) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
@@ -89,6 +95,14 @@ func (o *ONVIF) Start(addr string) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/onvif/", o)
 	mux.HandleFunc("/axis-cgi/", o.serveWeb)
+	// What the camera received, for tests driving it from another process.
+	mux.HandleFunc("GET /emulator/commands", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(o.Commands())
+	})
+	if extra != nil {
+		extra(mux)
+	}
 	o.ln = ln
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = o.srv.Serve(ln) }()

@@ -8,6 +8,7 @@ import {
   Room,
 } from '../sdk/index.js';
 import { joinWt, transportChoice } from './wtcall.js';
+import { mountCameraControls } from './ptzui.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const params = new URLSearchParams(location.search);
@@ -126,7 +127,11 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
 
 function wireRoom(r: Room): void {
   r.on('connectionStateChanged', (s) => setStatus(s));
-  r.on('participantJoined', (p) => addTile(p.sid, p.name, false));
+  r.on('participantJoined', (p) => {
+    const tile = addTile(p.sid, p.name, false);
+    // In a camera room the camera gets PTZ, talk-back and picture tools (ptzui.ts).
+    if (p.identity === 'camera') mountCameraControls(r, tile.querySelector('video') as HTMLVideoElement, tile);
+  });
   r.on('participantUpdated', (p) => updateLabel(p));
   r.on('participantLeft', (p) => {
     tileOf(p.sid)?.remove();

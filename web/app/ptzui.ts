@@ -94,6 +94,7 @@ const ARROWS: [string, string, number, number][] = [
  * Speed is the velocity (0..1) that held arrows move at.
  */
 export function mountCameraControls(room: Room, video: HTMLVideoElement, container: HTMLElement, speed = 0.5): CameraControls {
+  addStyle();
   const rpc = new CameraRPC(room);
   const dptz = new DigitalPTZ(video);
   const bar = document.createElement('div');
@@ -248,4 +249,20 @@ export function mountCameraControls(room: Room, video: HTMLVideoElement, contain
       bar.remove();
     },
   };
+}
+
+// The controls' look, kept with them (the shared stylesheet stays untouched).
+function addStyle(): void {
+  if (document.getElementById('ptzui-style')) return;
+  const st = document.createElement('style');
+  st.id = 'ptzui-style';
+  st.textContent = `
+.camera-controls { position: absolute; left: 0; right: 0; bottom: 0; display: flex; flex-wrap: wrap; gap: 4px;
+  align-items: center; padding: 4px; background: rgba(0,0,0,.45); font-size: 12px; z-index: 2; }
+.camera-controls button { min-width: 28px; padding: 2px 6px; }
+.camera-controls button.on { background: #c0392b; color: #fff; }
+.camera-controls .ptz-pad { display: inline-flex; gap: 2px; }
+.camera-controls .ptz-status { color: #ddd; margin-left: auto; }
+.camera-controls .ptz-status.error { color: #ff8a80; }`;
+  document.head.append(st);
 }
