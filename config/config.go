@@ -36,6 +36,8 @@ type Config struct {
 	Admin  Admin  `yaml:"admin"`
 	// WebTransport is the HTTP/3 media endpoint (config/webtransport.go).
 	WebTransport WebTransport `yaml:"webtransport"`
+	// Cluster is off unless cluster.redis is set (config/cluster.go).
+	Cluster Cluster `yaml:"cluster"`
 
 	// Cameras are the IP cameras the gateway serves (camera.go, docs/cameras.md).
 	Cameras []Camera `yaml:"cameras"`
@@ -108,6 +110,7 @@ func Default() Config {
 			Realm:         "petrel",
 			CredentialTTL: time.Hour,
 		},
+		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
@@ -197,6 +200,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxMessageBytes < 1024 {
 		return errors.New("limits.max_message_bytes must be at least 1024")
+	}
+	if c.Cluster.Redis != "" && (c.Cluster.Heartbeat <= 0 || c.Cluster.NodeTTL < 2*c.Cluster.Heartbeat) {
+		return errors.New("cluster.node_ttl must be at least twice cluster.heartbeat")
 	}
 	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
+	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
@@ -40,6 +41,8 @@ type Server struct {
 	WebTransport *webtransport.Server
 	// Recorder records cameras and plays recordings back; nil unless recording.dir is set.
 	Recorder *record.Recorder
+	// Cluster is this server's cluster membership; nil without cluster.redis.
+	Cluster *cluster.Node
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -113,7 +116,16 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	}
 	s.HTTPAddr = ln.Addr().String()
 	s.startWebTransport(cfg, keys, log)
-	s.http = &http.Server{Handler: edge.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	handler := edge.Handler()
+	if cfg.Cluster.Redis != "" {
+		if handler, err = s.startCluster(cfg, keys[apiKey], handler, log); err != nil {
+			ln.Close()
+			s.Cameras.Close()
+			s.closeMedia()
+			return nil, err
+		}
+	}
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { s.errc <- s.http.Serve(ln) }()
 	log.Info("listening", "http", s.HTTPAddr, "rtc_udp", s.Engine.UDPPort, "rtc_tcp", s.Engine.TCPPort, "turn", s.TURNPort, "dev", dev)
 	return s, nil
@@ -125,6 +137,11 @@ func (s *Server) Err() <-chan error { return s.errc }
 // Shutdown tells every participant to leave, then stops.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopWebTransport()
+	if s.Cluster != nil {
+		// Leave first: the other nodes drop their mirrors of this node's
+		// participants at once instead of waiting for the heartbeat to expire.
+		s.Cluster.Close()
+	}
 	s.Cameras.Close()
 	if s.Recorder != nil {
 		// Before the rooms go: every open segment is closed and indexed.

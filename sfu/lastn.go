@@ -195,8 +195,13 @@ func (r *Room) updateDemand() {
 				any = true
 			}
 			if t.hasSinks() {
-				// Sinks (recording, node links, WebTransport) may use any layer.
-				need, any = [maxLayers]bool{true, true, true}, true
+				// Sinks (recording, WebTransport) may use any layer; node links
+				// say which they need (DemandSink).
+				sn, sa := t.sinkDemand()
+				for i := range sn {
+					need[i] = need[i] || sn[i]
+				}
+				any = any || sa
 			}
 			if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
 				p.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})

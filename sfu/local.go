@@ -84,6 +84,7 @@ type LocalTrackOptions struct {
 type LocalTrack struct {
 	pub   *Publication
 	ssrc  uint32
+	rid   string // "" for the base layer; AddLayer (cascade.go) adds others
 	q     chan []byte
 	pool  sync.Pool
 	done  chan struct{}
@@ -235,7 +236,7 @@ func (lt *LocalTrack) ReadRTCP(buf []byte) (int, error) {
 }
 
 func (lt *LocalTrack) SSRC() uint32 { return lt.ssrc }
-func (lt *LocalTrack) RID() string  { return "" }
+func (lt *LocalTrack) RID() string  { return lt.rid }
 func (lt *LocalTrack) Stop()        { lt.Close() }
 
 func (lt *LocalTrack) RequestKeyframe() {

@@ -26,6 +26,8 @@ type Manager struct {
 
 	mu    sync.Mutex
 	rooms map[string]*Room
+
+	dataTap dataTapPtr // cascade.go
 }
 
 // NewManager returns a manager that builds connections with engine.

@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// Links are set up like WHIP: the dialing node POSTs its offer to the other's
+// /v1/cluster/link and gets the answer in the response, with every candidate in
+// the SDP (no trickle). The request carries a token made with the cluster
+// secret, so only nodes of this cluster can open a link; DTLS then secures the
+// media with the fingerprints the exchange carried.
+
+type linkRequest struct {
+	From string `json:"from"`
+	SDP  string `json:"sdp"`
+}
+
+type linkAnswer struct {
+	SDP string `json:"sdp"`
+}
+
+// linkToken is "<from>.<unix seconds>.<hex hmac>".
+func linkToken(secret []byte, from string, at time.Time) string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("petrel link\x00" + from + "\x00" + ts))
+	return from + "." + ts + "." + hex.EncodeToString(m.Sum(nil))
+}
+
+// checkLinkToken accepts a token for from made within a minute of now.
+func checkLinkToken(secret []byte, tok, from string, now time.Time) error {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 || parts[0] != from {
+		return errors.New("malformed link token")
+	}
+	ts, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return errors.New("malformed link token time")
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > time.Minute || d < -time.Minute {
+		return errors.New("link token expired")
+	}
+	if !hmac.Equal([]byte(linkToken(secret, from, time.Unix(ts, 0))), []byte(tok)) {
+		return errors.New("bad link token")
+	}
+	return nil
+}
+
+// ensureLink dials peer unless a link is up or being made.
+func (n *Node) ensureLink(peer NodeInfo) {
+	n.mu.Lock()
+	if l := n.links[peer.ID]; (l != nil) || n.dialing[peer.ID] {
+		n.mu.Unlock()
+		return
+	}
+	n.dialing[peer.ID] = true
+	n.mu.Unlock()
+	go func() {
+		defer func() {
+			n.mu.Lock()
+			delete(n.dialing, peer.ID)
+			n.mu.Unlock()
+		}()
+		if err := n.dial(peer); err != nil {
+			mLinkFailures.Inc()
+			n.log.Warn("node link failed", "peer", peer.ID, "err", err)
+		}
+	}()
+}
+
+func (n *Node) dial(peer NodeInfo) error {
+	pc, err := n.engine.NewSubscriberPC()
+	if err != nil {
+		return err
+	}
+	l := newLink(n, peer.ID, pc)
+	ordered := true
+	ctl, err := pc.CreateDataChannel("ctl", &webrtc.DataChannelInit{Ordered: &ordered})
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	unordered, zero := false, uint16(0)
+	media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxRetransmits: &zero})
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	l.attach(ctl)
+	l.attach(media)
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	sdp, err := localDescription(pc, offer)
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	body, _ := json.Marshal(linkRequest{From: n.id, SDP: sdp})
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, peer.URL+"/v1/cluster/link", bytes.NewReader(body))
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+linkToken(n.secret, n.id, time.Now()))
+	resp, err := n.http.Do(req)
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<10))
+	if resp.StatusCode != http.StatusOK {
+		_ = pc.Close()
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(rb)))
+	}
+	var ans linkAnswer
+	if err := json.Unmarshal(rb, &ans); err != nil {
+		_ = pc.Close()
+		return fmt.Errorf("answer: %w", err)
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: ans.SDP}); err != nil {
+		_ = pc.Close()
+		return fmt.Errorf("answer: %w", err)
+	}
+	n.addLink(l)
+	select {
+	case <-l.up:
+		return nil
+	case <-l.closed:
+		return errors.New("link closed before it came up")
+	case <-time.After(10 * time.Second):
+		l.close("timeout")
+		return errors.New("link did not come up in 10 s")
+	}
+}
+
+// addLink records l, replacing an older link to the same peer (it restarted).
+func (n *Node) addLink(l *Link) {
+	n.mu.Lock()
+	old := n.links[l.peer]
+	n.links[l.peer] = l
+	n.mu.Unlock()
+	if old != nil && old != l {
+		old.close("replaced")
+	}
+}
+
+func localDescription(pc *webrtc.PeerConnection, d webrtc.SessionDescription) (string, error) {
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(d); err != nil {
+		return "", err
+	}
+	select {
+	case <-gathered:
+	case <-time.After(5 * time.Second):
+		return "", errors.New("ICE gathering did not complete")
+	}
+	return pc.LocalDescription().SDP, nil
+}
+
+// serveLink answers a peer's link offer.
+func (n *Node) serveLink(w http.ResponseWriter, r *http.Request) {
+	var req linkRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 256<<10)).Decode(&req); err != nil || req.From == "" || req.SDP == "" {
+		httpErr(w, http.StatusBadRequest, "a link request is JSON {from, sdp}")
+		return
+	}
+	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if err := checkLinkToken(n.secret, tok, req.From, time.Now()); err != nil {
+		n.log.Warn("node link refused", "from", req.From, "remote", r.RemoteAddr, "err", err)
+		httpErr(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	if req.From == n.id {
+		httpErr(w, http.StatusConflict, "a node does not link to itself")
+		return
+	}
+	pc, err := n.engine.NewSubscriberPC()
+	if err != nil {
+		httpErr(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	l := newLink(n, req.From, pc)
+	pc.OnDataChannel(l.attach)
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: req.SDP}); err != nil {
+		_ = pc.Close()
+		httpErr(w, http.StatusBadRequest, "offer: "+err.Error())
+		return
+	}
+	ans, err := pc.CreateAnswer(nil)
+	if err != nil {
+		_ = pc.Close()
+		httpErr(w, http.StatusBadRequest, "answer: "+err.Error())
+		return
+	}
+	sdp, err := localDescription(pc, ans)
+	if err != nil {
+		_ = pc.Close()
+		httpErr(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	n.addLink(l)
+	n.log.Info("node link accepted", "peer", req.From)
+	writeJSON(w, linkAnswer{SDP: sdp})
+}
+
+func httpErr(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,265 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// loadMeter turns CPU time and packet counters into rates between heartbeats.
+type loadMeter struct {
+	mu       sync.Mutex
+	at       time.Time
+	cpu      time.Duration
+	packets  uint64
+	lastCPU  float64
+	lastRate float64
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sample returns the CPU share of the machine and packets per second since the
+// previous sample.
+func (m *loadMeter) sample(packets uint64) (float64, float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now, cpu := time.Now(), processCPU()
+	if !m.at.IsZero() {
+		if dt := now.Sub(m.at); dt > 50*time.Millisecond {
+			m.lastCPU = float64(cpu-m.cpu) / float64(dt) / float64(runtime.NumCPU())
+			if packets >= m.packets {
+				m.lastRate = float64(packets-m.packets) / dt.Seconds()
+			}
+		}
+	}
+	m.at, m.cpu, m.packets = now, cpu, packets
+	return m.lastCPU, m.lastRate
+}
+
+func (m *loadMeter) last() (float64, float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastCPU, m.lastRate
+}
+
+// shedder lowers the Last-N of the node's rooms, one step at a time, while the
+// node is over its CPU threshold, and gives the steps back when load falls.
+// Lowering Last-N first drops the video of the participants who spoke least
+// recently — the tiles receivers look at least — so the least-affected
+// receivers lose quality first; audio, the dominant speaker and pinned
+// participants are never shed.
+type shedder struct {
+	max   float64
+	level atomic.Int32
+	over  int
+	under int
+	// orig is each room's Last-N before shedding began.
+	orig map[string]int
+}
+
+const (
+	shedMinLastN = 2
+	shedOverN    = 3 // heartbeats over the threshold before a step down
+	shedUnderN   = 6 // heartbeats under 70% of it before a step back up
+)
+
+func (s *shedder) init(max float64) { s.max, s.orig = max, map[string]int{} }
+
+// update runs on the heartbeat goroutine only.
+func (s *shedder) update(n *Node, cpu float64) {
+	if s.max <= 0 {
+		return
+	}
+	switch {
+	case cpu > s.max:
+		s.over, s.under = s.over+1, 0
+	case cpu < 0.7*s.max:
+		s.under, s.over = s.under+1, 0
+	default:
+		s.over, s.under = 0, 0
+	}
+	lvl := int(s.level.Load())
+	switch {
+	case s.over >= shedOverN:
+		s.over = 0
+		lvl++
+	case s.under >= shedUnderN && lvl > 0:
+		s.under = 0
+		lvl--
+	default:
+		return
+	}
+	s.level.Store(int32(lvl))
+	n.log.Warn("cluster load shedding", "level", lvl, "cpu", cpu, "max_cpu", s.max)
+	for _, r := range n.mgr.Rooms() {
+		name := r.Name()
+		orig, ok := s.orig[name]
+		if !ok {
+			orig = r.LastN()
+			s.orig[name] = orig
+		}
+		full := orig
+		if full == 0 {
+			full = len(r.Participants()) - 1
+		}
+		target := max(full-lvl, shedMinLastN)
+		if lvl == 0 || target >= full {
+			r.SetLastN(orig)
+			delete(s.orig, name)
+			continue
+		}
+		r.SetLastN(target)
+	}
+}
+
+// probeLoop measures the HTTP round trip to nodes this one has no link to,
+// so that placement knows the distances before any room is shared.
+func (n *Node) probeLoop() {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		for _, peer := range n.Nodes() {
+			if peer.ID == n.id {
+				continue
+			}
+			best := -1.0
+			for i := 0; i < 3; i++ {
+				ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+"/healthz", nil)
+				t0 := time.Now()
+				resp, err := n.http.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if ms := float64(time.Since(t0)) / 1e6; best < 0 || ms < best {
+						best = ms
+					}
+				}
+				cancel()
+			}
+			if best >= 0 {
+				n.mu.Lock()
+				n.probeRTT[peer.ID] = best
+				n.mu.Unlock()
+			}
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// startDrain asks every client of this node to reconnect to another node,
+// then closes those still here after the grace period.
+func (n *Node) startDrain() {
+	if n.draining.Swap(true) {
+		return
+	}
+	n.log.Warn("cluster node draining")
+	go func() {
+		deadline := time.Now().Add(n.cfg.DrainGrace)
+		for time.Now().Before(deadline) {
+			if n.askToMove() == 0 {
+				n.log.Info("cluster node drained")
+				return
+			}
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(3 * time.Second):
+			}
+		}
+		for _, r := range n.mgr.Rooms() {
+			for _, p := range r.Participants() {
+				if !n.isMirror(p) && !p.Local() {
+					p.Kick("node_drained", "this node was drained")
+				}
+			}
+		}
+	}()
+}
+
+// askToMove sends each client on this node a reconnect hint naming the best
+// other node for its room, and returns how many clients are still here.
+func (n *Node) askToMove() int {
+	others := []NodeInfo{}
+	for _, x := range n.Nodes() {
+		if x.ID != n.id {
+			others = append(others, x)
+		}
+	}
+	left := 0
+	for _, r := range n.mgr.Rooms() {
+		for _, p := range r.Participants() {
+			if n.isMirror(p) || p.Local() {
+				continue
+			}
+			left++
+			c := Place(others, r.Name(), nil, n.cfg.MaxCPU)
+			if len(c) == 0 {
+				continue // nowhere to go: stay until the grace period ends
+			}
+			p.Send(protocol.Msg{"type": "reconnect", "url": c[0].Node.WSURL(), "node": c[0].Node.ID, "reason": "drain"})
+		}
+	}
+	return left
+}
+
+// Handler serves the cluster's HTTP endpoints:
+//
+//	GET  /v1/cluster/nodes  live nodes (id, URLs, load, draining) for client placement
+//	POST /v1/cluster/place  {room, rtt: {node id: ms}} -> the node to join
+//	POST /v1/cluster/link   a node's link offer (cluster token)
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/cluster/nodes", func(w http.ResponseWriter, _ *http.Request) {
+		type pub struct {
+			ID       string  `json:"id"`
+			URL      string  `json:"url"`
+			WS       string  `json:"ws"`
+			Draining bool    `json:"draining"`
+			CPU      float64 `json:"cpu"`
+			Parts    int     `json:"participants"`
+		}
+		var out []pub
+		for _, x := range n.Nodes() {
+			// Room names and identities stay in Redis: clients need only the nodes.
+			out = append(out, pub{ID: x.ID, URL: x.URL, WS: x.WSURL(), Draining: x.Draining, CPU: x.Load.CPU, Parts: x.Load.Participants})
+		}
+		writeJSON(w, map[string]any{"self": n.id, "nodes": out})
+	})
+	mux.HandleFunc("POST /v1/cluster/place", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Room string             `json:"room"`
+			RTT  map[string]float64 `json:"rtt"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil || req.Room == "" || len(req.Room) > 128 || len(req.RTT) > 1000 {
+			httpErr(w, http.StatusBadRequest, "place takes JSON {room, rtt: {node id: milliseconds}}")
+			return
+		}
+		c := Place(n.Nodes(), req.Room, req.RTT, n.cfg.MaxCPU)
+		if len(c) == 0 {
+			httpErr(w, http.StatusServiceUnavailable, "no node can take participants")
+			return
+		}
+		writeJSON(w, map[string]any{"node": c[0].Node.ID, "url": c[0].Node.URL, "ws": c[0].Node.WSURL(), "delayMs": c[0].DelayMS})
+	})
+	mux.HandleFunc("POST /v1/cluster/link", n.serveLink)
+	return mux
+}

@@ -1,0 +1,30 @@
+package config
+
+import "time"
+
+// Cluster joins this node to a Petrel cluster whose shared state is in Redis
+// (docs/operations.md). Without Redis the server is a single node and no
+// cluster code runs.
+type Cluster struct {
+	Redis         string `yaml:"redis" flag:"redis" usage:"Redis address (host:port) of the cluster state; empty: single node"`
+	RedisPassword string `yaml:"redis_password" flag:"redis-password" usage:"Redis password (prefer PETREL_REDIS_PASSWORD)"`
+	RedisTLS      bool   `yaml:"redis_tls" flag:"redis-tls" usage:"connect to Redis over TLS"`
+	// NodeID names this node in the cluster; empty: a random id per start.
+	NodeID string `yaml:"node_id" flag:"node-id" usage:"this node's id in the cluster (default: random)"`
+	// URL is how clients and other nodes reach this node's HTTP port.
+	URL string `yaml:"url" flag:"node-url" usage:"this node's HTTP URL for clients and nodes (default: from the listen address)"`
+	// Heartbeat is how often the node refreshes its record; a node whose record
+	// is older than NodeTTL is taken for lost.
+	Heartbeat time.Duration `yaml:"heartbeat" flag:"cluster-heartbeat" usage:"node heartbeat interval"`
+	NodeTTL   time.Duration `yaml:"node_ttl" flag:"cluster-node-ttl" usage:"a node silent this long is lost"`
+	// MaxCPU is the share of the machine's CPU (0 to 1) above which the node
+	// sheds load (lower Last-N) and is offered to new participants last.
+	MaxCPU float64 `yaml:"max_cpu"`
+	// DrainGrace is how long a draining node waits for participants to move
+	// before it closes the remaining ones.
+	DrainGrace time.Duration `yaml:"drain_grace" flag:"drain-grace" usage:"how long a drain waits before closing the rest"`
+}
+
+func defaultCluster() Cluster {
+	return Cluster{Heartbeat: 500 * time.Millisecond, NodeTTL: 3 * time.Second, MaxCPU: 0.85, DrainGrace: 30 * time.Second}
+}
