@@ -164,7 +164,10 @@ func readPairsToEnd(r *Reader) Pairs {
 	return ps
 }
 
-// Message is a decoded control message.
+// Message is a decoded control message. Draft-18 sends every response
+// (SUBSCRIBE_OK, REQUEST_OK, REQUEST_ERROR, PUBLISH_DONE) and UNSUBSCRIBE on the
+// request's own bidirectional stream and without the Request ID: the stream
+// names the request. Their RequestID fields are therefore never on the wire.
 type Message interface{ msgType() uint64 }
 
 // Setup is draft-18's unified SETUP (version is agreed by ALPN / WT-Protocol).
@@ -290,18 +293,15 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		p = AppendVI(p, uint64(len(m.Params)))
 		p = appendPairs(p, m.Params, true)
 	case SubscribeOK:
-		p = AppendVI(p, m.RequestID)
 		p = AppendVI(p, m.TrackAlias)
 		p = AppendVI(p, uint64(len(m.Params)))
 		p = appendPairs(p, m.Params, true)
 		p = appendPairs(p, m.Extensions, false)
 	case RequestError:
-		p = AppendVI(p, m.RequestID)
 		p = AppendVI(p, m.Code)
 		p = AppendVI(p, m.RetryInterval)
 		p = AppendBytes(p, []byte(m.Reason))
 	case RequestOK:
-		p = AppendVI(p, m.RequestID)
 		p = AppendVI(p, uint64(len(m.Params)))
 		p = appendPairs(p, m.Params, true)
 	case PublishNamespace:
@@ -310,9 +310,7 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		p = AppendVI(p, uint64(len(m.Params)))
 		p = appendPairs(p, m.Params, true)
 	case Unsubscribe:
-		p = AppendVI(p, m.RequestID)
 	case PublishDone:
-		p = AppendVI(p, m.RequestID)
 		p = AppendVI(p, m.Status)
 		p = AppendVI(p, m.StreamCount)
 		p = AppendBytes(p, []byte(m.Reason))
@@ -345,22 +343,22 @@ func ParseMessage(t uint64, payload []byte) (Message, error) {
 		s.Params = readPairsCount(r)
 		m = s
 	case TypeSubscribeOK:
-		s := SubscribeOK{RequestID: r.VI(), TrackAlias: r.VI()}
+		s := SubscribeOK{TrackAlias: r.VI()}
 		s.Params = readPairsCount(r)
 		s.Extensions = readPairsToEnd(r)
 		m = s
 	case TypeRequestError:
-		m = RequestError{RequestID: r.VI(), Code: r.VI(), RetryInterval: r.VI(), Reason: string(r.Bytes(MaxMessage))}
+		m = RequestError{Code: r.VI(), RetryInterval: r.VI(), Reason: string(r.Bytes(MaxMessage))}
 	case TypeRequestOK:
-		m = RequestOK{RequestID: r.VI(), Params: readPairsCount(r)}
+		m = RequestOK{Params: readPairsCount(r)}
 	case TypePublishNamespace:
 		p := PublishNamespace{RequestID: r.VI(), Namespace: readNamespace(r)}
 		p.Params = readPairsCount(r)
 		m = p
 	case TypeUnsubscribe:
-		m = Unsubscribe{RequestID: r.VI()}
+		m = Unsubscribe{}
 	case TypePublishDone:
-		m = PublishDone{RequestID: r.VI(), Status: r.VI(), StreamCount: r.VI(), Reason: string(r.Bytes(MaxMessage))}
+		m = PublishDone{Status: r.VI(), StreamCount: r.VI(), Reason: string(r.Bytes(MaxMessage))}
 	case TypeGoAway:
 		m = GoAway{URI: string(r.Bytes(MaxName))}
 	default:

@@ -43,12 +43,12 @@ func TestMessagesRoundTrip(t *testing.T) {
 		Setup{Params: Pairs{{Key: ParamPath, Bytes: []byte("/moq")}, {Key: ParamPetrel, Bytes: []byte(`{"ext":["dgram"]}`)}}},
 		Subscribe{RequestID: 4, Namespace: []string{"petrel", "room", "alice"}, Track: "video",
 			Params: Pairs{{Key: ParamForward, Int: 1}, {Key: ParamSubPriority, Int: 7}, {Key: ParamDelivery, Int: 1}}},
-		SubscribeOK{RequestID: 4, TrackAlias: 9, Params: Pairs{{Key: ParamGroupOrder, Int: 1}}, Extensions: Pairs{{Key: 0x2, Int: 1000}}},
-		RequestError{RequestID: 5, Code: ErrCodeDoesNotExist, RetryInterval: 0, Reason: "no such track"},
+		SubscribeOK{TrackAlias: 9, Params: Pairs{{Key: ParamGroupOrder, Int: 1}}, Extensions: Pairs{{Key: 0x2, Int: 1000}}},
+		RequestError{Code: ErrCodeDoesNotExist, RetryInterval: 0, Reason: "no such track"},
 		RequestOK{RequestID: 0},
 		PublishNamespace{RequestID: 2, Namespace: []string{"petrel", "r", "bob"}},
-		Unsubscribe{RequestID: 8},
-		PublishDone{RequestID: 1, Status: 2, StreamCount: 3, Reason: "bye"},
+		Unsubscribe{},
+		PublishDone{Status: 2, StreamCount: 3, Reason: "bye"},
 		GoAway{URI: "https://x/"},
 	}
 	var wire []byte
@@ -93,8 +93,8 @@ func TestGarbageMessages(t *testing.T) {
 		}
 	}
 	// Trailing bytes after a complete message are an error.
-	w, _ := AppendMessage(nil, Unsubscribe{RequestID: 1})
-	if _, err := ParseMessage(TypeUnsubscribe, append(w[3:], 0)); err == nil {
+	w, _ := AppendMessage(nil, PublishDone{Status: 1})
+	if _, err := ParseMessage(TypePublishDone, append(w[3:], 0)); err == nil {
 		t.Error("trailing byte accepted")
 	}
 }
@@ -136,6 +136,18 @@ func TestSubgroupStream(t *testing.T) {
 	gh, _ = ReadSubgroupHeader(br)
 	if err := NewObjectReader(br, gh, 1<<20).Next(&o); !errors.Is(err, ErrObjectTooLarge) {
 		t.Fatalf("oversized object: %v", err)
+	}
+	// Every draft-18 subgroup type parses; FETCH (0x05) and others do not.
+	for _, typ := range []uint64{0x10, 0x15, 0x1d, 0x35, 0x3d, 0x50, 0x55, 0x75, 0x7d} {
+		b := AppendSubgroupHeader(nil, SubgroupHeader{Type: typ, TrackAlias: 1, Group: 2, Subgroup: 3, Priority: 4})
+		if _, err := ReadSubgroupHeader(bufio.NewReader(bytes.NewReader(b))); err != nil {
+			t.Errorf("type 0x%x: %v", typ, err)
+		}
+	}
+	for _, typ := range []uint64{0x05, 0x16, 0x1e, 0x0f, 0x80} {
+		if _, err := ReadSubgroupHeader(bufio.NewReader(bytes.NewReader(AppendVI(nil, typ)))); !errors.Is(err, ErrNotSubgroup) {
+			t.Errorf("type 0x%x accepted", typ)
+		}
 	}
 	if _, err := ReadSubgroupHeader(bufio.NewReader(bytes.NewReader([]byte{0x05, 1, 1}))); !errors.Is(err, ErrNotSubgroup) {
 		t.Fatalf("fetch stream: %v", err)

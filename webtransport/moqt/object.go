@@ -122,24 +122,29 @@ type SubgroupHeader struct {
 // explicit priority, no end-of-group marker.
 const HeaderTypeSend = 0x15
 
-// validSubgroupType reports whether t is a draft-18 subgroup stream type.
+// Subgroup stream type bits (draft-18): 0x10 is set on every subgroup type;
+// bits 0x06 say where the subgroup id comes from (0 zero, 2 first object id, 4
+// explicit); the rest are flags.
+const (
+	sgExtensions      = 0x01
+	sgEndOfGroup      = 0x08
+	sgDefaultPriority = 0x20
+	sgFirstObject     = 0x40 // the stream starts at the subgroup's first object
+)
+
+// validSubgroupType reports whether t is a draft-18 subgroup stream type
+// (0x10–0x15, 0x18–0x1D, 0x30–0x35, 0x38–0x3D and the same +0x40).
 func validSubgroupType(t uint64) bool {
-	return (t >= 0x10 && t <= 0x15) || (t >= 0x18 && t <= 0x1D) || (t >= 0x30 && t <= 0x35) || (t >= 0x38 && t <= 0x3D)
+	base := t &^ (sgExtensions | sgEndOfGroup | sgDefaultPriority | sgFirstObject)
+	return base == 0x10 || base == 0x12 || base == 0x14
 }
 
 // HasExtensions reports whether objects of this stream carry extension headers.
-func (h SubgroupHeader) HasExtensions() bool { return h.Type&1 == 1 }
+func (h SubgroupHeader) HasExtensions() bool { return h.Type&sgExtensions != 0 }
 
-func (h SubgroupHeader) hasSubgroupID() bool {
-	x := h.Type & 0x07
-	return x == 4 || x == 5
-}
+func (h SubgroupHeader) hasSubgroupID() bool { return h.Type&0x06 == 4 }
 
-// subgroupFromFirst: the subgroup id is the first object's id.
-func (h SubgroupHeader) subgroupFromFirst() bool {
-	x := h.Type & 0x07
-	return x == 2 || x == 3
-}
+func (h SubgroupHeader) hasPriority() bool { return h.Type&sgDefaultPriority == 0 }
 
 // AppendSubgroupHeader encodes h (h.Type 0 means HeaderTypeSend).
 func AppendSubgroupHeader(b []byte, h SubgroupHeader) []byte {
@@ -152,7 +157,7 @@ func AppendSubgroupHeader(b []byte, h SubgroupHeader) []byte {
 	if h.hasSubgroupID() {
 		b = AppendVI(b, h.Subgroup)
 	}
-	if h.Type < 0x30 {
+	if h.hasPriority() {
 		b = append(b, h.Priority)
 	}
 	return b
@@ -190,7 +195,7 @@ func ReadSubgroupHeaderAfterType(br *bufio.Reader, t uint64) (SubgroupHeader, er
 			return h, err
 		}
 	}
-	if h.Type < 0x30 {
+	if h.hasPriority() {
 		if h.Priority, err = br.ReadByte(); err != nil {
 			return h, err
 		}
