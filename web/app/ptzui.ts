@@ -46,11 +46,20 @@ export class CameraRPC {
         reject(new Error(`${topic} ${String(body.op ?? body.method ?? '')}: no answer from the camera`));
       }, timeoutMs);
       this.waiting.set(`${topic}/${id}`, { resolve, reject, timer });
-      this.room.sendData(JSON.stringify({ id, ...body }), { topic, to: [CAMERA] }).catch((err: Error) => {
-        clearTimeout(timer);
-        this.waiting.delete(`${topic}/${id}`);
-        reject(err);
-      });
+      // Controls mount as soon as the camera is announced, which is before the
+      // data channels exist: retry sending until they do or the request times out.
+      const send = () =>
+        this.room.sendData(JSON.stringify({ id, ...body }), { topic, to: [CAMERA] }).catch((err: Error) => {
+          if (!this.waiting.has(`${topic}/${id}`)) return;
+          if (/not connected/.test(err.message)) {
+            setTimeout(send, 200);
+            return;
+          }
+          clearTimeout(timer);
+          this.waiting.delete(`${topic}/${id}`);
+          reject(err);
+        });
+      void send();
     });
   }
 
