@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -41,6 +42,10 @@ type RTPPush struct {
 	// (default 111 for Opus, 0 PCMU, 8 PCMA).
 	Audio   string `yaml:"audio" json:"audio,omitempty"`
 	AudioPT uint8  `yaml:"audio_pt" json:"audioPt,omitempty"`
+	// Sprop is the sender SDP's sprop-parameter-sets (base64 SPS,PPS): senders
+	// that put the parameter sets only in their SDP (ffmpeg -c copy) need it for
+	// the first viewers to decode before any in-band SPS/PPS arrives.
+	Sprop string `yaml:"sprop_parameter_sets" json:"spropParameterSets,omitempty"`
 }
 
 // ONVIF is the camera's device service, for PTZ and the audio backchannel.
@@ -62,6 +67,24 @@ type HTTPTo struct {
 	// camera asks); empty: the ONVIF credentials.
 	User     string `yaml:"user" json:"user,omitempty"`
 	Password string `yaml:"password" json:"password,omitempty"`
+}
+
+// ParameterSets decodes Sprop (nil, nil when empty).
+func (r *RTPPush) ParameterSets() (sps, pps []byte, err error) {
+	if r.Sprop == "" {
+		return nil, nil, nil
+	}
+	parts := strings.Split(r.Sprop, ",")
+	if len(parts) < 2 {
+		return nil, nil, fmt.Errorf("want base64 SPS,PPS")
+	}
+	if sps, err = base64.StdEncoding.DecodeString(strings.TrimSpace(parts[0])); err != nil || len(sps) < 4 || sps[0]&0x1f != 7 {
+		return nil, nil, fmt.Errorf("the first set is not an SPS")
+	}
+	if pps, err = base64.StdEncoding.DecodeString(strings.TrimSpace(parts[1])); err != nil || len(pps) < 1 || pps[0]&0x1f != 8 {
+		return nil, nil, fmt.Errorf("the second set is not a PPS")
+	}
+	return sps, pps, nil
 }
 
 var cameraID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
@@ -95,6 +118,9 @@ func (c *Camera) Validate() error {
 		case "", "opus", "pcmu", "pcma":
 		default:
 			return fmt.Errorf("camera %s: rtp.audio %q: opus, pcmu or pcma", c.ID, r.Audio)
+		}
+		if _, _, err := r.ParameterSets(); err != nil {
+			return fmt.Errorf("camera %s: rtp.sprop_parameter_sets: %v", c.ID, err)
 		}
 		if r.VideoPT > 127 || r.AudioPT > 127 {
 			return fmt.Errorf("camera %s: payload types are 0-127", c.ID)
