@@ -1,6 +1,7 @@
 package camera
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"math"
@@ -269,4 +270,64 @@ func TestControlNeedsGrant(t *testing.T) {
 	if cam.mayControl("nobody") {
 		t.Error("an identity not in the room may control")
 	}
+}
+
+// A WebRTC camera (a peer in its room) hears the talker only: while alice
+// talks the camera is subscribed to her microphone and to no other viewer's,
+// and after she stops to none.
+func TestTalkWebRTCCameraFloor(t *testing.T) {
+	cfg := config.Default()
+	cfg.Loopback = true
+	eng, err := rtc.NewEngine(cfg, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	g := New(Options{Manager: mgr, Loopback: true})
+	defer g.Close()
+	cam, err := g.Add(Config{ID: "wcam", WebRTC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mic := func(v *viewer, ssrc uint32) *sfu.LocalTrack {
+		lt, err := v.p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: ssrc},
+			Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lt
+	}
+	alice := joinViewer(t, mgr, cam.Room(), "alice")
+	bob := joinViewer(t, mgr, cam.Room(), "bob")
+	aliceMic, bobMic := mic(alice, 1), mic(bob, 2)
+	// The camera peer joins as a WebRTC participant that subscribes to everything.
+	c := &auth.Claims{Room: cam.Room(), Grants: auth.Grants{Subscribe: true, Publish: true, PublishData: true}, RegisteredClaims: jwt.RegisteredClaims{Subject: Identity}}
+	peer, err := mgr.Join(c, sfu.JoinOptions{AutoSubscribe: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close("done")
+	peer.Start()
+	subs := func(lt *sfu.LocalTrack) int { return len(lt.Publication().Subscribers()) }
+	waitSubs := func(what string, a, b int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for subs(aliceMic) != a || subs(bobMic) != b {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: camera subscribed to alice %d, bob %d; want %d, %d", what, subs(aliceMic), subs(bobMic), a, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitSubs("auto-subscribed before anyone talks", 1, 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan string, 1)
+	go func() { ended <- cam.talk(ctx, "alice", json.RawMessage("1")) }()
+	waitSubs("alice talking", 1, 0)
+	cancel()
+	if r := <-ended; r != "stopped" {
+		t.Fatalf("talk ended: %s", r)
+	}
+	waitSubs("after alice stopped", 0, 0)
 }
