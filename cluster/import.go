@@ -127,15 +127,24 @@ func (im *importer) materialize(mr *mirror) {
 		return
 	}
 	im.mu.Unlock()
-	if r := n.mgr.Room(mr.room); r != nil && r.ByIdentity(mr.identity) != nil {
-		return // someone (the same person on this node, another mirror) holds it
+	if r := n.mgr.Room(mr.room); r != nil {
+		if q := r.ByIdentity(mr.identity); q != nil {
+			// Someone holds the identity: the same person on this node, or a
+			// mirror from another node. A mirror from a draining node gives
+			// way at once (make before break: the person has moved), any
+			// other holder is kept and this mirror waits for it to leave.
+			if from, ok := n.mirrorPeer(q); !ok || from == im.l.peer || !n.isDraining(from) {
+				return
+			}
+			q.Close("moved")
+		}
 	}
 	p, err := n.mgr.JoinLocal(sfu.LocalOptions{Room: mr.room, Identity: mr.identity, Name: mr.name, Metadata: mr.meta})
 	if err != nil {
 		im.l.log.Warn("mirror join failed", "room", mr.room, "identity", mr.identity, "err", err)
 		return
 	}
-	n.addMirror(p)
+	n.addMirror(p, im.l.peer)
 	p.OnClose(func() {
 		n.removeMirror(p)
 		im.mu.Lock()

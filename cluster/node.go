@@ -65,7 +65,7 @@ type Node struct {
 	prev     map[string][]Member
 	started  time.Time
 
-	mirrors  sync.Map // *sfu.Participant -> struct{}
+	mirrors  sync.Map // *sfu.Participant -> id of the node it mirrors
 	draining atomic.Bool
 	stopOnce sync.Once
 	load     loadMeter
@@ -293,7 +293,26 @@ func (n *Node) isMirror(p *sfu.Participant) bool {
 	_, ok := n.mirrors.Load(p)
 	return ok
 }
-func (n *Node) addMirror(p *sfu.Participant)    { n.mirrors.Store(p, struct{}{}) }
+func (n *Node) addMirror(p *sfu.Participant, peer string) { n.mirrors.Store(p, peer) }
+
+// mirrorPeer is the node a mirror comes from.
+func (n *Node) mirrorPeer(p *sfu.Participant) (string, bool) {
+	v, ok := n.mirrors.Load(p)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
+}
+
+// isDraining reports whether node id drains, as of the last heartbeat.
+func (n *Node) isDraining(id string) bool {
+	for _, x := range n.Nodes() {
+		if x.ID == id {
+			return x.Draining
+		}
+	}
+	return false
+}
 func (n *Node) removeMirror(p *sfu.Participant) { n.mirrors.Delete(p) }
 
 // Nodes returns the live nodes as of the last heartbeat.

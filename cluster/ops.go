@@ -224,7 +224,7 @@ func (n *Node) askToMove() int {
 // Handler serves the cluster's HTTP endpoints:
 //
 //	GET  /v1/cluster/nodes  live nodes (id, URLs, load, draining) for client placement
-//	POST /v1/cluster/place  {room, rtt: {node id: ms}} -> the node to join
+//	POST /v1/cluster/place  {room, rtt: {node id: ms}, exclude: [node id]} -> the node to join
 //	POST /v1/cluster/link   a node's link offer (cluster token)
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -248,12 +248,29 @@ func (n *Node) Handler() http.Handler {
 		var req struct {
 			Room string             `json:"room"`
 			RTT  map[string]float64 `json:"rtt"`
+			// Exclude names nodes the client could not use (the one it just
+			// lost: the others may not have noticed yet).
+			Exclude []string `json:"exclude"`
 		}
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil || req.Room == "" || len(req.Room) > 128 || len(req.RTT) > 1000 {
 			httpErr(w, http.StatusBadRequest, "place takes JSON {room, rtt: {node id: milliseconds}}")
 			return
 		}
-		c := Place(n.Nodes(), req.Room, req.RTT, n.cfg.MaxCPU)
+		var cands []NodeInfo
+		stale := time.Now().Add(-3 * n.cfg.Heartbeat).UnixMilli()
+	next:
+		for _, x := range n.Nodes() {
+			if x.Updated < stale && x.ID != n.id {
+				continue // missed heartbeats: probably lost
+			}
+			for _, e := range req.Exclude {
+				if x.ID == e {
+					continue next
+				}
+			}
+			cands = append(cands, x)
+		}
+		c := Place(cands, req.Room, req.RTT, n.cfg.MaxCPU)
 		if len(c) == 0 {
 			httpErr(w, http.StatusServiceUnavailable, "no node can take participants")
 			return

@@ -303,9 +303,9 @@ func (f *frames) inOrder(n int) bool {
 }
 
 // place asks a node where a participant of room should go.
-func place(t *testing.T, nodeURL, room string, rtt map[string]float64) (id, ws string) {
+func place(t *testing.T, nodeURL, room string, rtt map[string]float64, exclude ...string) (id, ws string) {
 	t.Helper()
-	b, _ := json.Marshal(map[string]any{"room": room, "rtt": rtt})
+	b, _ := json.Marshal(map[string]any{"room": room, "rtt": rtt, "exclude": exclude})
 	resp, err := http.Post(nodeURL+"/v1/cluster/place", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
@@ -340,4 +340,10 @@ func clusterOf(t *testing.T) (string, *node, *node, *node) {
 		return len(a.srv.Cluster.Nodes()) == 3 && len(b.srv.Cluster.Nodes()) == 3 && len(c.srv.Cluster.Nodes()) == 3
 	})
 	return r, a, b, c
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
