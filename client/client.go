@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
@@ -42,10 +41,7 @@ type Options struct {
 // benchmarks on one machine.
 func LoopbackAPI(tune ...func(*webrtc.SettingEngine)) *webrtc.API {
 	var se webrtc.SettingEngine
-	se.SetIncludeLoopbackCandidate(true)
-	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
-	se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
-	se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	rtc.OnlyAddress(&se, net.IPv4(127, 0, 0, 1))
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	// As browsers do: a track exists once negotiated, even if no packet has come
 	// (a paused subscription, a muted publisher).

@@ -1,14 +1,10 @@
 package loadtest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
 
-	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
 	"github.com/pion/logging"
 	"github.com/pion/transport/v4/packetio"
@@ -58,13 +54,8 @@ func NewLean(o APIOptions) (*Lean, error) {
 		return nil, fmt.Errorf("bind %q: want an IPv4 address", o.Bind)
 	}
 	var se webrtc.SettingEngine
-	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
-	se.SetIPFilter(func(ip net.IP) bool { return ip.Equal(bind) })
-	if bind.IsLoopback() {
-		se.SetIncludeLoopbackCandidate(true)
-		se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
-	}
+	rtc.OnlyAddress(&se, bind)
 	// Thousands of peers closing at once make Pion log every write to a
 	// closed socket; the generator reports failures itself.
 	lf := logging.NewDefaultLoggerFactory()
@@ -85,15 +76,11 @@ func NewLean(o APIOptions) (*Lean, error) {
 	}
 	l := &Lean{o: o, se: se, me: m}
 	l.API = webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(&interceptor.Registry{}))
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, err := rtc.NewCertificate()
 	if err != nil {
 		return nil, err
 	}
-	cert, err := webrtc.GenerateCertificate(key)
-	if err != nil {
-		return nil, err
-	}
-	l.Cert = *cert
+	l.Cert = cert
 	return l, nil
 }
 

@@ -97,15 +97,9 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 		e.tcpMux = webrtc.NewICETCPMux(nil, e.tcp, 32)
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	if e.cert, err = NewCertificate(); err != nil {
 		return nil, err
 	}
-	cert, err := webrtc.GenerateCertificate(key)
-	if err != nil {
-		return nil, err
-	}
-	e.cert = *cert
 
 	se := e.settingEngine(cfg)
 	if e.pubAPI, err = newAPI(se, true); err != nil {
@@ -129,9 +123,7 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 	}
 	se.SetNetworkTypes(types)
 	if cfg.Loopback {
-		se.SetIncludeLoopbackCandidate(true)
-		se.SetInterfaceFilter(func(name string) bool { return name == "lo" })
-		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+		OnlyAddress(&se, net.IPv4(127, 0, 0, 1))
 	} else if cfg.RTC.NodeIP != "" {
 		se.SetNAT1To1IPs([]string{cfg.RTC.NodeIP}, webrtc.ICECandidateTypeHost)
 	}
@@ -245,4 +237,30 @@ func interfaceIPs() []net.IP {
 		}
 	}
 	return ips
+}
+
+// OnlyAddress makes a SettingEngine gather host candidates on ip alone, without
+// mDNS: 127.0.0.1 for tests and benchmarks on one machine (loopback candidates
+// are off by default in Pion), a namespace's address for the lab.
+func OnlyAddress(se *webrtc.SettingEngine, ip net.IP) {
+	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	se.SetIPFilter(func(a net.IP) bool { return a.Equal(ip) })
+	if ip.IsLoopback() {
+		se.SetIncludeLoopbackCandidate(true)
+		se.SetInterfaceFilter(func(name string) bool { return name == "lo" })
+	}
+}
+
+// NewCertificate is a fresh ECDSA P-256 DTLS certificate: one per process is
+// enough, and sharing it saves a key generation per connection.
+func NewCertificate() (webrtc.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return webrtc.Certificate{}, err
+	}
+	cert, err := webrtc.GenerateCertificate(key)
+	if err != nil {
+		return webrtc.Certificate{}, err
+	}
+	return *cert, nil
 }

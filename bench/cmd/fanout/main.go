@@ -39,7 +39,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
@@ -415,10 +414,7 @@ func selfCPU() time.Duration {
 // CPU, which shares the machine with the server, stays small.
 func leanAPI() *webrtc.API {
 	var se webrtc.SettingEngine
-	se.SetIncludeLoopbackCandidate(true)
-	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
-	se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
-	se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	rtc.OnlyAddress(&se, net.IPv4(127, 0, 0, 1))
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	m := &webrtc.MediaEngine{}
 	if err := rtc.RegisterCodecs(m); err != nil {
