@@ -240,12 +240,7 @@ func TestDeviceTopicsThroughGateway(t *testing.T) {
 
 // Only a token with the ptz grant (or a server component) may control.
 func TestControlNeedsGrant(t *testing.T) {
-	cfg := config.Default()
-	cfg.Loopback = true
-	eng, err := rtc.NewEngine(cfg, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, eng := testEngine(t)
 	mgr := sfu.NewManager(cfg, eng, slog.Default())
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
@@ -276,12 +271,7 @@ func TestControlNeedsGrant(t *testing.T) {
 // talks the camera is subscribed to her microphone and to no other viewer's,
 // and after she stops to none.
 func TestTalkWebRTCCameraFloor(t *testing.T) {
-	cfg := config.Default()
-	cfg.Loopback = true
-	eng, err := rtc.NewEngine(cfg, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, eng := testEngine(t)
 	mgr := sfu.NewManager(cfg, eng, slog.Default())
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
@@ -330,4 +320,18 @@ func TestTalkWebRTCCameraFloor(t *testing.T) {
 		t.Fatalf("talk ended: %s", r)
 	}
 	waitSubs("after alice stopped", 0, 0)
+}
+
+// testEngine makes a WebRTC engine on free loopback ports, closed at the end.
+func testEngine(t *testing.T) (config.Config, *rtc.Engine) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Loopback = true
+	cfg.RTC.UDPPort, cfg.RTC.TCPPort = 0, -1
+	eng, err := rtc.NewEngine(cfg, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return cfg, eng
 }
