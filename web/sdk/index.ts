@@ -17,6 +17,7 @@ export {
 } from './room.js';
 export type { ConnectionQuality, StatsSummary, TrackStats, CandidatePairStats } from './stats.js';
 export { encodeData, decodeData, type DataHeader } from './data.js';
+export { placeParticipant, clusterNodes, measureNodes, type ClusterNode, type Placement } from './cluster.js';
 export {
   PetrelError,
   PROTOCOL_VERSION,

@@ -22,6 +22,7 @@ import {
 } from './protocol.js';
 import { type MsidInfo, msidByMid } from './sdp.js';
 import { SignalClient } from './signal.js';
+import { type ClusterNode, clusterNodes, failover, placeParticipant, tokenRoom } from './cluster.js';
 import { type ConnectionQuality, type StatsSummary, StatsCollector } from './stats.js';
 
 export interface ConnectOptions {
@@ -42,6 +43,12 @@ export interface ConnectOptions {
    * peer-to-peer connection while the SFU connections stay up and idle (default true).
    */
   p2p?: boolean;
+  /**
+   * Cluster placement (cluster.ts): join the node the cluster picks from this
+   * client's measured round trips, and on losing it ask another node where to
+   * go. Harmless against a single server (default false).
+   */
+  cluster?: boolean;
 }
 
 /** Where camera and microphone travel: through the server, or directly to the one other participant. */
@@ -247,6 +254,10 @@ export class Room extends Emitter<RoomEvents> {
   private opts: ConnectOptions = {};
   private signal: SignalClient | null = null;
   private resumeToken = '';
+  // Cluster placement (ConnectOptions.cluster): the nodes known at connect and
+  // the one this room is on.
+  private clusterNodes: ClusterNode[] = [];
+  private clusterNode = '';
   private iceServers: RTCIceServer[] = [];
   private pub: RTCPeerConnection | null = null;
   private sub: RTCPeerConnection | null = null;
@@ -287,6 +298,14 @@ export class Room extends Emitter<RoomEvents> {
   async connect(url: string, token: string, opts: ConnectOptions = {}): Promise<void> {
     if (this.state !== 'disconnected') throw new Error(`connect: room is ${this.state}`);
     this.url = wsUrl(url);
+    if (opts.cluster) {
+      this.clusterNodes = (await clusterNodes(url)) ?? [];
+      const placed = this.clusterNodes.length ? await placeParticipant(url, tokenRoom(token)) : null;
+      if (placed) {
+        this.url = wsUrl(placed.ws);
+        this.clusterNode = placed.node;
+      }
+    }
     this.token = token;
     this.opts = opts;
     this.setState('connecting');
@@ -739,6 +758,9 @@ export class Room extends Emitter<RoomEvents> {
       case 'leave':
         this.finish(msg.reason || 'leave');
         break;
+      case 'reconnect':
+        this.moveTo(msg.url, msg.node, msg.reason ?? 'reconnect');
+        break;
       default:
         break;
     }
@@ -1138,6 +1160,22 @@ export class Room extends Emitter<RoomEvents> {
     done.catch((err) => console.warn(`petrel: ICE restart of ${target} failed`, err));
   }
 
+  // The server asks us to move to another node (it drains): leave this one and
+  // join there, republishing our tracks (the rejoin path of reconnect).
+  private moveTo(url: string, node: string | undefined, reason: string): void {
+    if (this.state !== 'connected' || typeof url !== 'string' || !url) return;
+    try {
+      this.signal?.send({ type: 'leave' });
+    } catch {
+      /* already gone */
+    }
+    this.signal?.close();
+    this.url = wsUrl(url);
+    if (node) this.clusterNode = node;
+    this.resumeToken = '';
+    void this.reconnect(`moved to another node (${reason})`);
+  }
+
   private onSignalLost(reason: string): void {
     if (this.state !== 'connected') return;
     void this.reconnect(reason);
@@ -1184,6 +1222,15 @@ export class Room extends Emitter<RoomEvents> {
           return;
         }
         console.info('petrel: reconnect attempt failed', err);
+        // In a cluster the node itself may be gone: ask another node where to go.
+        if (this.clusterNodes.length && this.clusterNode && !(err instanceof PetrelError)) {
+          const next = await failover(this.clusterNodes, this.clusterNode, this.room?.name ?? tokenRoom(this.token));
+          if (next && wsUrl(next.ws) !== this.url) {
+            this.url = wsUrl(next.ws);
+            this.clusterNode = next.node;
+            this.resumeToken = ''; // another node does not know us: join anew
+          }
+        }
       }
     }
     if (this.state === 'reconnecting') this.finish('reconnect_failed');
