@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -181,4 +183,179 @@ func TestBandwidthEstimateFollowsFeedback(t *testing.T) {
 	if est, _ := p.Stats()["estimateBps"].(int); est < 3_000_000 {
 		t.Fatalf("estimate fell to %d on loopback", est)
 	}
+}
+
+// TestDemandFollowsWhatReceiversWant: a publisher that, like the SDK, sends only
+// the encodings the server's trackDemand asks for. A receiver that asks for the
+// low layer turns the high one off; when it asks for high again, the demand
+// must follow that wish (not the layer it currently gets, which is the only one
+// still sending) so that the high layer comes back and the receiver gets it.
+func TestDemandFollowsWhatReceiversWant(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t, 40*time.Second)
+	alice := e.join("demand", "alice")
+	bob := e.join("demand", "bob")
+
+	vp8 := webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}
+	rids := []string{"q", "h"}
+	var layers [2]*webrtc.TrackLocalStaticRTP
+	for i, rid := range rids {
+		tr, err := webrtc.NewTrackLocalStaticRTP(vp8, "video", "cam", webrtc.WithRTPStreamID(rid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers[i] = tr
+	}
+	r, err := alice.Request(ctx, protocol.Msg{"type": "publishTrack", "cid": "video", "kind": "video", "source": "camera",
+		"layers": []protocol.LayerInfo{{RID: "q", Width: 320, Height: 180}, {RID: "h", Width: 640, Height: 360}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := r["track"].(map[string]any)["sid"].(string)
+	sender, err := alice.Pub.AddTrack(layers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.AddEncoding(layers[1]); err != nil {
+		t.Fatal(err)
+	}
+	// Keyframe requests, per encoding: the next frame of that layer is a keyframe.
+	var wantKey [2]atomic.Bool
+	for i, rid := range rids {
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				n, _, err := sender.ReadSimulcast(buf, rid)
+				if err != nil {
+					return
+				}
+				if pkts, err := rtcp.Unmarshal(buf[:n]); err == nil {
+					for _, p := range pkts {
+						switch p.(type) {
+						case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
+							wantKey[i].Store(true)
+						}
+					}
+				}
+			}
+		}()
+	}
+	if err := alice.NegotiatePublisher(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	var midID, ridID uint8
+	for _, x := range sender.GetParameters().HeaderExtensions {
+		switch x.URI {
+		case sdp.SDESMidURI:
+			midID = uint8(x.ID)
+		case sdp.SDESRTPStreamIDURI:
+			ridID = uint8(x.ID)
+		}
+	}
+	mid := ""
+	for _, tr := range alice.Pub.GetTransceivers() {
+		if tr.Sender() == sender {
+			mid = tr.Mid()
+		}
+	}
+	// The encodings the server asks for, from alice's trackDemand messages; all
+	// of them until the first demand.
+	var sending [2]atomic.Bool
+	sending[0].Store(true)
+	sending[1].Store(true)
+	demands := make(chan []bool, 64)
+	go func() {
+		for m := range alice.Events {
+			if m["type"] != "trackDemand" || m["trackSid"] != sid {
+				continue
+			}
+			active, _ := m["active"].(bool)
+			ls, _ := m["layers"].([]any)
+			var got []bool
+			for i := range sending {
+				on := active && i < len(ls) && ls[i] == true
+				sending[i].Store(on)
+				got = append(got, on)
+			}
+			demands <- got
+		}
+	}()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		seq := [2]uint16{1000, 50000}
+		ts := [2]uint32{0, 1 << 30}
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			for i := range layers {
+				if !sending[i].Load() {
+					continue
+				}
+				p := make([]byte, 200)
+				p[0] = 0x10 // S=1
+				p[1] = 0x01 // inter frame
+				// Rare periodic keyframes: switches must come from requests.
+				if n%100 == 0 || wantKey[i].Swap(false) {
+					p[1] = 0x00
+				}
+				p[2] = byte(i)
+				pkt := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq[i], Timestamp: ts[i], Marker: true}, Payload: p}
+				_ = pkt.Header.SetExtension(midID, []byte(mid))
+				_ = pkt.Header.SetExtension(ridID, []byte(rids[i]))
+				_ = layers[i].WriteRTP(pkt)
+				seq[i]++
+				ts[i] += 1800
+			}
+		}
+	}()
+
+	tr := waitTrack(t, bob, 10*time.Second)
+	layerOf := func(p rtp.Packet) byte { return p.Payload[2] }
+	untilLayer := func(want byte, what string) {
+		t.Helper()
+		for i := 0; ; i++ {
+			if layerOf(readPackets(t, tr.Remote, 1, 5*time.Second)[0]) == want {
+				return
+			}
+			if i > 300 {
+				t.Fatalf("no packet of layer %d: %s", want, what)
+			}
+		}
+	}
+	untilLayer(1, "the best layer by default")
+	waitDemand := func(want []bool) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case d := <-demands:
+				if d[0] == want[0] && d[1] == want[1] {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no trackDemand %v within 5 s", want)
+			}
+		}
+	}
+
+	if _, err := bob.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": "low"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDemand([]bool{true, false})
+	untilLayer(0, "after asking for low")
+	// The high layer is off at the publisher now; wait until the server sees it
+	// silent, so that only the receiver's wish can bring it back.
+	time.Sleep(1500 * time.Millisecond)
+
+	if _, err := bob.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": "high"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDemand([]bool{true, true})
+	untilLayer(1, "after asking for high again: the publisher was asked to resume it")
 }
