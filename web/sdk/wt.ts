@@ -352,12 +352,12 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       const mine = m.ns.length === 3 && m.ns[0] === 'petrel' && m.ns[1] === this.room && m.ns[2] === this.identity;
       const lt = mine ? this.local.get(m.track) : undefined;
       if (!lt && !(mine && m.track === 'data')) {
-        await w.write(requestErrorMessage(reqId, RequestErrorCode.DOES_NOT_EXIST, `no track ${m.track}`));
+        await w.write(requestErrorMessage(RequestErrorCode.DOES_NOT_EXIST, `no track ${m.track}`));
         await w.close();
         return;
       }
       const alias = this.nextAlias++;
-      await w.write(subscribeOkMessage(reqId, alias));
+      await w.write(subscribeOkMessage(alias));
       this.serverRequests.set(reqId, { name: m.track, writer: w });
       if (lt) {
         this.localByAlias.set(alias, lt);
@@ -382,7 +382,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     } catch (e) {
       if (e instanceof WireError) {
         this.log(`server request: ${e.message}`);
-        if (reqId >= 0) w.write(requestErrorMessage(reqId, 0x3, e.message)).catch(() => {});
+        if (reqId >= 0) w.write(requestErrorMessage(0x3, e.message)).catch(() => {});
       }
     }
   }
@@ -549,7 +549,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   async subscribe(p: WtParticipant, t: WtTrackInfo, mode: WtMode = this.mode): Promise<WtSubscription> {
     const params: Pairs = new Map();
     if (mode === 'datagram') params.set(PARAM_DATAGRAM, 1);
-    const name = t.moqTrack || t.sid;
+    const name = moqTrackName(t);
     const { req, reply } = await this.request((id) => subscribeMessage(id, ['petrel', this.room, p.identity], name, params));
     if (reply.type !== Msg.SUBSCRIBE_OK) {
       req.writer.close().catch(() => {});
@@ -587,7 +587,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     this.subscriptions.delete(id);
     this.byAlias.delete(s.remote.alias);
     const req = (s as unknown as { req: Request }).req;
-    if (tell) req.writer.write(unsubscribeMessage(id)).catch(() => {});
+    if (tell) req.writer.write(unsubscribeMessage()).catch(() => {});
     req.writer.close().catch(() => {});
     s.remote.close();
     this.emit('trackUnsubscribed', s);
@@ -684,6 +684,13 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     }
     this.shutdown('left');
   }
+}
+
+/** The MoQT track name of a published track: as announced, else by its source (docs/protocol.md table). */
+export function moqTrackName(t: WtTrackInfo): string {
+  if (t.moqTrack) return t.moqTrack;
+  const bySource: Record<string, string> = { camera: 'video', microphone: 'audio', screen: 'screen', screen_audio: 'screen_audio' };
+  return bySource[t.source] ?? t.sid;
 }
 
 function describe(m: ReturnType<typeof parseMessage>): string {

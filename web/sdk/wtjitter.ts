@@ -84,9 +84,15 @@ export class JitterBuffer<T> {
     this.minDelay = Math.min(this.maxDelay, ms);
   }
 
-  /** Target delay beyond the fastest transit: four times the jitter, bounded. */
+  /**
+   * Target delay beyond the fastest transit: a multiple of the jitter, bounded.
+   * Video uses a small multiple: a frame that comes after its playout time is
+   * still shown at once when it is next in order (only a frame overtaken by a
+   * later one is dropped), so holding every frame for the worst case would buy
+   * smoothness with latency. Audio, played on a clock, gets more.
+   */
   get targetMs(): number {
-    return Math.min(this.maxDelay, Math.max(this.minDelay, 4 * this.jitter));
+    return Math.min(this.maxDelay, Math.max(this.minDelay, (this.video ? 1.5 : 4) * this.jitter));
   }
 
   /** The local time at which a frame with this media time plays. */

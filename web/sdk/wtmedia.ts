@@ -72,7 +72,7 @@ export class VideoSource {
     o: VideoEncodeOptions = {},
     private readonly onError: (e: Error) => void = () => {},
   ) {
-    this.codec = o.codec ?? 'vp8';
+    this.codec = o.codec ?? 'h264';
     this.bitrate = o.bitrate ?? 800_000;
     this.framerate = o.framerate ?? 30;
     this.keyInterval = (o.keyframeIntervalS ?? 10) * 1000;
@@ -99,7 +99,12 @@ export class VideoSource {
 
   /** Applies a rate decision; a new scale reconfigures the encoder at the next frame. */
   setRate(bitrate: number, scale = this.scale): void {
-    if (Math.abs(bitrate - this.bitrate) / this.bitrate < 0.05 && scale === this.scale) return;
+    // configure() may rebuild the encoder (a stall of a frame or more), so small
+    // steps up wait; a cut of 10% or more, or a new scale, applies at once.
+    const now = performance.now();
+    const change = (bitrate - this.bitrate) / this.bitrate;
+    if (scale === this.scale && (Math.abs(change) < 0.1 || (change > 0 && now - this.lastConfigure < 2_000))) return;
+    this.lastConfigure = now;
     this.bitrate = bitrate;
     this.scale = scale;
     if (this.encoder && this.width) this.configure(this.srcW, this.srcH);
@@ -107,6 +112,7 @@ export class VideoSource {
 
   private srcW = 0;
   private srcH = 0;
+  private lastConfigure = 0;
 
   private configure(srcW: number, srcH: number): void {
     this.srcW = srcW;
@@ -161,7 +167,8 @@ export class VideoSource {
           this.configure(frame.displayWidth, frame.displayHeight);
         }
         const enc = this.encoder!;
-        if (enc.state !== 'configured' || enc.encodeQueueSize > 2) {
+        // One frame in the encoder at most: a queue there is pure latency.
+        if (enc.state !== 'configured' || enc.encodeQueueSize > 1) {
           this.counters.skipped++;
           continue;
         }

@@ -97,7 +97,9 @@ export class WtLocalTrack {
   ) {
     this.kind = track.kind === 'audio' ? 'audio' : 'video';
     this.mode = o.mode ?? 'datagram';
-    this.codec = o.codec ?? 'vp8';
+    // H.264 by default: Chromium's WebCodecs VP8 encoder took ~80 ms a frame and
+    // held frames ~500 ms at 640x480 here, OpenH264 ~4 ms and ~18 ms (docs/webtransport.md).
+    this.codec = o.codec ?? 'h264';
     this.fecGroup = o.fecGroup ?? 0;
     this.rate = new RateController({ startBps: o.bitrate ?? 800_000, maxBps: o.maxBitrate ?? 2_500_000 });
   }
@@ -364,6 +366,7 @@ export interface WtRemoteStats {
   datagramsReceived: number;
   framesDecoded: number;
   framesRendered: number;
+  decodeErrors: number;
   framesLost: number;
   framesLate: number;
   framesDropped: number;
@@ -383,6 +386,7 @@ interface Partial {
   parts: (Uint8Array | undefined)[];
   got: number;
   first: number; // when the first fragment came (or the gap was noticed)
+  last: number; // when the latest fragment of it came
   nackAt: number;
   known: boolean; // count/len known (a fragment arrived), not only inferred from a gap
   fec: { first: number; count: number; xor: Uint8Array }[];
@@ -420,7 +424,7 @@ export class WtRemoteTrack {
     this.sink = new MediaSink(kind, kind === 'video' ? 'vp8' : 'opus', () => this.requestKeyframe(true));
     this.track = this.sink.track;
     this.sink.onVideoFrame = (f) => this.onVideoFrame?.(f);
-    if (mode === 'datagram') this.tick = setInterval(() => this.nackScan(performance.now()), REORDER_MS);
+    this.tick = setInterval(() => this.onTick(performance.now()), REORDER_MS);
   }
 
   // ---- input
@@ -430,6 +434,7 @@ export class WtRemoteTrack {
     if (this.closed) return;
     const now = performance.now();
     this.stats.objectsReceived++;
+    this.lastObjectAt = now;
     this.stats.bytesReceived += payload.length;
     if (meta.codec && meta.codec !== this.codec) this.setCodec(meta.codec);
     if (meta.wallMs) this.stats.lastTransitMs = Date.now() - meta.wallMs;
@@ -497,7 +502,7 @@ export class WtRemoteTrack {
     if (!p) {
       if (this.done.has(k)) return; // a duplicate of a completed object
       this.noteGap(d.group, d.object, now);
-      p = { count: d.count, len: d.objectLength, parts: new Array(d.count), got: 0, first: now, nackAt: 0, known: true, fec: [] };
+      p = { count: d.count, len: d.objectLength, parts: new Array(d.count), got: 0, first: now, last: now, nackAt: 0, known: true, fec: [] };
       this.partial.set(k, p);
     } else if (!p.known) {
       p.count = d.count;
@@ -508,6 +513,7 @@ export class WtRemoteTrack {
     if (d.count !== p.count || d.objectLength !== p.len || p.parts[d.index]) return;
     p.parts[d.index] = d.data;
     p.got++;
+    p.last = now;
     if (p.got === p.count) this.complete(d.group, d.object, p);
     else this.tryFec(d.group, d.object, p, now);
   }
@@ -574,11 +580,31 @@ export class WtRemoteTrack {
       for (let o = n.object + 1; o < object && o < n.object + 64; o++) {
         const k = `${group}/${o}`;
         if (!this.partial.has(k) && !this.done.has(k)) {
-          this.partial.set(k, { count: 1, len: 0, parts: [undefined], got: 0, first: now, nackAt: 0, known: false, fec: [] });
+          this.partial.set(k, { count: 1, len: 0, parts: [undefined], got: 0, first: now, last: now, nackAt: 0, known: false, fec: [] });
         }
       }
     }
     if (group > n.group || (group === n.group && object > n.object)) this.newest = { group, object };
+  }
+
+  private lastObjectAt = 0;
+  private lastDecoded = 0;
+  private lastProgressAt = 0;
+
+  private onTick(now: number): void {
+    if (this.mode === 'datagram') this.nackScan(now);
+    else if (this.keyRequestGroup !== Number.MAX_SAFE_INTEGER && this.keyRequestGroup >= 0 && now - this.keyRequestedAt > KEY_REQUEST_REPEAT_MS) this.requestKeyframe(false);
+    // Watchdog: objects keep coming but nothing decodes (a decoder that failed,
+    // a lost keyframe nobody noticed): ask for a fresh keyframe.
+    const decoded = this.sink?.counters.decoded ?? 0;
+    if (decoded !== this.lastDecoded) {
+      this.lastDecoded = decoded;
+      this.lastProgressAt = now;
+    } else if (this.kind === 'video' && now - this.lastObjectAt < 500 && now - this.lastProgressAt > 1_000) {
+      this.lastProgressAt = now;
+      this.sink?.resync();
+      this.requestKeyframe(false);
+    }
   }
 
   /** Sends NACKs for incomplete objects still worth waiting for; gives up the rest. */
@@ -593,8 +619,12 @@ export class WtRemoteTrack {
         this.partial.delete(k);
         continue;
       }
-      const newerSeen = this.newest.group > Number(k.split('/')[0]) || age > REORDER_MS;
-      if (!newerSeen || age < REORDER_MS || now - p.nackAt < Math.max(rtt, 20) || age > budget) continue;
+      // Evidence of loss, not just fragments still on their way: a later object
+      // has started arriving, or this one has stalled for a few reorder windows.
+      const [g0, o0] = k.split('/').map(Number);
+      const newerSeen = this.newest.group > g0 || (this.newest.group === g0 && this.newest.object > o0);
+      const stalled = now - p.last > 3 * REORDER_MS;
+      if (!(newerSeen || stalled) || now - p.last < REORDER_MS || now - p.nackAt < Math.max(rtt, 20) || age > budget) continue;
       const missing: number[] = [];
       for (let i = 0; i < p.count && missing.length < 256; i++) if (!p.parts[i]) missing.push(i);
       if (!missing.length) continue;
@@ -607,6 +637,7 @@ export class WtRemoteTrack {
     // While losses are being repaired, hold frames long enough for one round trip.
     this.jb.setMinDelay(now - this.lossSeenAt < 5_000 ? Math.min(300, rtt * 1.5 + 20) : 15);
     if (this.jb.needKeyframe) this.requestKeyframe(false);
+    // Repeated until a new group arrives (docs/protocol.md).
     else if (this.keyRequestGroup !== Number.MAX_SAFE_INTEGER && this.keyRequestGroup >= 0 && now - this.keyRequestedAt > KEY_REQUEST_REPEAT_MS) this.requestKeyframe(false);
   }
 
@@ -646,6 +677,7 @@ export class WtRemoteTrack {
       ...this.stats,
       framesDecoded: this.sink?.counters.decoded ?? 0,
       framesRendered: this.sink?.counters.rendered ?? 0,
+      decodeErrors: this.sink?.counters.errors ?? 0,
       framesLost: j.lost,
       framesLate: j.late,
       framesDropped: j.dropped,

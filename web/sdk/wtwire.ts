@@ -275,9 +275,11 @@ export function subscribeMessage(requestId: number, ns: string[], track: string,
   });
 }
 
-export function subscribeOkMessage(requestId: number, alias: number): Uint8Array {
+// Draft-18 responses (SUBSCRIBE_OK, REQUEST_OK, REQUEST_ERROR, PUBLISH_DONE) and
+// UNSUBSCRIBE travel on the request's own stream and carry no request id.
+export function subscribeOkMessage(alias: number): Uint8Array {
   return message(Msg.SUBSCRIBE_OK, (w) => {
-    w.vi(requestId).vi(alias);
+    w.vi(alias);
     writeParams(w);
   });
 }
@@ -290,12 +292,12 @@ export function publishNamespaceMessage(requestId: number, ns: string[]): Uint8A
   });
 }
 
-export function requestErrorMessage(requestId: number, code: number, reason: string): Uint8Array {
-  return message(Msg.REQUEST_ERROR, (w) => w.vi(requestId).vi(code).vi(0).bytes(enc.encode(reason)));
+export function requestErrorMessage(code: number, reason: string): Uint8Array {
+  return message(Msg.REQUEST_ERROR, (w) => w.vi(code).vi(0).bytes(enc.encode(reason)));
 }
 
-export function unsubscribeMessage(requestId: number): Uint8Array {
-  return message(Msg.UNSUBSCRIBE, (w) => w.vi(requestId));
+export function unsubscribeMessage(): Uint8Array {
+  return message(Msg.UNSUBSCRIBE, () => {});
 }
 
 /** A parsed control message: its type and a reader over exactly its payload. */
@@ -306,12 +308,12 @@ export interface ControlMessage {
 
 export type ParsedRequest =
   | { type: typeof Msg.SUBSCRIBE; requestId: number; ns: string[]; track: string; params: Pairs }
-  | { type: typeof Msg.SUBSCRIBE_OK; requestId: number; alias: number; params: Pairs }
-  | { type: typeof Msg.REQUEST_OK; requestId: number }
-  | { type: typeof Msg.REQUEST_ERROR; requestId: number; code: number; reason: string }
+  | { type: typeof Msg.SUBSCRIBE_OK; alias: number; params: Pairs }
+  | { type: typeof Msg.REQUEST_OK }
+  | { type: typeof Msg.REQUEST_ERROR; code: number; reason: string }
   | { type: typeof Msg.PUBLISH_NAMESPACE; requestId: number; ns: string[] }
-  | { type: typeof Msg.UNSUBSCRIBE; requestId: number }
-  | { type: typeof Msg.PUBLISH_DONE; requestId: number; status: number; reason: string }
+  | { type: typeof Msg.UNSUBSCRIBE }
+  | { type: typeof Msg.PUBLISH_DONE; status: number; reason: string }
   | { type: typeof Msg.GOAWAY; uri: string }
   | { type: typeof Msg.SETUP; pairs: Pairs }
   | { type: -1; raw: number };
@@ -329,22 +331,18 @@ export function parseMessage(m: ControlMessage): ParsedRequest {
       return { type: Msg.SUBSCRIBE, requestId, ns, track, params: readParams(r) };
     }
     case Msg.SUBSCRIBE_OK: {
-      const requestId = r.vi();
       const alias = r.vi();
       const params = readParams(r);
       readPairsToEnd(r); // track extensions: none used by the SDK yet
-      return { type: Msg.SUBSCRIBE_OK, requestId, alias, params };
+      return { type: Msg.SUBSCRIBE_OK, alias, params };
     }
-    case Msg.REQUEST_OK: {
-      const requestId = r.vi();
+    case Msg.REQUEST_OK:
       readParams(r);
-      return { type: Msg.REQUEST_OK, requestId };
-    }
+      return { type: Msg.REQUEST_OK };
     case Msg.REQUEST_ERROR: {
-      const requestId = r.vi();
       const code = r.vi();
       r.vi(); // retry interval
-      return { type: Msg.REQUEST_ERROR, requestId, code, reason: dec.decode(r.bytes(4096)) };
+      return { type: Msg.REQUEST_ERROR, code, reason: dec.decode(r.bytes(4096)) };
     }
     case Msg.PUBLISH_NAMESPACE: {
       const requestId = r.vi();
@@ -353,12 +351,11 @@ export function parseMessage(m: ControlMessage): ParsedRequest {
       return { type: Msg.PUBLISH_NAMESPACE, requestId, ns };
     }
     case Msg.UNSUBSCRIBE:
-      return { type: Msg.UNSUBSCRIBE, requestId: r.vi() };
+      return { type: Msg.UNSUBSCRIBE };
     case Msg.PUBLISH_DONE: {
-      const requestId = r.vi();
       const status = r.vi();
-      r.vi();
-      return { type: Msg.PUBLISH_DONE, requestId, status, reason: dec.decode(r.bytes(4096)) };
+      r.vi(); // stream count
+      return { type: Msg.PUBLISH_DONE, status, reason: dec.decode(r.bytes(4096)) };
     }
     case Msg.GOAWAY:
       return { type: Msg.GOAWAY, uri: dec.decode(r.bytes(8192)) };
@@ -465,10 +462,12 @@ export function streamObject(idDelta: number, m: ObjectMeta, payload: Uint8Array
 
 /** Which fields a draft-18 subgroup header type carries, or undefined for a non-subgroup type. */
 export function subgroupLayout(type: number): { explicitSubgroup: boolean; subgroupIsFirstObject: boolean; priority: boolean; ext: boolean } | undefined {
-  const base = type & ~0x20; // 0x30–0x3D: same as 0x10–0x1D without the priority byte
+  // 0x30–0x3D: as 0x10–0x1D without the priority byte; +0x40: the stream starts
+  // at the subgroup's first object (same fields).
+  const base = type & ~0x60;
   if (base < 0x10 || base > 0x1d || (base & 0x6) === 0x6) return undefined;
   const sid = (base >> 1) & 0x3; // 0: subgroup 0, 1: first object id, 2: explicit
-  return { explicitSubgroup: sid === 2, subgroupIsFirstObject: sid === 1, priority: type < 0x30, ext: (base & 1) === 1 };
+  return { explicitSubgroup: sid === 2, subgroupIsFirstObject: sid === 1, priority: (type & 0x20) === 0, ext: (base & 1) === 1 };
 }
 
 // ---- datagrams (Petrel extension) --------------------------------------------------

@@ -67,7 +67,7 @@ test('the target delay follows the jitter, bounded', () => {
     jb.push(frame(i, i === 0), t);
     jb.pop(t);
   }
-  assert.ok(jb.targetMs > 100 && jb.targetMs <= 200, `target ${jb.targetMs}`);
+  assert.ok(jb.targetMs > 60 && jb.targetMs <= 200, `target ${jb.targetMs}`);
   assert.ok(jb.stats.late === 0, 'no frame came after its deadline');
 });
 
@@ -157,4 +157,14 @@ test('StreamReader reads messages split across chunks and reports a short stream
   assert.equal(await sr.atEnd(), true);
   const short = new StreamReader(new ReadableStream<Uint8Array>({ start(c) { c.enqueue(m.subarray(0, 4)); c.close(); } }));
   await assert.rejects(short.message(), /ended/);
+});
+
+test('subgroup header types: fields per draft-18 type, others refused', async () => {
+  const { subgroupLayout } = await import('../sdk/wtwire.js');
+  assert.deepEqual(subgroupLayout(0x15), { explicitSubgroup: true, subgroupIsFirstObject: false, priority: true, ext: true });
+  assert.deepEqual(subgroupLayout(0x30), { explicitSubgroup: false, subgroupIsFirstObject: false, priority: false, ext: false });
+  assert.equal(subgroupLayout(0x53)?.ext, true);
+  assert.equal(subgroupLayout(0x53)?.subgroupIsFirstObject, true);
+  assert.equal(subgroupLayout(0x75)?.priority, false);
+  for (const bad of [0x0f, 0x16, 0x17, 0x1e, 0x2f00, 0x7e]) assert.equal(subgroupLayout(bad), undefined, `type 0x${bad.toString(16)}`);
 });
