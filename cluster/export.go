@@ -31,6 +31,7 @@ type export struct {
 	pub    *sfu.Publication
 	owner  *sfu.Participant
 	video  bool
+	all    bool          // cluster.forward_all: the benchmark baseline
 	mask   atomic.Uint32 // what the peer wants (maskOf)
 	remove func()
 	// Per layer: the frame buffer (each layer has its own reader goroutine)
@@ -136,7 +137,8 @@ func (e *exporter) sync(local []string) {
 func (e *exporter) add(room string, p *sfu.Participant, t *sfu.Publication) {
 	e.mu.Lock()
 	e.nextN++
-	x := &export{l: e.l, n: e.nextN, pub: t, owner: p, video: t.Kind() == webrtc.RTPCodecTypeVideo, rtx: make([]byte, 1600)}
+	x := &export{l: e.l, n: e.nextN, pub: t, owner: p, video: t.Kind() == webrtc.RTPCodecTypeVideo,
+		all: e.l.node.cfg.ForwardAll, rtx: make([]byte, 1600)}
 	for i := range x.bufs {
 		x.bufs[i] = make([]byte, 1600)
 		x.sent[i] = &sendTimes{}
@@ -192,6 +194,9 @@ func (e *exporter) onRequest(m *ctlMsg) {
 // asked for these layers on the peer's behalf.
 func (x *export) Demand() (layers [3]bool, active bool) {
 	m := x.mask.Load()
+	if x.all {
+		m = 1<<8 | 7
+	}
 	for i := range layers {
 		layers[i] = m&(1<<i) != 0
 	}
@@ -202,6 +207,9 @@ func (x *export) Demand() (layers [3]bool, active bool) {
 // packets: it sends only the layers the peer wants.
 func (x *export) WriteRTP(pkt *sfu.Packet) {
 	m := x.mask.Load()
+	if x.all {
+		m = 1<<8 | 7
+	}
 	if m&(1<<8) == 0 || m&(1<<uint(pkt.Layer)) == 0 {
 		x.l.stats.filtered.Add(1)
 		return

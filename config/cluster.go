@@ -23,6 +23,10 @@ type Cluster struct {
 	// DrainGrace is how long a draining node waits for participants to move
 	// before it closes the remaining ones.
 	DrainGrace time.Duration `yaml:"drain_grace" flag:"drain-grace" usage:"how long a drain waits before closing the rest"`
+	// ForwardAll sends every layer of every track over node links, whatever
+	// the receivers need: the baseline the selective forwarding is measured
+	// against (bench/cluster), never for production.
+	ForwardAll bool `yaml:"forward_all" flag:"cluster-forward-all" usage:"benchmark baseline: send every layer over node links"`
 }
 
 func defaultCluster() Cluster {
