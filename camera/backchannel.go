@@ -117,7 +117,12 @@ func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 			return
 		}
 		f.cancel()
-		<-f.done
+		// Wait (briefly: this is the camera's message goroutine) so that the
+		// reply means the audio stopped.
+		select {
+		case <-f.done:
+		case <-time.After(2 * time.Second):
+		}
 		c.Reply(from, "talk", result(req.ID, map[string]any{}))
 	default:
 		c.Reply(from, "talk", errReply(req.ID, fmt.Sprintf("unknown op %q (start, stop)", clipText(req.Op, 32))))
