@@ -71,6 +71,12 @@ func TestAllocationByPriority(t *testing.T) {
 	if got := downs[0].allocLayer.Load(); got != 1 {
 		t.Fatalf("freed bandwidth not reallocated: layer %d", got)
 	}
+	// Asking for more again is granted at once, not at the next round: the
+	// switch up starts (target set, keyframe asked) with the request.
+	downs[1].SetMaxLayer(2)
+	if got := downs[1].target.Load(); got != 1 {
+		t.Fatalf("after asking for more the target is %d, want 1 (the pinned track's fit)", got)
+	}
 }
 
 func TestPaddingProbeKeepsTheStreamContinuous(t *testing.T) {

@@ -199,7 +199,14 @@ func (d *DownTrack) resync() { d.needSync.Store(true) }
 
 // SetMaxLayer limits the simulcast layer this subscriber receives (0 lowest).
 func (d *DownTrack) SetMaxLayer(l int) {
-	d.maxLayer.Store(int32(max(0, min(l, maxLayers-1))))
+	l = max(0, min(l, maxLayers-1))
+	d.maxLayer.Store(int32(l))
+	// The allocation never grants more than was asked for, so a wish above the
+	// grant needs a new allocation now: waiting for the next round cost a
+	// switch up as much as its interval (500 ms) before the keyframe request.
+	if l > int(d.allocLayer.Load()) && d.sub != nil && d.sub.bwe != nil {
+		d.sub.allocate()
+	}
 	d.chooseLayer()
 }
 
