@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -45,6 +46,7 @@ type Client struct {
 	subs      map[uint64]*ClientSub
 	asmMu     sync.Mutex
 	asm       *moqt.Assembler
+	pending   atomic.Int32 // unanswered SUBSCRIBEs
 }
 
 // ClientOptions configure Dial.
@@ -192,9 +194,18 @@ func (c *Client) readUni(st *wt.ReceiveStream) {
 		st.CancelRead(1)
 		return
 	}
-	c.mu.Lock()
-	sub := c.subs[h.TrackAlias]
-	c.mu.Unlock()
+	// The server may open the stream right after SUBSCRIBE_OK, before
+	// Subscribe has read that answer: wait a little while one is pending.
+	var sub *ClientSub
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		c.mu.Lock()
+		sub = c.subs[h.TrackAlias]
+		c.mu.Unlock()
+		if sub != nil || c.pending.Load() == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if sub == nil {
 		st.CancelRead(1)
 		return
@@ -490,6 +501,8 @@ func (c *Client) Subscribe(ctx context.Context, ns []string, track string, datag
 	if datagrams {
 		params = moqt.Pairs{{Key: moqt.ParamDelivery, Int: 1}}
 	}
+	c.pending.Add(1)
+	defer c.pending.Add(-1)
 	st, _, resp, err := c.request(ctx, moqt.Subscribe{RequestID: c.allocReq(), Namespace: ns, Track: track, Params: params})
 	if err != nil {
 		return nil, err

@@ -61,6 +61,11 @@ type session struct {
 	backlog    [][]byte // events before the client subscribed to them
 	closed     bool
 
+	// pendingSubs counts our unanswered SUBSCRIBEs; aliasWake is closed (and
+	// replaced) whenever an alias is registered.
+	pendingSubs atomic.Int32
+	aliasWake   chan struct{}
+
 	asmMu     sync.Mutex // the datagram reader and the NACK ticker share asm
 	asm       *moqt.Assembler
 	closeOnce sync.Once
@@ -69,7 +74,7 @@ type session struct {
 func newSession(srv *Server, ws *wt.Session, c *auth.Claims, remote string) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{srv: srv, ws: ws, claims: c, room: c.Room, identity: c.Identity(), ctx: ctx, cancel: cancel,
-		setupDone: make(chan struct{}), nextReq: 1, nextAlias: 1,
+		setupDone: make(chan struct{}), nextReq: 1, nextAlias: 1, aliasWake: make(chan struct{}),
 		up: map[string]*upTrack{}, upByAlias: map[uint64]*upTrack{}, down: map[uint64]*downSub{}, asm: moqt.NewAssembler()}
 	s.log = srv.log.With("room", c.Room, "identity", c.Identity(), "remote", remote)
 	return s
@@ -193,8 +198,12 @@ func (s *session) readControl(br *bufio.Reader) {
 	for {
 		m, err := moqt.ReadMessage(br)
 		if err != nil {
-			if s.ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			switch {
+			case s.ctx.Err() != nil:
+			case strings.HasPrefix(err.Error(), "moqt:"): // a malformed message, not a closed stream
 				s.close(moqt.CloseProtocolViolation, "control stream: "+err.Error())
+			default:
+				s.close(moqt.CloseNoError, "control stream ended: "+err.Error())
 			}
 			return
 		}
@@ -247,9 +256,7 @@ func (s *session) readUni(st *wt.ReceiveStream) {
 		st.CancelRead(wt.StreamErrorCode(moqt.CloseProtocolViolation))
 		return
 	}
-	s.mu.Lock()
-	u := s.upByAlias[h.TrackAlias]
-	s.mu.Unlock()
+	u := s.waitAlias(h.TrackAlias)
 	if u == nil {
 		s.log.Warn("data stream for an unknown track alias", "alias", h.TrackAlias)
 		st.CancelRead(wt.StreamErrorCode(moqt.CloseProtocolViolation))
@@ -271,6 +278,28 @@ func (s *session) readUni(st *wt.ReceiveStream) {
 			continue // end-of-group and similar markers
 		}
 		u.deliver(h.Group, o.ID, o.Extensions, o.Payload, false)
+	}
+}
+
+// waitAlias finds the track of a data stream. A publisher may open the stream
+// right after SUBSCRIBE_OK, so it can arrive before the answer is read: while a
+// SUBSCRIBE of ours is unanswered, wait a little for the alias to appear.
+func (s *session) waitAlias(alias uint64) *upTrack {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s.mu.Lock()
+		u := s.upByAlias[alias]
+		wake := s.aliasWake
+		s.mu.Unlock()
+		if u != nil || s.pendingSubs.Load() == 0 || time.Now().After(deadline) {
+			return u
+		}
+		select {
+		case <-wake:
+		case <-time.After(50 * time.Millisecond):
+		case <-s.ctx.Done():
+			return nil
+		}
 	}
 }
 

@@ -83,6 +83,9 @@ func (u *upTrack) subscribe() {
 		return
 	}
 	u.st = st
+	s.pendingSubs.Add(1)
+	answered := sync.OnceFunc(func() { s.pendingSubs.Add(-1) })
+	defer answered()
 	id := s.allocRequest()
 	b, _ := moqt.AppendMessage(nil, moqt.Subscribe{RequestID: id, Namespace: u.ns, Track: u.name,
 		Params: moqt.Pairs{{Key: moqt.ParamForward, Int: 1}}})
@@ -94,6 +97,9 @@ func (u *upTrack) subscribe() {
 	_ = st.SetReadDeadline(time.Now().Add(requestTimeout))
 	m, err := moqt.ReadMessage(br)
 	_ = st.SetReadDeadline(time.Time{})
+	if _, ok := m.(moqt.SubscribeOK); !ok {
+		answered()
+	}
 	if err != nil {
 		fail(err)
 		st.CancelWrite(0)
@@ -110,7 +116,10 @@ func (u *upTrack) subscribe() {
 		}
 		u.alias = m.TrackAlias
 		s.upByAlias[m.TrackAlias] = u
+		close(s.aliasWake)
+		s.aliasWake = make(chan struct{})
 		s.mu.Unlock()
+		answered()
 		close(u.ready)
 		s.log.Info("subscribed to publisher's track", "namespace", strings.Join(u.ns, "/"), "track", u.name, "alias", u.alias)
 	case moqt.RequestError:
