@@ -273,3 +273,18 @@ func TestReassemblyFECAndDeadline(t *testing.T) {
 		t.Fatal("short fragment accepted")
 	}
 }
+
+// The example bytes in docs/protocol.md, so the document stays exact.
+func TestDocumentedExample(t *testing.T) {
+	b, _ := AppendMessage(nil, Subscribe{RequestID: 0, Namespace: []string{"petrel", "r1", "alice"}, Track: "video"})
+	want := append([]byte{0x03, 0x00, 0x19, 0x00, 0x03, 0x06}, "petrel"...)
+	want = append(append(append(want, 0x02), "r1"...), 0x05)
+	want = append(append(append(want, "alice"...), 0x05), "video"...)
+	want = append(want, 0x00)
+	if !bytes.Equal(b, want) {
+		t.Fatalf("SUBSCRIBE example:\n got % x\nwant % x", b, want)
+	}
+	if b, _ := AppendMessage(nil, SubscribeOK{TrackAlias: 1}); !bytes.Equal(b, []byte{0x04, 0x00, 0x02, 0x01, 0x00}) {
+		t.Fatalf("SUBSCRIBE_OK example: % x", b)
+	}
+}
