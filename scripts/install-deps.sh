@@ -29,3 +29,9 @@ done
 if [ -f test/interop/install.sh ]; then
 	bash test/interop/install.sh
 fi
+
+# moq-clock-ietf (crates.io, MoQT draft-18) for the WebTransport interop test:
+# built once per machine into ~/.cargo/bin when a recent Rust toolchain exists.
+if [ -f test/interop/moq-install.sh ]; then
+	bash test/interop/moq-install.sh
+fi
