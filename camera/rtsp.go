@@ -213,7 +213,7 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 	c.setState(StateStreaming, nil)
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- client.Wait() }()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(min(time.Second, c.idleAfter()/2))
 	defer tick.Stop()
 	lastWanted := time.Now()
 	for {
@@ -231,12 +231,19 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 		case <-tick.C:
 			if c.cfg.Warm || c.wanted() {
 				lastWanted = time.Now()
-			} else if time.Since(lastWanted) > c.g.o.IdleAfter {
+			} else if time.Since(lastWanted) > c.idleAfter() {
 				c.log.Info("no viewer: closing the camera session")
 				return true, nil
 			}
 		}
 	}
+}
+
+func (c *Camera) idleAfter() time.Duration {
+	if c.cfg.IdleAfter > 0 {
+		return c.cfg.IdleAfter
+	}
+	return c.g.o.IdleAfter
 }
 
 // drainDemand consumes a pending viewer signal.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Camera declares one IP camera (the `cameras:` list). Exactly one ingest is
@@ -23,9 +24,12 @@ type Camera struct {
 	WebRTC        bool     `yaml:"webrtc" json:"webrtc,omitempty"`
 	// Warm keeps the upstream session open without viewers, so the first viewer
 	// starts from the cached GOP at once; otherwise it opens on the first viewer.
-	Warm  bool   `yaml:"warm" json:"warm,omitempty"`
-	ONVIF ONVIF  `yaml:"onvif" json:"onvif,omitempty"`
-	HTTP  HTTPTo `yaml:"http" json:"http,omitempty"`
+	Warm bool `yaml:"warm" json:"warm,omitempty"`
+	// IdleAfter is how long a cold camera's upstream session stays open after
+	// its last viewer left (default 10s).
+	IdleAfter time.Duration `yaml:"idle_after" json:"idleAfter,omitempty"`
+	ONVIF     ONVIF         `yaml:"onvif" json:"onvif,omitempty"`
+	HTTP      HTTPTo        `yaml:"http" json:"http,omitempty"`
 }
 
 // RTPPush is plain RTP sent to a UDP port by ffmpeg, GStreamer or the camera.
@@ -128,6 +132,9 @@ func (c *Camera) Validate() error {
 	}
 	if c.WebRTC {
 		n++
+	}
+	if c.IdleAfter < 0 {
+		return fmt.Errorf("camera %s: idle_after must not be negative", c.ID)
 	}
 	if n != 1 {
 		return fmt.Errorf("camera %s: set exactly one of rtsp, rtp or webrtc", c.ID)

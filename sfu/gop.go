@@ -96,3 +96,41 @@ func (d *DownTrack) replayGOP(p *Packet) {
 	}
 	metrics.GOPStarts.Inc()
 }
+
+// CachedGOP hands fn the cached packets of the base layer from the start of
+// the last keyframe to the newest, in order, and returns the sequence number
+// after the last one (ok false when no keyframe is cached). A sink attached
+// just before (AddSink) and skipping what precedes next continues the stream
+// without a gap: the HTTP live fallback starts at once from it. It may run on
+// any goroutine: cache slots are read under their lock and checked by sequence
+// number, so a slot overwritten meanwhile ends the replay early.
+func (t *Publication) CachedGOP(fn func(p *Packet)) (next uint16, ok bool) {
+	l := t.layer(0)
+	if l == nil || t.kind != webrtc.RTPCodecTypeVideo {
+		return 0, false
+	}
+	g := l.gop.start.Load()
+	if g&(1<<16) == 0 {
+		return 0, false
+	}
+	buf := make([]byte, maxPacket)
+	var q Packet
+	seq := uint16(g)
+	for i := 0; i < len(l.cache.slots); i++ {
+		n := l.cache.Get(seq, buf)
+		if n == 0 {
+			break
+		}
+		payload, valid := splitRTP(&q.Header, buf[:n])
+		if !valid {
+			break
+		}
+		q.Payload = payload
+		q.Keyframe = isKeyframe(t.ck, payload)
+		q.Arrival = now()
+		fn(&q)
+		seq++
+		ok = true
+	}
+	return seq, ok
+}

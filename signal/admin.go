@@ -35,6 +35,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	}
 	if s.cameras != nil {
 		s.cameras.AdminRoutes(h)
+		s.cameras.Routes(mux, s.verify) // viewer routes (live.mp4), viewer tokens
 	}
 	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		out := []protocol.RoomInfo{}

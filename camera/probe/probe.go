@@ -46,6 +46,8 @@ type Result struct {
 	FirstFrame    time.Duration `json:"firstFrame"` // time-to-stream
 	Codec         string        `json:"codec"`
 	Candidate     string        `json:"candidate"` // local candidate type of the selected pair
+
+	frames int // HTTP live: fragments read
 }
 
 // Viewer is an open session.

@@ -1,0 +1,283 @@
+package camera
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/Eyevinn/mp4ff/mp4"
+	"github.com/bluenviron/gortsplib/v4/pkg/format/rtph264"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
+)
+
+// The HTTP live fallback: GET /v1/cameras/{id}/live.mp4 streams the camera's
+// H.264 video as fragmented MP4 (one fragment per frame), for networks where
+// neither UDP nor TURN gets through. It starts at the cached last keyframe, so
+// the first frame comes at once; a <video> plays it through Media Source
+// Extensions (web/app/camera.ts). Video only: G.711 has no MSE form and the
+// page is a fallback, not the main path.
+
+// Verifier checks a token (the signal package's).
+type Verifier func(token string) (*auth.Claims, error)
+
+// Routes adds the camera routes for viewers (viewer tokens, not admin).
+func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier) {
+	mux.HandleFunc("GET /v1/cameras/{id}/live.mp4", func(w http.ResponseWriter, r *http.Request) {
+		g.serveLive(w, r, verify)
+	})
+}
+
+func liveError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, "{\"code\":%q,\"message\":%q}\n", code, msg)
+}
+
+// videoPublication is the camera's video track, whatever its ingest.
+func (c *Camera) videoPublication() *sfu.Publication {
+	if p := c.webrtcParticipant(); c.cfg.WebRTC && p != nil {
+		for _, pub := range p.Publications() {
+			if pub.Kind() == webrtc.RTPCodecTypeVideo {
+				return pub
+			}
+		}
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.video == nil {
+		return nil
+	}
+	return c.video.Publication()
+}
+
+type livePacket struct {
+	h       rtp.Header
+	payload []byte
+}
+
+// liveSink copies packets to the HTTP writer; a full queue drops, and the
+// writer then waits for the next keyframe.
+type liveSink struct {
+	ch      chan livePacket
+	dropped atomic.Bool
+}
+
+func (s *liveSink) WriteRTP(p *sfu.Packet) {
+	lp := livePacket{h: p.Header, payload: append([]byte(nil), p.Payload...)}
+	lp.h.Extensions = nil
+	lp.h.CSRC = nil
+	select {
+	case s.ch <- lp:
+	default:
+		s.dropped.Store(true)
+	}
+}
+
+func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verifier) {
+	id := r.PathValue("id")
+	tok := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		tok = strings.TrimSpace(h[7:])
+	}
+	claims, err := verify(tok)
+	if err != nil {
+		g.log.Info("live.mp4 refused", "camera", id, "err", err, "remote", r.RemoteAddr)
+		liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+		return
+	}
+	if claims.Room != RoomOf(id) || !claims.Grants.Subscribe {
+		liveError(w, http.StatusForbidden, protocol.CodeForbidden, "the token does not allow watching "+RoomOf(id))
+		return
+	}
+	c := g.Camera(id)
+	if c == nil {
+		liveError(w, http.StatusNotFound, protocol.CodeNotFound, "no camera "+id)
+		return
+	}
+	pub := c.videoPublication()
+	if pub == nil {
+		liveError(w, http.StatusServiceUnavailable, protocol.CodeServerBusy, "the camera has no video yet")
+		return
+	}
+	if !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
+		liveError(w, http.StatusUnsupportedMediaType, protocol.CodeBadRequest, "live.mp4 carries H.264 only; the camera sends "+pub.Codec().MimeType)
+		return
+	}
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "video/mp4")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if fl != nil {
+		fl.Flush()
+	}
+
+	sink := &liveSink{ch: make(chan livePacket, 2048)}
+	remove := pub.AddSink(sink)
+	defer remove()
+	c.wake() // a cold RTSP camera opens its session for this viewer
+	bw := bufio.NewWriterSize(w, 64<<10)
+	mw := &mp4Writer{w: bw}
+	var dec rtph264.Decoder
+	_ = dec.Init()
+	push := func(h *rtp.Header, payload []byte) error {
+		au, err := dec.Decode(&rtp.Packet{Header: *h, Payload: payload})
+		if err != nil {
+			return nil // more packets needed, or a broken frame: skip
+		}
+		if err := mw.writeAU(au, h.Timestamp); err != nil {
+			return err
+		}
+		return nil
+	}
+	next, primed := pub.CachedGOP(func(p *sfu.Packet) {
+		payload := append([]byte(nil), p.Payload...)
+		_ = push(&p.Header, payload)
+	})
+	if err := bw.Flush(); err != nil {
+		return
+	}
+	if fl != nil {
+		fl.Flush()
+	}
+	g.log.Info("live.mp4 started", "camera", id, "remote", r.RemoteAddr, "from_cache", primed)
+	flushTick := time.NewTicker(20 * time.Millisecond)
+	defer flushTick.Stop()
+	dirty := false
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-c.ctx.Done():
+			return
+		case <-flushTick.C:
+			if dirty {
+				if bw.Flush() != nil {
+					return
+				}
+				if fl != nil {
+					fl.Flush()
+				}
+				dirty = false
+			}
+		case p := <-sink.ch:
+			if primed && int16(p.h.SequenceNumber-next) < 0 {
+				continue // already sent from the cache
+			}
+			primed = false
+			if sink.dropped.Swap(false) {
+				mw.started = false // lost packets: restart at the next keyframe
+				_ = dec.Init()
+			}
+			if err := push(&p.h, p.payload); err != nil {
+				return
+			}
+			dirty = true
+			if len(sink.ch) == 0 {
+				if bw.Flush() != nil {
+					return
+				}
+				if fl != nil {
+					fl.Flush()
+				}
+				dirty = false
+			}
+		}
+	}
+}
+
+// mp4Writer writes an init segment at the first IDR with its SPS/PPS, then one
+// fragment per access unit.
+type mp4Writer struct {
+	w        *bufio.Writer
+	inited   bool
+	started  bool
+	seq      uint32
+	baseTS   uint32
+	lastTS   uint32
+	decode   uint64
+	lastDur  uint32
+	sps, pps []byte
+	avcc     []byte
+}
+
+var errNoParams = errors.New("no SPS/PPS before the first IDR")
+
+func (m *mp4Writer) writeAU(au [][]byte, ts uint32) error {
+	idr := false
+	for _, n := range au {
+		if len(n) == 0 {
+			continue
+		}
+		switch n[0] & 0x1f {
+		case 5:
+			idr = true
+		case 7:
+			m.sps = append(m.sps[:0], n...)
+		case 8:
+			m.pps = append(m.pps[:0], n...)
+		}
+	}
+	if !m.started {
+		if !idr || m.sps == nil || m.pps == nil {
+			return nil
+		}
+		if !m.inited {
+			init := mp4.CreateEmptyInit()
+			init.AddEmptyTrack(90000, "video", "und")
+			if err := init.Moov.Trak.SetAVCDescriptor("avc1", [][]byte{m.sps}, [][]byte{m.pps}, true); err != nil {
+				return fmt.Errorf("live.mp4 init: %w", err)
+			}
+			if err := init.Encode(m.w); err != nil {
+				return err
+			}
+			m.inited = true
+			m.baseTS = ts
+		} else {
+			// Resuming after loss: keep the timeline going.
+			m.decode += uint64(m.lastDur)
+			m.baseTS = ts - uint32(m.decode)
+		}
+		m.started = true
+		m.lastTS = ts
+	}
+	dur := ts - m.lastTS
+	if dur == 0 || dur > 90000 {
+		dur = 3600
+	}
+	if m.seq > 0 {
+		m.decode += uint64(dur)
+	}
+	m.lastTS = ts
+	m.lastDur = dur
+	m.seq++
+	m.avcc = m.avcc[:0]
+	for _, n := range au {
+		if len(n) == 0 || n[0]&0x1f == 9 {
+			continue
+		}
+		m.avcc = binary.BigEndian.AppendUint32(m.avcc, uint32(len(n)))
+		m.avcc = append(m.avcc, n...)
+	}
+	f, err := mp4.CreateFragment(m.seq, 1)
+	if err != nil {
+		return err
+	}
+	flags := mp4.NonSyncSampleFlags
+	if idr {
+		flags = mp4.SyncSampleFlags
+	}
+	f.AddFullSample(mp4.FullSample{Sample: mp4.Sample{Flags: flags, Dur: dur, Size: uint32(len(m.avcc))}, DecodeTime: m.decode, Data: m.avcc})
+	return f.Encode(m.w)
+}
