@@ -3,7 +3,7 @@
 bench/conference/main.go) into the Markdown section "## Conferencing: Last-N,
 simulcast, layer switches" (stdout) and gnuplot data files in DIR.
 
-    report.py RESULTS_DIR DATA_DIR META_FILE > section.md
+    report.py RESULTS_DIR DATA_DIR > section.md
 
 Every figure is the median over the runs; savings are computed from the
 medians of the same run set.
@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-res_dir, data_dir, meta_file = sys.argv[1], sys.argv[2], sys.argv[3]
+res_dir, data_dir = sys.argv[1], sys.argv[2]
 
 
 def load(name):
@@ -33,12 +33,23 @@ def med(rows, key):
     return statistics.median(v) if v else float("nan")
 
 
-meta = {}
-if os.path.exists(meta_file):
-    for line in open(meta_file):
-        if "=" in line:
-            k, v = line.rstrip("\n").split("=", 1)
-            meta[k] = v
+def meta(mode):
+    m = {}
+    path = os.path.join(res_dir, f"meta-{mode}.env")
+    if os.path.exists(path):
+        for line in open(path):
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                m[k] = v
+    return m
+
+
+def when(mode):
+    m = meta(mode)
+    windows = "" if mode == "switch" else f", {m.get('DURATION', '?')} windows"
+    return (f"Medians of {m.get('RUNS', '?')} runs{windows}; run "
+            f"{m.get('STARTED', '?')} on commit {m.get('COMMIT', '?')} (load average before: {m.get('LOAD', '?')}).")
+
 
 lastn = load("lastn.jsonl")
 sim = load("simulcast.jsonl")
@@ -55,10 +66,9 @@ p("the next frame after a keyframe request, picture IDs), no audio: audio goes")
 p("to everyone whatever Last-N or simulcast decide, and 50 packets/s per audio")
 p("subscription would cost the two shared cores more than the video measured.")
 p("Egress is the RTP bytes (header and payload) the receivers get over a steady")
-p("window; server CPU is its utime+stime over the same window, in % of one core.")
-p(f"Medians of {meta.get('RUNS', '?')} runs per configuration, {meta.get('DURATION', '?')} windows;")
-p(f"run {meta.get('STARTED', '?')} on commit {meta.get('COMMIT', '?')}, 2 cores shared with")
-p(f"other work (load average before: {meta.get('LOAD', '?')}). Raw runs: `bench/conference/results/`.")
+p("window; server CPU is its utime+stime over the same window, in % of one core")
+p("(2 cores, shared with other work: CPU figures are noisy, egress is not).")
+p("Raw runs: `bench/conference/results/`.")
 p()
 
 if lastn:
@@ -70,6 +80,7 @@ if lastn:
     p("every other; the room's Last-N set with `--last-n` (0: off). Nobody speaks,")
     p("so each receiver gets the N earliest joiners (the ranking is by speech, then")
     p("join time); the saving does not depend on who is chosen.")
+    p(when("lastn"))
     p()
     p("| Last-N | video streams out | egress Mbit/s | saving vs off | theory (1 − N/29) | Jitsi (published) | server CPU % |")
     p("|---:|---:|---:|---:|---:|---:|---:|")
@@ -106,6 +117,7 @@ if sim:
     p("shows one participant on stage (`quality: high`) and the other eight as")
     p("320×180 thumbnails (`updateTrackSettings` with the tile size), and sends the")
     p("same requests in both rooms.")
+    p(when("simulcast"))
     p()
     p("| publishers | egress Mbit/s | ingress Mbit/s | server CPU % |")
     p("|---|---:|---:|---:|")
@@ -139,6 +151,7 @@ if sw:
     p("the last packet of the first keyframe of the new layer, the first frame of")
     p("it a decoder can show. The server asks the publisher for that keyframe at")
     p("once (PLI), aggregated per layer over 300 ms.")
+    p(when("switch"))
     p()
     p("| switches | median ms | p90 ms | min ms | max ms | median of the runs' medians ms |")
     p("|---:|---:|---:|---:|---:|---:|")
@@ -157,7 +170,9 @@ if sw:
     p("aggregation: a receiver asking within 300 ms of another's request for the")
     p("same layer waits for that keyframe or the window's end. Browsers add their")
     p("encoder's keyframe time and their jitter buffer on top; a publisher on the")
-    p("internet adds its round trip.")
+    p("internet adds its round trip. (Before this run a switch up also waited for")
+    p("the next bandwidth allocation round, up to 500 ms: the p90 was 490 ms; the")
+    p("server now re-allocates when a subscriber asks for more.)")
     p()
     p("![Layer-switch delay, cumulative](img/conference-switch.png)")
     p()

@@ -9,7 +9,7 @@
 #   REPORT_ONLY=1 bench/conference/run.sh   # rewrite the section from results/ only
 #
 # Raw results: bench/conference/results/{lastn,simulcast,switch}.jsonl (one JSON
-# object per run) and meta.env. The plots need gnuplot (apt-get install gnuplot-nox).
+# object per run) and meta-{mode}.env (when, which commit, load). The plots need gnuplot (apt-get install gnuplot-nox).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -53,11 +53,11 @@ if [ -z "${REPORT_ONLY:-}" ]; then
 		done
 		# Written at the end, so that an interrupted run leaves the old results.
 		cp "$tmp/$mode.jsonl" "$OUT/$mode.jsonl"
+		cp "$tmp/meta.env" "$OUT/meta-$mode.env"
 	done
-	cp "$tmp/meta.env" "$OUT/meta.env"
 fi
 
-python3 bench/conference/report.py "$OUT" "$tmp" "$OUT/meta.env" >"$tmp/section"
+python3 bench/conference/report.py "$OUT" "$tmp" >"$tmp/section"
 
 if command -v gnuplot >/dev/null; then
 	if [ -f "$tmp/lastn.dat" ]; then
