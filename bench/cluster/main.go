@@ -46,7 +46,6 @@ type result struct {
 	ForwardAll    bool      `json:"forwardAll"`
 	Publishers    int       `json:"publishers"`
 	Viewers       int       `json:"viewers"`
-	HighShare     float64   `json:"highShare"`
 	Seconds       float64   `json:"seconds"`
 	LinkKbps      float64   `json:"linkKbps"`   // sum over nodes of bytes sent on links
 	NodeCPU       []float64 `json:"nodeCpu"`    // cores used per node
@@ -62,11 +61,10 @@ func main() {
 	forwardAll := flag.Bool("forward-all", false, "send every layer over node links (the baseline)")
 	pubs := flag.Int("publishers", 6, "simulcast publishers, spread over the nodes")
 	viewers := flag.Int("viewers", 24, "viewers, spread over the nodes")
-	high := flag.Float64("high", 0.25, "share of viewers that want the top layer (the rest show small tiles)")
 	dur := flag.Duration("duration", 15*time.Second, "measured window")
 	warm := flag.Duration("warmup", 6*time.Second, "wait after everyone joined")
 	flag.Parse()
-	res, err := run(*bin, *nodes, *forwardAll, *pubs, *viewers, *high, *dur, *warm)
+	res, err := run(*bin, *nodes, *forwardAll, *pubs, *viewers, *dur, *warm)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/cluster:", err)
 		os.Exit(1)
@@ -89,7 +87,7 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func run(bin string, n int, forwardAll bool, pubs, viewers int, high float64, dur, warm time.Duration) (*result, error) {
+func run(bin string, n int, forwardAll bool, pubs, viewers int, dur, warm time.Duration) (*result, error) {
 	redisPort := freePort()
 	dir, _ := os.MkdirTemp("", "bench-cluster")
 	defer os.RemoveAll(dir)
@@ -130,6 +128,9 @@ func run(bin string, n int, forwardAll bool, pubs, viewers int, high float64, du
 	var published atomic.Uint64
 	stop := make(chan struct{})
 	defer close(stop)
+	var received atomic.Uint64
+	var tracks atomic.Int64
+	// Publishers watch the room too, with the same speaker view as viewers.
 	for i := 0; i < pubs; i++ {
 		c, err := join(ctx, ns[i%n], room, fmt.Sprintf("pub%02d", i))
 		if err != nil {
@@ -139,20 +140,15 @@ func run(bin string, n int, forwardAll bool, pubs, viewers int, high float64, du
 		if err := publishSimulcast(ctx, c, stop, &published); err != nil {
 			return nil, fmt.Errorf("publisher %d: %w", i, err)
 		}
+		go view(c, &received, &tracks)
 	}
-	var received atomic.Uint64
-	var tracks atomic.Int64
 	for j := 0; j < viewers; j++ {
 		c, err := join(ctx, ns[j%n], room, fmt.Sprintf("view%03d", j))
 		if err != nil {
 			return nil, err
 		}
 		defer c.Close()
-		quality := "low"
-		if float64(j%100) < high*100 {
-			quality = "high"
-		}
-		go view(c, quality, &received, &tracks)
+		go view(c, &received, &tracks)
 		time.Sleep(30 * time.Millisecond)
 	}
 	time.Sleep(warm)
@@ -166,7 +162,7 @@ func run(bin string, n int, forwardAll bool, pubs, viewers int, high float64, du
 	t0 := time.Now()
 	time.Sleep(dur)
 	secs := time.Since(t0).Seconds()
-	res := &result{Nodes: n, ForwardAll: forwardAll, Publishers: pubs, Viewers: viewers, HighShare: high, Seconds: secs,
+	res := &result{Nodes: n, ForwardAll: forwardAll, Publishers: pubs, Viewers: viewers, Seconds: secs,
 		ViewerTracks: int(tracks.Load())}
 	link1 := 0.0
 	for i, x := range ns {
@@ -311,14 +307,30 @@ func publishSimulcast(ctx context.Context, c *client.Client, stop chan struct{},
 	return nil
 }
 
-// view reads every track the viewer gets and sets each video tile's quality.
-func view(c *client.Client, quality string, received *atomic.Uint64, tracks *atomic.Int64) {
+// view reads every track the viewer gets. The layout is a speaker view: one
+// large tile (the top layer) and small tiles (the low layer) for the rest. The
+// large one is the video of the participant with the smallest sid the viewer
+// has seen, so that every viewer on a node shows the same one large (sids
+// differ between nodes, as a room's speaker view would on each screen).
+func view(c *client.Client, received *atomic.Uint64, tracks *atomic.Int64) {
+	set := func(sid, quality string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = c.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": quality})
+		cancel()
+	}
+	bigOwner, bigTrack := "", ""
 	for tr := range c.Tracks {
 		tracks.Add(1)
 		if tr.Remote.Kind() == webrtc.RTPCodecTypeVideo {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, _ = c.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": tr.TrackSid, "quality": quality})
-			cancel()
+			if bigOwner == "" || tr.ParticipantSid < bigOwner {
+				if bigTrack != "" {
+					set(bigTrack, "low")
+				}
+				bigOwner, bigTrack = tr.ParticipantSid, tr.TrackSid
+				set(tr.TrackSid, "high")
+			} else {
+				set(tr.TrackSid, "low")
+			}
 		}
 		go func(r *webrtc.TrackRemote) {
 			buf := make([]byte, 1600)
