@@ -20,6 +20,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -68,6 +70,13 @@ type Result struct {
 	Loss             float64  `json:"loss"`
 	Nacks            int      `json:"nacks"`
 	KeyframeRequests int      `json:"keyframeRequests"`
+	TargetDelayMs    float64  `json:"targetDelayMs"`
+	TransitMs        *float64 `json:"transitMs,omitempty"`
+	JitterMs         *float64 `json:"jitterMs,omitempty"`
+	RttMs            *float64 `json:"rttMs,omitempty"`
+	Late             int      `json:"late"`
+	Dropped          int      `json:"dropped"`
+	Pub              any      `json:"pub,omitempty"`
 	ConnectMs        float64  `json:"connectMs"`
 	FirstFrameMs     float64  `json:"firstFrameMs"`
 }
@@ -143,6 +152,7 @@ func main() {
 	gridName := flag.String("grid", "reduced", "smoke, reduced or full")
 	pathsFlag := flag.String("paths", strings.Join(paths, ","), "paths to measure")
 	exps := flag.String("exp", "", "only these experiments (comma-separated: bandwidth,delay,loss,ladder,cpu)")
+	only := flag.String("cond", "", "only conditions whose name is one of these (comma-separated, e.g. \"1 Mbit/s,5%\")")
 	dur := flag.Duration("duration", 12*time.Second, "measuring window per run")
 	warm := flag.Duration("warmup", 4*time.Second, "after the first frame, before the window")
 	repeat := flag.Int("repeat", 2, "repetitions (medians are reported)")
@@ -183,6 +193,15 @@ func main() {
 			var keep []Cond
 			for _, c := range conds {
 				if strings.Contains(","+*exps+",", ","+c.Exp+",") {
+					keep = append(keep, c)
+				}
+			}
+			conds = keep
+		}
+		if *only != "" {
+			var keep []Cond
+			for _, c := range conds {
+				if strings.Contains(","+*only+",", ","+c.Name+",") {
 					keep = append(keep, c)
 				}
 			}
@@ -279,8 +298,32 @@ func (b *bench) run(ctx context.Context, c Cond, path, room string) (Result, err
 	addr := netem.AddrB.String()
 	srv := l.B.Command(ctx, bin, "serve", "--http", fmt.Sprintf("%s:%d", addr, httpPort),
 		"--rtc-udp-port", strconv.Itoa(httpPort+2), "--rtc-tcp-port", strconv.Itoa(httpPort+3), "--turn-port", strconv.Itoa(httpPort+4))
-	// Development mode (no API key): the pages fetch tokens from /v1/dev/token.
-	srv.Env = filterEnv(srv.Env, "PETREL_API_KEY", "PETREL_API_SECRET")
+	// A fresh API key per run; the runner signs the pages' tokens with it (the
+	// server hands out development tokens to loopback clients only).
+	secret := make([]byte, 24)
+	if _, err := rand.Read(secret); err != nil {
+		return Result{}, err
+	}
+	keyEnv := []string{"PETREL_API_KEY=wtbench", "PETREL_API_SECRET=" + hex.EncodeToString(secret)}
+	srv.Env = append(filterEnv(srv.Env, "PETREL_API_KEY", "PETREL_API_SECRET"), keyEnv...)
+	token := func(identity string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, "token", "--room", room, "--identity", identity, "--publish", "--subscribe")
+		cmd.Env = append(filterEnv(nil, "PETREL_API_KEY", "PETREL_API_SECRET"), keyEnv...)
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("petrel token: %w", err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return strings.TrimSpace(lines[len(lines)-1]), nil
+	}
+	pubTok, err := token("pub")
+	if err != nil {
+		return Result{}, err
+	}
+	subTok, err := token("sub")
+	if err != nil {
+		return Result{}, err
+	}
 	var srvLog bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvLog, &srvLog
 	if b.verbose {
@@ -302,7 +345,8 @@ func (b *bench) run(ctx context.Context, c Cond, path, room string) (Result, err
 	}()
 
 	args := []string{"bench/wt/peer.mjs", "--base", fmt.Sprintf("http://%s:%d", addr, httpPort), "--path", path,
-		"--duration", strconv.Itoa(int(b.dur.Seconds())), "--warmup", strconv.Itoa(int(b.warm.Seconds())), "--room", room}
+		"--duration", strconv.Itoa(int(b.dur.Seconds())), "--warmup", strconv.Itoa(int(b.warm.Seconds())), "--room", room,
+		"--pubtoken", pubTok, "--subtoken", subTok}
 	if c.Cores > 0 {
 		cg, err := b.cgroup(c.Cores)
 		if err != nil {

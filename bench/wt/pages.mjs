@@ -127,6 +127,7 @@ export function subscriberCounters(page) {
       return {
         bytes: v?.bytesReceived ?? 0, framesDecoded: v?.framesDecoded ?? 0, framesReceived: v?.objectsReceived ?? 0,
         lost: v?.framesLost ?? 0, nacks: v?.nacksSent ?? 0, keyframeRequests: v?.keyframeRequests ?? 0, targetDelayMs: v?.targetDelayMs ?? 0,
+        transitMs: v?.lastTransitMs, jitterMs: v?.jitterMs, late: v?.framesLate ?? 0, dropped: v?.framesDropped ?? 0, rttMs: (await window.sub.session.getStats()).rttMs,
       };
     }
     const out = { bytes: 0, framesDecoded: 0, framesReceived: 0, lost: 0, nacks: 0, keyframeRequests: 0, packets: 0 };
@@ -167,5 +168,7 @@ export async function endWindow(page, before) {
     nacks: d('nacks'),
     keyframeRequests: d('keyframeRequests'),
     targetDelayMs: c.targetDelayMs,
+    // WebTransport only: capture wall clock to arrival of the last frame, jitter, frames late or dropped, QUIC RTT.
+    transitMs: c.transitMs, jitterMs: c.jitterMs, late: c.late, dropped: c.dropped, rttMs: c.rttMs,
   };
 }

@@ -55,8 +55,9 @@ try {
   };
   const pub = await page('pub');
   const sub = await page('sub');
-  const p = await startPublisher(pub, base, path, await devToken(base, room, 'pub'));
-  const s = await startSubscriber(sub, base, path, await devToken(base, room, 'sub'), { timeoutMs: 45_000 });
+  // Tokens from the runner (signed with the server's key), or development tokens on loopback.
+  const p = await startPublisher(pub, base, path, args.pubtoken ?? (await devToken(base, room, 'pub')));
+  const s = await startSubscriber(sub, base, path, args.subtoken ?? (await devToken(base, room, 'sub')), { timeoutMs: 45_000 });
   await sleep(warmupS * 1000);
   const before = await resetWindow(sub);
   await sleep(durationS * 1000);

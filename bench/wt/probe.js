@@ -2,7 +2,7 @@
 // injects it into both pages; the browser test uses it too).
 //
 // Publisher: a 640x480 canvas drawn 30 times a second. Each picture is a pure
-// function of its timestamp t (ms since the epoch): moving bars and a moving
+// function of its timestamp t (ms since the epoch): moving gray bars and a moving
 // disc, plus t itself as a barcode in the top 48 rows (36 bits of t and a
 // 4-bit check, 40 blocks of 32x24 px, black or white: robust to any codec at
 // any bitrate that still shows a picture).
@@ -22,9 +22,24 @@
   function draw(ctx, t) {
     const phase = (t / 1000) % 1000;
     for (let i = 0; i < 16; i++) {
-      const hue = (i * 22 + phase * 40) % 360;
-      ctx.fillStyle = `hsl(${hue.toFixed(1)} 70% ${30 + (i % 4) * 10}%)`;
+      // Gray levels only: a luma comparison is then blind to the colour matrix
+      // (BT.601 / BT.709) each path converts with, and sees the codec alone.
+      const level = 15 + (((i * 22 + phase * 40) % 360) / 360) * 70;
+      ctx.fillStyle = `hsl(0 0% ${level.toFixed(1)}%)`;
       ctx.fillRect(i * 40, BAR_H, 40, H - BAR_H);
+    }
+    // Texture that scrolls and changes: blocks of pseudo-random gray (a hash of
+    // block and time), so the encoder needs a realistic bitrate (a flat picture
+    // would cost a few kbit/s and hide every bandwidth limit).
+    const k = Math.floor(t / 2000);
+    const shift = Math.floor(t / 25) % 32;
+    for (let j = 0; j < 6; j++) {
+      for (let i = -1; i < 20; i++) {
+        const h = (Math.imul(i + Math.floor(t / 800), 73856093) ^ Math.imul(j, 19349663) ^ Math.imul(k, 83492791)) >>> 0;
+        const g = 40 + (h % 176);
+        ctx.fillStyle = `rgb(${g},${g},${g})`;
+        ctx.fillRect(i * 32 + shift, H - 200 + j * 24, 32, 24);
+      }
     }
     const x = ((t / 8) % (W + 160)) - 80;
     const y = BAR_H + 80 + Math.sin(t / 700) * 120;

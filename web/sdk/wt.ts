@@ -218,6 +218,16 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     return this.rtt;
   }
 
+  private rttFromStats = false;
+
+  noteRtt(ms: number): void {
+    // Chromium 156 has no WebTransport.getStats(): NACK round trips are the estimate then.
+    if (this.rttFromStats || !(ms > 0)) return;
+    this.rttSamples++;
+    this.rtt = this.rttSamples === 1 ? ms : this.rtt + (ms - this.rtt) / 8;
+  }
+  private rttSamples = 0;
+
   get maxDatagramSize(): number {
     return (this.transport.datagrams as unknown as { maxDatagramSize?: number }).maxDatagramSize ?? 1200;
   }
@@ -246,7 +256,10 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private async pollRtt(): Promise<void> {
     try {
       const st = (await (this.transport as unknown as { getStats(): Promise<{ smoothedRtt?: number }> }).getStats()) ?? {};
-      if (st.smoothedRtt && st.smoothedRtt > 0) this.rtt = st.smoothedRtt;
+      if (st.smoothedRtt && st.smoothedRtt > 0) {
+        this.rtt = st.smoothedRtt;
+        this.rttFromStats = true;
+      }
     } catch {
       /* optional */
     }

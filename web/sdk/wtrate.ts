@@ -23,6 +23,8 @@ export interface RateSignals {
   queuedBytes?: number;
   /** Smoothed RTT, ms. */
   rttMs?: number;
+  /** Lowest RTT QUIC has seen, ms: the path without queues. */
+  minRttMs?: number;
 }
 
 export interface RateOptions {
@@ -62,14 +64,17 @@ export class RateController {
     const loss = Math.max(s.lossFraction ?? 0, s.dropFraction ?? 0);
     const rtt = s.rttMs ?? 100;
     const queued = (s.queuedBytes ?? 0) * 8; // bits waiting to go
-    if (loss > 0.1 || queued > this.bps * 0.3) {
+    // A queue building at the bottleneck shows as RTT above the path's minimum
+    // long before anything is dropped (a deep buffer holds seconds at a low rate).
+    const queueing = s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(60, 0.5 * s.minRttMs);
+    if (loss > 0.1 || queued > this.bps * 0.3 || queueing) {
       // At most one decrease per RTT (plus a little), so one loss burst is one step.
       if (now - this.lastDecrease > rtt + 100) {
-        const f = loss > 0.1 ? 1 - 0.5 * loss : 0.85;
+        const f = loss > 0.1 ? 1 - 0.5 * loss : 0.8;
         this.bps *= Math.max(0.5, f);
         this.lastDecrease = now;
       }
-    } else if (loss < 0.02) {
+    } else if (loss < 0.02 && !(s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > 30)) {
       // Multiplicative growth far from the last decrease, additive near it.
       const sinceDrop = now - this.lastDecrease;
       const g = sinceDrop > 4_000 ? 0.08 : 0.03;

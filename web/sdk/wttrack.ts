@@ -31,8 +31,10 @@ export interface WtCarrier {
   readonly transport: WebTransport;
   sendDatagram(b: Uint8Array): void;
   readonly maxDatagramSize: number;
-  /** Smoothed RTT, ms (from getStats; 100 until known). */
+  /** Smoothed RTT, ms (from getStats or NACK round trips; 100 until known). */
   readonly rttMs: number;
+  /** A round-trip sample (a NACK answered), ms. */
+  noteRtt(ms: number): void;
   log(msg: string): void;
 }
 
@@ -278,15 +280,18 @@ export class WtLocalTrack {
     let dropped = 0;
     let est: number | undefined;
     let rtt: number | undefined;
+    let minRtt: number | undefined;
     try {
       const st = (await (this.carrier.transport as unknown as { getStats(): Promise<unknown> }).getStats()) as {
         datagrams?: { expiredOutgoing?: number; lostOutgoing?: number; droppedOutgoing?: number };
         estimatedSendRate?: number | null;
         smoothedRtt?: number;
+        minRtt?: number;
       };
       dropped = (st.datagrams?.expiredOutgoing ?? 0) + (st.datagrams?.lostOutgoing ?? 0) + (st.datagrams?.droppedOutgoing ?? 0);
       est = st.estimatedSendRate ?? undefined;
       rtt = st.smoothedRtt;
+      minRtt = st.minRtt;
     } catch {
       /* stats are optional */
     }
@@ -299,7 +304,7 @@ export class WtLocalTrack {
     // A stream that has queued more than ~300 ms of media is stale: start a new
     // group (keyframe), which resets it, rather than send old frames late.
     if (this.mode === 'stream' && this.queuedBytes * 8 > this.rate.bitrate * 0.3) this.source.requestKeyframe();
-    const d = this.rate.update({ lossFraction, dropFraction, estimatedBps: est, rttMs: rtt, queuedBytes: this.mode === 'stream' ? this.queuedBytes : undefined }, now);
+    const d = this.rate.update({ lossFraction, dropFraction, estimatedBps: est, rttMs: rtt, minRttMs: minRtt, queuedBytes: this.mode === 'stream' ? this.queuedBytes : undefined }, now);
     this.scale = d.scale;
     this.source.setRate(d.bitrate, d.scale);
   }
@@ -388,6 +393,7 @@ interface Partial {
   first: number; // when the first fragment came (or the gap was noticed)
   last: number; // when the latest fragment of it came
   nackAt: number;
+  nacks: number;
   known: boolean; // count/len known (a fragment arrived), not only inferred from a gap
   fec: { first: number; count: number; xor: Uint8Array }[];
 }
@@ -502,7 +508,7 @@ export class WtRemoteTrack {
     if (!p) {
       if (this.done.has(k)) return; // a duplicate of a completed object
       this.noteGap(d.group, d.object, now);
-      p = { count: d.count, len: d.objectLength, parts: new Array(d.count), got: 0, first: now, last: now, nackAt: 0, known: true, fec: [] };
+      p = { count: d.count, len: d.objectLength, parts: new Array(d.count), got: 0, first: now, last: now, nackAt: 0, nacks: 0, known: true, fec: [] };
       this.partial.set(k, p);
     } else if (!p.known) {
       p.count = d.count;
@@ -514,6 +520,11 @@ export class WtRemoteTrack {
     p.parts[d.index] = d.data;
     p.got++;
     p.last = now;
+    // The answer to our only NACK for it: a clean round-trip sample.
+    if (p.nacks === 1 && now - p.nackAt < 2_000) {
+      this.carrier.noteRtt(now - p.nackAt);
+      p.nacks = 2;
+    }
     if (p.got === p.count) this.complete(d.group, d.object, p);
     else this.tryFec(d.group, d.object, p, now);
   }
@@ -580,7 +591,7 @@ export class WtRemoteTrack {
       for (let o = n.object + 1; o < object && o < n.object + 64; o++) {
         const k = `${group}/${o}`;
         if (!this.partial.has(k) && !this.done.has(k)) {
-          this.partial.set(k, { count: 1, len: 0, parts: [undefined], got: 0, first: now, last: now, nackAt: 0, known: false, fec: [] });
+          this.partial.set(k, { count: 1, len: 0, parts: [undefined], got: 0, first: now, last: now, nackAt: 0, nacks: 0, known: false, fec: [] });
         }
       }
     }
@@ -631,6 +642,7 @@ export class WtRemoteTrack {
       const [g, o] = k.split('/').map(Number);
       this.carrier.sendDatagram(nackDatagram(this.alias, g, o, missing));
       p.nackAt = now;
+      p.nacks++;
       this.stats.nacksSent++;
       this.lossSeenAt = now;
     }
