@@ -38,11 +38,13 @@ type Status struct {
 	LastError string    `json:"lastError,omitempty"`
 	Since     time.Time `json:"since"`
 	Viewers   int       `json:"viewers"`
-	Bitrate   int64     `json:"bitrate"` // bits per second into the server, last second
-	Video     string    `json:"video,omitempty"`
-	Audio     string    `json:"audio,omitempty"`
-	Width     int       `json:"width,omitempty"`
-	Height    int       `json:"height,omitempty"`
+	// WallViewers watch the camera in the wall room (wall.go).
+	WallViewers int    `json:"wallViewers"`
+	Bitrate     int64  `json:"bitrate"` // bits per second into the server, last second
+	Video       string `json:"video,omitempty"`
+	Audio       string `json:"audio,omitempty"`
+	Width       int    `json:"width,omitempty"`
+	Height      int    `json:"height,omitempty"`
 	// Reconnects counts upstream sessions opened after the first.
 	Reconnects int `json:"reconnects"`
 }
@@ -77,6 +79,9 @@ type Camera struct {
 	audioCodec string
 	width      int
 	height     int
+
+	wallMu sync.Mutex
+	wall   *wallFeed // wall.go
 
 	bytesIn atomic.Uint64
 	bitrate atomic.Int64
@@ -134,6 +139,7 @@ func (c *Camera) Status() Status {
 		Width: c.width, Height: c.height, Reconnects: c.reconnects}
 	c.mu.Unlock()
 	s.Viewers = c.viewers()
+	s.WallViewers = c.wallViewers()
 	s.Bitrate = c.bitrate.Load()
 	return s
 }
@@ -187,6 +193,7 @@ func (c *Camera) start() error {
 
 func (c *Camera) stop() {
 	c.cancel()
+	c.syncWall(nil)
 	c.mu.Lock()
 	v, a := c.video, c.audio
 	c.mu.Unlock()
@@ -282,8 +289,20 @@ func (c *Camera) wanted() bool {
 	c.mu.Lock()
 	v, a := c.video, c.audio
 	c.mu.Unlock()
+	if c.wallViewers() > 0 {
+		return true
+	}
+	own := c.ownSinks()
 	for _, t := range []*sfu.LocalTrack{v, a} {
-		if t != nil && (len(t.Publication().Subscribers()) > 0 || t.Publication().HasSinks()) {
+		if t == nil {
+			continue
+		}
+		pub := t.Publication()
+		sinks := pub.SinkCount()
+		if t == v {
+			sinks -= own
+		}
+		if len(pub.Subscribers()) > 0 || sinks > 0 {
 			return true
 		}
 	}
@@ -327,6 +346,7 @@ func (c *Camera) publish(kind string, codec webrtc.RTPCodecParameters, ssrc uint
 		lt.Publication().SetGOPStart(true)
 		lt.OnKeyframeRequest(c.wake)
 		c.videoCodec, c.width, c.height = codec.MimeType, w, h
+		go c.syncWall(lt.Publication())
 	} else {
 		c.audioCodec = codec.MimeType
 	}

@@ -45,6 +45,7 @@ func (c *Camera) watchWebRTC() {
 		if p == nil {
 			if seen != nil {
 				c.setState(StateWaiting, nil)
+				c.syncWall(nil)
 				seen = nil
 			}
 			continue
@@ -67,6 +68,7 @@ func (c *Camera) watchWebRTC() {
 			info := pub.Info()
 			if pub.Kind() == webrtc.RTPCodecTypeVideo {
 				pub.SetGOPStart(true)
+				c.syncWall(pub)
 				video, w, h = pub.Codec().MimeType, info.Width, info.Height
 			} else {
 				audio = pub.Codec().MimeType

@@ -134,3 +134,11 @@ func (t *Publication) CachedGOP(fn func(p *Packet)) (next uint16, ok bool) {
 	}
 	return seq, ok
 }
+
+// SinkCount is how many Go sinks receive the track.
+func (t *Publication) SinkCount() int {
+	if s := t.sinks.Load(); s != nil {
+		return len(*s)
+	}
+	return 0
+}

@@ -32,6 +32,8 @@ type Options struct {
 	API *webrtc.API
 	// HTTP is the client for WHEP requests (default: 10 s timeout).
 	HTTP *http.Client
+	// Videos is how many video tracks to receive (a wall: one per camera; default 1).
+	Videos int
 }
 
 // Result is one session's milestones, each since the start of the session.
@@ -65,6 +67,7 @@ type Viewer struct {
 	failed     chan error
 
 	frames    atomic.Int64 // complete, decodable frames
+	perTrack  sync.Map     // track id -> *atomic.Int64 complete frames
 	keyframes atomic.Int64
 	gaps      atomic.Int64 // sequence gaps seen
 }
@@ -114,7 +117,11 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 			_ = pc.Close()
 		}
 	}()
-	for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecTypeAudio} {
+	kinds := []webrtc.RTPCodecType{webrtc.RTPCodecTypeAudio}
+	for i := 0; i < max(1, o.Videos); i++ {
+		kinds = append([]webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo}, kinds...)
+	}
+	for _, k := range kinds {
 		if _, err := pc.AddTransceiverFromKind(k, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
 			return nil, err
 		}
@@ -248,10 +255,23 @@ func drain(tr *webrtc.TrackRemote) {
 	}
 }
 
+// TrackFrames counts complete frames per received video track (by track id).
+func (v *Viewer) TrackFrames() map[string]int64 {
+	out := map[string]int64{}
+	v.perTrack.Range(func(k, n any) bool {
+		out[k.(string)] = n.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
 func (v *Viewer) readVideo(tr *webrtc.TrackRemote) {
 	var asm Assembler
+	count := &atomic.Int64{}
+	v.perTrack.Store(tr.ID(), count)
 	asm.OnFrame = func(key bool) {
 		v.frames.Add(1)
+		count.Add(1)
 		if key {
 			v.keyframes.Add(1)
 		}
