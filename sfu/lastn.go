@@ -127,7 +127,10 @@ func (r *Room) applyLastN(speakerChanged bool) {
 			}
 		}
 		for _, d := range subs {
-			if d.setLastNPaused(!allowed[d.pub.owner.sid]) {
+			// A hidden publisher's video (a recording played back to its
+			// audience) is never a speaker and was asked for explicitly: last-N
+			// does not apply to it.
+			if d.setLastNPaused(!allowed[d.pub.owner.sid] && !d.pub.owner.hidden) {
 				resumed[d.pub] = true
 			}
 		}
