@@ -16,6 +16,10 @@ import (
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
+// tailProbe is how long after the last frame sent its final packet is sent
+// again (see Session.last).
+const tailProbe = 40 * time.Millisecond
+
 // Topic is the data-message topic of playback control.
 const Topic = "playback"
 
@@ -168,6 +172,14 @@ type Session struct {
 	pk    packetizer
 	pkt   rtp.Packet
 	start time.Time
+	// last is the last packet sent, marshalled: sent again shortly after a
+	// burst ends so that the viewer notices a lost tail (and NACKs it) even
+	// though nothing follows while the frame is held.
+	last     []byte
+	tailDue  time.Time
+	tailSent bool
+	// burstPkts counts packets since the last pause in a burst (see send).
+	burstPkts int
 }
 
 // PlaybackIdentity is the identity of a viewer's playback participant.
@@ -248,6 +260,8 @@ func (s *Session) run(key sessionKey) {
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	tail := time.NewTimer(time.Hour)
+	defer tail.Stop()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	var lastKey time.Time
@@ -261,7 +275,15 @@ func (s *Session) run(key sessionKey) {
 		} else {
 			timer.Stop()
 		}
+		if !s.tailSent && len(s.last) > 0 {
+			tail.Reset(max(time.Until(s.tailDue), 0))
+		}
 		select {
+		case <-tail.C:
+			if !s.tailSent && !time.Now().Before(s.tailDue) {
+				s.tailSent = true
+				_ = s.track.WriteRTP(s.last)
+			}
 		case <-s.done:
 			return
 		case c := <-s.cmds:
@@ -500,9 +522,21 @@ func (s *Session) send(smp sample, burst bool) {
 		s.pkt.Header = rtp.Header{Version: 2, PayloadType: s.pt, SequenceNumber: s.seq, Timestamp: ts, SSRC: s.ssrc, Marker: last}
 		s.pkt.Payload = payload
 		s.seq++
+		if last {
+			s.last, _ = s.pkt.Marshal()
+		}
+		if burst {
+			// A GOP sent at once overflows a receiver's socket buffer (Linux's
+			// default 208 KiB holds about 90 such packets): pause briefly every
+			// 32 packets, about 300 Mbit/s, a few milliseconds per GOP.
+			if s.burstPkts++; s.burstPkts >= 32 {
+				s.burstPkts = 0
+				time.Sleep(time.Millisecond)
+			}
+		}
 		if err := s.track.WritePacket(&s.pkt); err != nil && !strings.Contains(err.Error(), "closed") {
 			s.rec.log.Debug("playback: write", "err", err)
 		}
 	})
-	_ = burst
+	s.tailDue, s.tailSent = now.Add(tailProbe), false
 }

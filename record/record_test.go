@@ -333,12 +333,20 @@ type viewer struct {
 	arrived chan struct{}
 	asm     assembler
 	lastTS  uint32
+	lastSeq uint16
+	haveSeq bool
+	dups    int
 	idx     map[[32]byte]int
 }
 
 func (v *viewer) WriteRTP(pkt *sfu.Packet) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.haveSeq && pkt.Header.SequenceNumber == v.lastSeq {
+		v.dups++ // the tail probe: the burst's last packet again, as a receiver would drop it
+		return
+	}
+	v.lastSeq, v.haveSeq = pkt.Header.SequenceNumber, true
 	if pkt.Header.Timestamp != v.lastTS {
 		v.asm.reset()
 		v.lastTS = pkt.Header.Timestamp
