@@ -60,6 +60,7 @@ func (t *Publication) Demand() (layers [maxLayers]bool, active bool) {
 		}
 		active = true
 		if t.kind != webrtc.RTPCodecTypeVideo {
+			layers[0] = true // audio has its one layer
 			continue
 		}
 		for i := 0; i <= int(d.maxLayer.Load()) && i < maxLayers; i++ {
