@@ -182,6 +182,10 @@ func (u *upTrack) addSub(d *downSub) error {
 		return errNoTrack
 	}
 	u.subs = append(u.subs, d)
+	if u.name == "video" || u.name == "screen" || u.kind == "vp8" || u.kind == "h264" {
+		// A decoder needs a group start: skip to the next one (asked for below).
+		d.dropping = true
+	}
 	d.keyframe = u.requestKeyframe
 	d.onStop = func() {
 		u.mu.Lock()
