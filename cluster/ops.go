@@ -96,6 +96,9 @@ func (s *shedder) update(n *Node, cpu float64) {
 	switch {
 	case s.over >= shedOverN:
 		s.over = 0
+		if lvl >= s.maxUseful(n) {
+			return // every room is at the floor: more steps would only slow recovery
+		}
 		lvl++
 	case s.under >= shedUnderN && lvl > 0:
 		s.under = 0
@@ -124,6 +127,22 @@ func (s *shedder) update(n *Node, cpu float64) {
 		}
 		r.SetLastN(target)
 	}
+}
+
+// maxUseful is the level at which every room is at the Last-N floor.
+func (s *shedder) maxUseful(n *Node) int {
+	m := 0
+	for _, r := range n.mgr.Rooms() {
+		full, ok := s.orig[r.Name()]
+		if !ok {
+			full = r.LastN()
+		}
+		if full == 0 {
+			full = len(r.Participants()) - 1
+		}
+		m = max(m, full-shedMinLastN)
+	}
+	return m
 }
 
 // probeLoop measures the HTTP round trip to nodes this one has no link to,
