@@ -125,9 +125,9 @@ func TestProbeStaysWithinTheEstimate(t *testing.T) {
 	for _, c := range []struct{ shortfall, unused, want int }{
 		{1_300_000, 100_000, perInterval(100_000)}, // far from the top layer, little room
 		{200_000, 1_000_000, perInterval(200_000)}, // close to it, much room
-		{500_000, 0, 0},                            // media fills the estimate
-		{500_000, -50_000, 0},                      // media exceeds it
-		{0, 500_000, 0},                            // nothing missing
+		{500_000, 0, 0},       // media fills the estimate
+		{500_000, -50_000, 0}, // media exceeds it
+		{0, 500_000, 0},       // nothing missing
 	} {
 		if got := probeBytes(c.shortfall, c.unused); got != c.want {
 			t.Errorf("probeBytes(%d, %d) = %d, want %d", c.shortfall, c.unused, got, c.want)
@@ -135,5 +135,27 @@ func TestProbeStaysWithinTheEstimate(t *testing.T) {
 		if got := probeBytes(c.shortfall, c.unused); got*8 > max(c.unused, 0) {
 			t.Errorf("probeBytes(%d, %d) = %d bytes: beyond the unused estimate", c.shortfall, c.unused, got)
 		}
+	}
+}
+
+// A subscriber asking for more than the publisher was told to send changes the
+// demand at once, not at the room loop's next round: the layer must be turned
+// back on at the encoder before the switch can happen.
+func TestAskingForMoreUpdatesDemandAtOnce(t *testing.T) {
+	pub, _ := testPub(1, false, 0, 1, 2)
+	d := pub.Subscribers()[0]
+	d.SetMaxLayer(0)
+	pub.updateDemand()
+	if got, want := pub.demand.Load(), packDemand([maxLayers]bool{true}, true); got != want {
+		t.Fatalf("demand %b after asking for the low layer, want %b", got, want)
+	}
+	d.SetMaxLayer(2)
+	if got, want := pub.demand.Load(), packDemand([maxLayers]bool{true, true, true}, true); got != want {
+		t.Fatalf("demand %b right after asking for the top layer, want %b", got, want)
+	}
+	// Asking for less waits for the loop (turning a layer off is not urgent).
+	d.SetMaxLayer(1)
+	if got, want := pub.demand.Load(), packDemand([maxLayers]bool{true, true, true}, true); got != want {
+		t.Fatalf("demand %b changed at once on asking for less", got)
 	}
 }

@@ -200,7 +200,7 @@ func (d *DownTrack) resync() { d.needSync.Store(true) }
 // SetMaxLayer limits the simulcast layer this subscriber receives (0 lowest).
 func (d *DownTrack) SetMaxLayer(l int) {
 	l = max(0, min(l, maxLayers-1))
-	d.maxLayer.Store(int32(l))
+	prev := int(d.maxLayer.Swap(int32(l)))
 	// The allocation never grants more than was asked for, so a wish above the
 	// grant needs a new allocation now: waiting for the next round cost a
 	// switch up as much as its interval (500 ms) before the keyframe request.
@@ -208,6 +208,10 @@ func (d *DownTrack) SetMaxLayer(l int) {
 		d.sub.allocate()
 	}
 	d.chooseLayer()
+	// A layer the publisher was told to turn off must be turned on now.
+	if l > prev && d.pub.owner != nil {
+		d.pub.updateDemand()
+	}
 }
 
 // SetPaused stops (or resumes) forwarding to this subscriber, as when its video

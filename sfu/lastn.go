@@ -180,36 +180,47 @@ func (p *Participant) Pin(sids []string) {
 func (r *Room) updateDemand() {
 	for _, p := range r.all() {
 		for _, t := range p.publications() {
-			if t.kind != webrtc.RTPCodecTypeVideo {
-				continue
-			}
-			var need [maxLayers]bool
-			any := false
-			for _, d := range t.Subscribers() {
-				if d.Paused() {
-					continue
-				}
-				// What the receiver wants (not what it gets now: a layer turned
-				// off would never be chosen again), and every layer below it, so
-				// that it can always step down without waiting.
-				for i := 0; i <= int(d.maxLayer.Load()) && i < maxLayers; i++ {
-					need[i] = true
-				}
-				any = true
-			}
-			if t.hasSinks() {
-				// Sinks (recording, WebTransport) may use any layer; node links
-				// say which they need (DemandSink).
-				sn, sa := t.sinkDemand()
-				for i := range sn {
-					need[i] = need[i] || sn[i]
-				}
-				any = any || sa
-			}
-			if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
-				p.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
-			}
+			t.updateDemand()
 		}
+	}
+}
+
+// updateDemand sends the track's publisher a trackDemand when what receivers
+// need changed. The room's loop calls it every decision interval, and a
+// subscriber's request for more calls it at once: waiting for the loop cost a
+// switch up to a layer turned off as much as the interval. Serialized per
+// track, so that an older computation never overwrites a newer one.
+func (t *Publication) updateDemand() {
+	if t.kind != webrtc.RTPCodecTypeVideo {
+		return
+	}
+	t.demandMu.Lock()
+	defer t.demandMu.Unlock()
+	var need [maxLayers]bool
+	any := false
+	for _, d := range t.Subscribers() {
+		if d.Paused() {
+			continue
+		}
+		// What the receiver wants (not what it gets now: a layer turned
+		// off would never be chosen again), and every layer below it, so
+		// that it can always step down without waiting.
+		for i := 0; i <= int(d.maxLayer.Load()) && i < maxLayers; i++ {
+			need[i] = true
+		}
+		any = true
+	}
+	if t.hasSinks() {
+		// Sinks (recording, WebTransport) may use any layer; node links
+		// say which they need (DemandSink).
+		sn, sa := t.sinkDemand()
+		for i := range sn {
+			need[i] = need[i] || sn[i]
+		}
+		any = any || sa
+	}
+	if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
+		t.owner.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
 	}
 }
 

@@ -46,7 +46,8 @@ type Publication struct {
 	// gopStart: new subscribers start from the cached last keyframe (gop.go).
 	gopStart atomic.Bool
 	// demand is the last trackDemand sent to the publisher (packDemand).
-	demand atomic.Uint32
+	demand   atomic.Uint32
+	demandMu sync.Mutex // serializes computing and sending demand
 
 	packets atomic.Uint64
 	bytes   atomic.Uint64
