@@ -40,6 +40,9 @@ type Config struct {
 	TargetPID  int           `json:"targetPid"`
 	Bind       string        `json:"bind"`
 	PionRead   bool          `json:"pionRead,omitempty"` // receive through Pion's track reader (see APIOptions)
+	// Peer is how WHEP viewers are built: "lean" (own socket, ICE, DTLS and
+	// SRTP without a Pion PeerConnection; see leanPeer) or "pion".
+	Peer string `json:"peer"`
 	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
 	// mountpoint fed by the generator) instead of VideoRoom.
 	JanusStreaming bool `json:"janusStreaming,omitempty"`
@@ -59,6 +62,9 @@ func (c *Config) defaults() {
 	}
 	if c.Proto == "" {
 		c.Proto = "ws"
+	}
+	if c.Peer == "" {
+		c.Peer = "lean"
 	}
 	if c.Rate <= 0 {
 		c.Rate = 20
@@ -103,6 +109,7 @@ func OpenSource(spec string, audio bool, kbps int) (*Source, error) {
 type Runner struct {
 	cfg     Config
 	lean    *Lean
+	cert    *LeanCert // lean WHEP viewers' certificate (Peer "lean")
 	tot     Counters
 	srcs    []*Source
 	mu      sync.Mutex
@@ -133,6 +140,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer lean.Close()
 	r := &Runner{cfg: cfg, lean: lean, started: time.Now(), phase: "setup"}
+	switch cfg.Peer {
+	case "lean":
+		if r.cert, err = NewLeanCert(); err != nil {
+			return nil, err
+		}
+	case "pion":
+	default:
+		return nil, fmt.Errorf("peer %q: want lean or pion", cfg.Peer)
+	}
 	for _, spec := range []struct {
 		s     string
 		audio bool
@@ -367,7 +383,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 				if err != nil {
 					return p, err
 				}
-				return p, WHEP(ctx, r.lean, t.Base+"/whep/"+c.Room+"?participant=publisher", tok, p)
+				return p, r.whep(ctx, t.Base+"/whep/"+c.Room+"?participant=publisher", tok, p)
 			}
 			pp, err := t.Join(ctx, c.Room, p, false)
 			if err != nil {
@@ -455,6 +471,18 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 	return fmt.Errorf("unknown scenario %q (echo, room, stream, whip, whep)", c.Scenario)
 }
 
+// whep starts a WHEP viewer of the configured kind.
+func (r *Runner) whep(ctx context.Context, endpoint, token string, p *Peer) error {
+	if r.cert != nil {
+		bind := r.cfg.Bind
+		if bind == "" {
+			bind = "127.0.0.1"
+		}
+		return LeanWHEP(ctx, r.cert, bind, endpoint, token, p)
+	}
+	return WHEP(ctx, r.lean, endpoint, token, p)
+}
+
 // runWHIP drives any server that speaks WHIP and WHEP.
 func (r *Runner) runWHIP(ctx context.Context) error {
 	c := r.cfg
@@ -483,7 +511,7 @@ func (r *Runner) runWHIP(ctx context.Context) error {
 		}
 		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
 			p := r.newPeer(fmt.Sprintf("viewer%04d", i), "subscriber")
-			return p, WHEP(ctx, r.lean, c.WHEPURL, c.Token, p)
+			return p, r.whep(ctx, c.WHEPURL, c.Token, p)
 		})
 		return nil
 	}

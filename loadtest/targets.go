@@ -206,9 +206,19 @@ func exchange(ctx context.Context, pc *webrtc.PeerConnection, endpoint, token st
 	case <-ctx.Done():
 		return fmt.Errorf("gathering: %w", ctx.Err())
 	}
-	req, err := http.NewRequestWithContext(ctx, "POST", endpoint, strings.NewReader(pc.LocalDescription().SDP))
+	answer, err := postOffer(ctx, endpoint, token, pc.LocalDescription().SDP, p)
 	if err != nil {
 		return err
+	}
+	return pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer})
+}
+
+// postOffer POSTs a WHIP/WHEP offer and returns the answer; the session's
+// DELETE is added to p's close steps.
+func postOffer(ctx context.Context, endpoint, token, offer string, p *Peer) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", endpoint, strings.NewReader(offer))
+	if err != nil {
+		return "", err
 	}
 	req.Header.Set("Content-Type", "application/sdp")
 	if token != "" {
@@ -216,12 +226,12 @@ func exchange(ctx context.Context, pc *webrtc.PeerConnection, endpoint, token st
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("POST %s: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
+		return "", fmt.Errorf("POST %s: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if loc := resp.Header.Get("Location"); loc != "" {
 		u, err := url.Parse(endpoint)
@@ -242,5 +252,5 @@ func exchange(ctx context.Context, pc *webrtc.PeerConnection, endpoint, token st
 			}
 		}
 	}
-	return pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: string(body)})
+	return string(body), nil
 }

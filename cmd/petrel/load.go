@@ -42,6 +42,7 @@ func loadMain(args []string) int {
 	fs.IntVar(&c.TargetPID, "pid", 0, "target server PID for CPU and RSS sampling (0: none)")
 	fs.BoolVar(&c.JanusStreaming, "janus-streaming", false, "janus stream: use the Streaming plugin (an RTP mountpoint the generator creates and feeds) instead of VideoRoom")
 	fs.BoolVar(&c.PionRead, "pion-read", false, "receive through Pion's track reader goroutines instead of counting packets inside the SRTP session (slower; for comparison)")
+	fs.StringVar(&c.Peer, "peer", "lean", "WHEP viewers: lean (own socket, hand-made ICE, DTLS and SRTP; no Pion PeerConnection) or pion")
 	fs.StringVar(&c.Bind, "bind", "127.0.0.1", "local address peers gather on")
 	jsonOut := fs.String("json", "", "write results as JSON to this file")
 	report := fs.String("report", "", "write report.md, samples and PNG plots into this directory")

@@ -1,0 +1,590 @@
+package loadtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1" //nolint:gosec // RFC 4572 names sha-1 fingerprints; only compared
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/dtls/v3"
+	"github.com/pion/dtls/v3/pkg/crypto/selfsign"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/srtp/v3"
+	"github.com/pion/stun/v4"
+	"github.com/pion/transport/v4/deadline"
+)
+
+// LeanCert is the DTLS certificate every lean peer of a process presents (one
+// key pair: a handshake signs with it, nothing else depends on it).
+type LeanCert struct {
+	cert tls.Certificate
+	fp   string // sha-256, colon-separated upper-case hex
+}
+
+// NewLeanCert makes a self-signed ECDSA certificate.
+func NewLeanCert() (*LeanCert, error) {
+	c, err := selfsign.GenerateSelfSigned()
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(c.Certificate[0])
+	return &LeanCert{cert: c, fp: colonHex(sum[:])}, nil
+}
+
+func colonHex(b []byte) string {
+	h := strings.ToUpper(hex.EncodeToString(b))
+	var sb strings.Builder
+	for i := 0; i < len(h); i += 2 {
+		if i > 0 {
+			sb.WriteByte(':')
+		}
+		sb.WriteString(h[i : i+2])
+	}
+	return sb.String()
+}
+
+// leanPeer is a receive-only WebRTC endpoint without a Pion PeerConnection:
+// its own UDP socket, ICE (controlling) by hand with pion/stun, a pion/dtls
+// client over that socket for the SRTP keys, then one goroutine that reads,
+// demultiplexes by first byte (RFC 7983), decrypts in place and counts. A
+// packet crosses no channel and no other goroutine between the socket and the
+// accounting; only DTLS records (the handshake, a final alert) are handed to
+// the DTLS connection through a channel.
+//
+// One socket per peer rather than one shared socket: servers (Petrel, Pion,
+// Janus) tell peers apart by remote address, so a shared socket would need a
+// port per peer anyway, and a socket per peer lets the kernel do the
+// demultiplexing for free.
+type leanPeer struct {
+	p    *Peer
+	tot  *Counters
+	conn *net.UDPConn
+	cert *LeanCert
+	log  *slog.Logger
+
+	lufrag, lpwd string
+	tie          [8]byte
+	ans          *leanAnswer
+	remote       netip.AddrPort
+
+	pendMu  sync.Mutex
+	pending [8][stun.TransactionIDSize]byte // our binding requests in flight (ring)
+	npend   int
+	iceOK   chan struct{}
+	iceOnce sync.Once
+	checked atomic.Bool // the server has checked us (its pair can succeed)
+
+	dtlsIn   chan []byte
+	rdl      *deadline.Deadline // leanDTLS's read deadline
+	closed   chan struct{}
+	closeOne sync.Once
+	dconn    *dtls.Conn
+
+	// The reader goroutine alone uses what follows once rx is set.
+	rx        atomic.Pointer[srtp.Context]
+	tx        *srtp.Context
+	ssrc      uint32 // our RTCP sender SSRC
+	streams   [8]leanStream
+	nstreams  int
+	hdr       rtp.Header
+	dec       []byte
+	rtcpPlain []byte
+	rtcpOut   []byte
+	rtcpHdr   rtcp.Header
+	lastRR    time.Time
+	pkts      uint32
+	garbage   uint64
+	authFail  uint64
+	done      chan struct{}
+	started   atomic.Bool
+}
+
+type leanStream struct {
+	ssrc             uint32
+	st               *streamRx
+	priorExp, priorN uint64
+}
+
+// newLeanPeer opens the peer's socket on bind (an IPv4 address).
+func newLeanPeer(p *Peer, cert *LeanCert, bind string) (*leanPeer, error) {
+	ip, err := netip.ParseAddr(bind)
+	if err != nil || !ip.Is4() {
+		return nil, fmt.Errorf("bind %q: want an IPv4 address", bind)
+	}
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+	if err != nil {
+		return nil, err
+	}
+	// Video arrives in bursts (a keyframe is tens of packets at once).
+	_ = conn.SetReadBuffer(1 << 20)
+	l := &leanPeer{p: p, tot: p.tot, conn: conn, cert: cert, log: slog.With("peer", p.ID, "lean", true),
+		lufrag: randToken(8), lpwd: randToken(24), iceOK: make(chan struct{}),
+		dtlsIn: make(chan []byte, 16), rdl: deadline.New(), closed: make(chan struct{}), done: make(chan struct{}),
+		dec: make([]byte, 1500), rtcpPlain: make([]byte, 0, 1500), rtcpOut: make([]byte, 1500)}
+	_, _ = rand.Read(l.tie[:])
+	var s [4]byte
+	_, _ = rand.Read(s[:])
+	l.ssrc = binary.BigEndian.Uint32(s[:])
+	return l, nil
+}
+
+func randToken(n int) string {
+	const alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alpha[int(b[i])%len(alpha)]
+	}
+	return string(b)
+}
+
+func (l *leanPeer) local() netip.AddrPort { return l.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// Offer is the SDP offer for this peer.
+func (l *leanPeer) Offer() (string, error) {
+	return leanOffer(l.lufrag, l.lpwd, "sha-256", l.cert.fp, l.local())
+}
+
+// Close stops the peer: DTLS close_notify, then the socket.
+func (l *leanPeer) Close() {
+	l.closeOne.Do(func() {
+		// The DTLS connection's own reader waits in leanDTLS.ReadFrom, and
+		// its Close waits for that reader: release it first.
+		close(l.closed)
+		if l.dconn != nil {
+			_ = l.dconn.Close() // close_notify still goes out: the socket is open
+		}
+		_ = l.conn.Close()
+		if !l.started.Load() {
+			return
+		}
+		<-l.done // the reader owns the streams until it returns
+		for i := 0; i < l.nstreams; i++ {
+			st := l.streams[i].st
+			st.mu.Lock()
+			st.ended = true
+			st.mu.Unlock()
+		}
+	})
+}
+
+// Connect takes the server's answer, runs ICE and DTLS and starts counting
+// media. It returns when SRTP keys are in place or on the first error.
+func (l *leanPeer) Connect(ctx context.Context, answer string) error {
+	a, err := parseLeanAnswer(answer, true)
+	if err != nil {
+		return err
+	}
+	l.ans, l.remote = a, a.remote
+	l.started.Store(true)
+	go l.read()
+
+	// ICE: checks with USE-CANDIDATE (aggressive nomination) every 50 ms
+	// until our check has succeeded and the server has checked us, which is
+	// when a controlled agent accepts the nomination; a few more after that
+	// (a nomination can arrive before the server's own check succeeded).
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	extra := 0
+	for extra < 3 {
+		if err := l.sendCheck(); err != nil {
+			return fmt.Errorf("ice: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ice: no answer to binding requests from %s: %w", l.remote, ctx.Err())
+		case <-l.closed:
+			return net.ErrClosed
+		case <-tick.C:
+		}
+		select {
+		case <-l.iceOK:
+			if l.checked.Load() {
+				extra++
+			}
+		default:
+		}
+	}
+	l.p.mark(&l.p.iceAt)
+	l.p.emit("ice-state", map[string]any{"state": "connected"})
+	l.p.emit("selected-pair", map[string]any{"local": l.local().String(), "remote": l.remote.String()})
+
+	dc, err := dtls.ClientWithOptions(leanDTLS{l}, net.UDPAddrFromAddrPort(l.remote),
+		dtls.WithCertificates(l.cert.cert),
+		dtls.WithInsecureSkipVerify(true), // self-signed: the fingerprint below is the check
+		dtls.WithVerifyPeerCertificate(l.verifyFingerprint),
+		dtls.WithSRTPProtectionProfiles(dtls.SRTP_AEAD_AES_256_GCM, dtls.SRTP_AEAD_AES_128_GCM, dtls.SRTP_AES128_CM_HMAC_SHA1_80),
+		dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
+		dtls.WithFlightInterval(500*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("dtls: %w", err)
+	}
+	l.dconn = dc
+	if err := dc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("dtls: %w", err)
+	}
+	prof, ok := dc.SelectedSRTPProtectionProfile()
+	if !ok {
+		return errors.New("dtls: the server chose no SRTP protection profile")
+	}
+	state, ok := dc.ConnectionState()
+	if !ok {
+		return errors.New("dtls: no connection state after the handshake")
+	}
+	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
+	if err := cfg.ExtractSessionKeysFromDTLS(&state, true); err != nil {
+		return fmt.Errorf("srtp keys: %w", err)
+	}
+	rx, err := srtp.CreateContext(cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt, cfg.Profile, srtp.SRTPReplayProtection(64))
+	if err != nil {
+		return fmt.Errorf("srtp: %w", err)
+	}
+	tx, err := srtp.CreateContext(cfg.Keys.LocalMasterKey, cfg.Keys.LocalMasterSalt, cfg.Profile)
+	if err != nil {
+		return fmt.Errorf("srtp: %w", err)
+	}
+	l.tx = tx
+	l.lastRR = time.Now()
+	l.rx.Store(rx) // publishes tx and lastRR to the reader
+	l.p.mark(&l.p.dtlsAt)
+	if l.p.up.CompareAndSwap(false, true) {
+		l.p.emit("webrtcup", nil)
+	}
+	return nil
+}
+
+// verifyFingerprint is the DTLS check that the server's certificate is the
+// one its answer named.
+func (l *leanPeer) verifyFingerprint(raw [][]byte, _ [][]*x509.Certificate) error {
+	if len(raw) == 0 {
+		return errors.New("dtls: the server sent no certificate")
+	}
+	var h hash.Hash
+	switch l.ans.fpAlg {
+	case "sha-256":
+		h = sha256.New()
+	case "sha-384":
+		h = sha512.New384()
+	case "sha-512":
+		h = sha512.New()
+	case "sha-1":
+		h = sha1.New() //nolint:gosec
+	default:
+		return fmt.Errorf("dtls: unsupported fingerprint algorithm %q", l.ans.fpAlg)
+	}
+	h.Write(raw[0])
+	got := h.Sum(nil)
+	if subtle.ConstantTimeCompare(got, l.ans.fp) != 1 {
+		return fmt.Errorf("dtls: fingerprint mismatch: the answer says %s %s, the server's certificate is %s", l.ans.fpAlg, colonHex(l.ans.fp), colonHex(got))
+	}
+	return nil
+}
+
+// sendCheck sends one ICE connectivity check with USE-CANDIDATE.
+func (l *leanPeer) sendCheck() error {
+	m, err := stun.Build(stun.BindingRequest, stun.TransactionID,
+		stun.NewUsername(l.ans.ufrag+":"+l.lufrag),
+		stun.RawAttribute{Type: stun.AttrICEControlling, Value: l.tie[:]},
+		stun.RawAttribute{Type: stun.AttrPriority, Value: []byte{0x6e, 0x7f, 0x1e, 0xff}}, // peer-reflexive type preference, RFC 8445 7.1.1
+		stun.RawAttribute{Type: stun.AttrUseCandidate},
+		stun.NewShortTermIntegrity(l.ans.pwd), stun.Fingerprint)
+	if err != nil {
+		return err
+	}
+	l.pendMu.Lock()
+	l.pending[l.npend%len(l.pending)] = m.TransactionID
+	l.npend++
+	l.pendMu.Unlock()
+	_, err = l.conn.WriteToUDPAddrPort(m.Raw, l.remote)
+	return err
+}
+
+// read is the peer's only goroutine once set up.
+func (l *leanPeer) read() {
+	defer close(l.done)
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		l.handle(buf[:n], from)
+	}
+}
+
+// handle demultiplexes one datagram by its first byte (RFC 7983).
+func (l *leanPeer) handle(b []byte, from netip.AddrPort) {
+	if len(b) == 0 {
+		l.junk(b, from, "empty datagram")
+		return
+	}
+	switch c := b[0]; {
+	case c < 4:
+		l.onSTUN(b, from)
+	case from != l.remote:
+		l.junk(b, from, "not from the server's selected address")
+	case c >= 20 && c < 64:
+		pkt := append([]byte(nil), b...)
+		select {
+		case l.dtlsIn <- pkt:
+		default: // a handshake retransmits; a full queue is a flood
+		}
+	case c >= 128 && c < 192:
+		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 {
+			return // SRTCP (sender reports): nothing the generator needs
+		}
+		l.onRTP(b)
+	default:
+		l.junk(b, from, "not STUN, DTLS or SRTP")
+	}
+}
+
+// junk counts a datagram the peer cannot use and logs the first one.
+func (l *leanPeer) junk(b []byte, from netip.AddrPort, why string) {
+	l.garbage++
+	if l.garbage == 1 {
+		l.log.Warn("lean peer: dropped a datagram (later ones are counted, not logged)", "from", from.String(), "len", len(b), "why", why)
+	}
+}
+
+func (l *leanPeer) onSTUN(b []byte, from netip.AddrPort) {
+	m := &stun.Message{Raw: append([]byte(nil), b...)}
+	if err := m.Decode(); err != nil {
+		l.junk(b, from, "bad STUN: "+err.Error())
+		return
+	}
+	switch m.Type {
+	case stun.BindingRequest:
+		// The server's check or consent request: answer if it is for us.
+		var u stun.Username
+		if u.GetFrom(m) != nil || !strings.HasPrefix(u.String(), l.lufrag+":") {
+			l.junk(b, from, "binding request for another username")
+			return
+		}
+		if stun.NewShortTermIntegrity(l.lpwd).Check(m) != nil || stun.Fingerprint.Check(m) != nil {
+			l.junk(b, from, "binding request with a bad MESSAGE-INTEGRITY or FINGERPRINT")
+			return
+		}
+		resp, err := stun.Build(m, stun.BindingSuccess,
+			&stun.XORMappedAddress{IP: from.Addr().AsSlice(), Port: int(from.Port())},
+			stun.NewShortTermIntegrity(l.lpwd), stun.Fingerprint)
+		if err != nil {
+			return
+		}
+		_, _ = l.conn.WriteToUDPAddrPort(resp.Raw, from)
+		if from == l.remote {
+			l.checked.Store(true)
+		}
+	case stun.BindingSuccess:
+		l.pendMu.Lock()
+		ours := false
+		for i := range min(l.npend, len(l.pending)) {
+			if l.pending[i] == m.TransactionID {
+				ours = true
+			}
+		}
+		l.pendMu.Unlock()
+		if !ours || stun.NewShortTermIntegrity(l.ans.pwd).Check(m) != nil {
+			l.junk(b, from, "binding response that answers no request of ours")
+			return
+		}
+		l.iceOnce.Do(func() { close(l.iceOK) })
+	case stun.BindingError:
+		var ec stun.ErrorCodeAttribute
+		_ = ec.GetFrom(m)
+		l.log.Warn("lean peer: binding error from the server", "from", from.String(), "code", ec.Code, "reason", string(ec.Reason))
+	}
+}
+
+// onRTP decrypts one SRTP packet in place (into the peer's one plaintext
+// buffer) and counts it. No allocation, no lock but the stream's own.
+func (l *leanPeer) onRTP(b []byte) {
+	ctx := l.rx.Load()
+	if ctx == nil {
+		return // media before the keys: the server is early, drop
+	}
+	out, err := ctx.DecryptRTP(l.dec, b, &l.hdr)
+	if err != nil {
+		l.authFail++ // replays, forgeries, garbage shaped like RTP
+		if l.authFail == 1 {
+			l.log.Warn("lean peer: SRTP packet failed to decrypt (later ones are counted, not logged)", "err", err)
+		}
+		return
+	}
+	s := l.stream(l.hdr.SSRC, l.hdr.PayloadType)
+	if s == nil {
+		return
+	}
+	if gapFrom, gapN := s.st.onPacket(out, l.tot, l.p.onFirst); gapN > 0 {
+		l.sendNACK(s.ssrc, gapFrom, gapN)
+	}
+	if l.pkts++; l.pkts&63 == 0 {
+		if now := time.Now(); now.Sub(l.lastRR) >= time.Second {
+			l.lastRR = now
+			l.sendRR()
+		}
+	}
+}
+
+// stream finds or adds the stream of ssrc (authenticated by now).
+func (l *leanPeer) stream(ssrc uint32, pt uint8) *leanStream {
+	for i := 0; i < l.nstreams; i++ {
+		if l.streams[i].ssrc == ssrc {
+			return &l.streams[i]
+		}
+	}
+	if l.nstreams == len(l.streams) {
+		return nil
+	}
+	info := l.ans.pts[pt&0x7f]
+	kind, clock := info.kind, float64(info.clock)
+	if kind == "" {
+		kind, clock = l.ans.ssrcKind[ssrc], 90000
+		if kind == "" {
+			kind = "unknown"
+		}
+	}
+	st := &streamRx{kind: kind, clock: clock, start: l.p.start}
+	l.p.mu.Lock()
+	l.p.streams = append(l.p.streams, st)
+	l.p.mu.Unlock()
+	l.streams[l.nstreams] = leanStream{ssrc: ssrc, st: st}
+	l.nstreams++
+	return &l.streams[l.nstreams-1]
+}
+
+// sendNACK asks for the gap (up to 17 packets: one PID and its bitmask).
+func (l *leanPeer) sendNACK(ssrc, gapFrom, gapN uint32) {
+	var blp uint16
+	for i := uint32(1); i < min(gapN, 17); i++ {
+		blp |= 1 << (i - 1)
+	}
+	b := l.rtcpPlain[:16]
+	b[0], b[1] = 0x81, 205 // V=2, FMT=1 generic NACK
+	binary.BigEndian.PutUint16(b[2:], 3)
+	binary.BigEndian.PutUint32(b[4:], l.ssrc)
+	binary.BigEndian.PutUint32(b[8:], ssrc)
+	binary.BigEndian.PutUint16(b[12:], uint16(gapFrom))
+	binary.BigEndian.PutUint16(b[14:], blp)
+	l.sendRTCP(b)
+}
+
+// sendRR sends a receiver report for every stream (RFC 3550 6.4.2; no LSR:
+// the generator does not read sender reports).
+func (l *leanPeer) sendRR() {
+	n := l.nstreams
+	if n == 0 {
+		return
+	}
+	b := l.rtcpPlain[:8+24*n]
+	b[0], b[1] = 0x80|byte(n), 201
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)/4-1))
+	binary.BigEndian.PutUint32(b[4:], l.ssrc)
+	for i := 0; i < n; i++ {
+		s := &l.streams[i]
+		blk := b[8+24*i : 8+24*(i+1)]
+		s.st.mu.Lock()
+		exp := uint64(s.st.maxSeq-s.st.baseSeq) + 1
+		got, maxSeq, jit := s.st.packets, s.st.maxSeq, uint32(s.st.jitter)
+		s.st.mu.Unlock()
+		lost := int64(exp) - int64(got)
+		expI, gotI := exp-s.priorExp, int64(got)-int64(s.priorN)
+		s.priorExp, s.priorN = exp, got
+		var frac byte
+		if li := int64(expI) - gotI; expI > 0 && li > 0 {
+			frac = byte(li << 8 / int64(expI))
+		}
+		lost = min(max(lost, -0x800000), 0x7fffff)
+		binary.BigEndian.PutUint32(blk[0:], s.ssrc)
+		binary.BigEndian.PutUint32(blk[4:], uint32(frac)<<24|uint32(lost)&0xffffff)
+		binary.BigEndian.PutUint32(blk[8:], maxSeq)
+		binary.BigEndian.PutUint32(blk[12:], jit)
+		binary.BigEndian.PutUint32(blk[16:], 0)
+		binary.BigEndian.PutUint32(blk[20:], 0)
+	}
+	l.sendRTCP(b)
+}
+
+func (l *leanPeer) sendRTCP(plain []byte) {
+	out, err := l.tx.EncryptRTCP(l.rtcpOut[:0], plain, &l.rtcpHdr)
+	if err != nil {
+		return
+	}
+	l.rtcpOut = out[:cap(out)]
+	_, _ = l.conn.WriteToUDPAddrPort(out, l.remote)
+}
+
+// leanDTLS is the net.PacketConn the DTLS client runs on: reads are the DTLS
+// records the reader goroutine hands over, writes go out of the peer's socket.
+type leanDTLS struct{ l *leanPeer }
+
+func (d leanDTLS) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case pkt := <-d.l.dtlsIn:
+		return copy(b, pkt), net.UDPAddrFromAddrPort(d.l.remote), nil
+	case <-d.l.closed:
+		return 0, nil, net.ErrClosed
+	case <-d.l.rdl.Done():
+		// The DTLS connection interrupts its reader this way (a failed
+		// handshake, a cancelled context) and waits for it to return.
+		return 0, nil, errDeadline
+	}
+}
+
+type deadlineError struct{}
+
+func (deadlineError) Error() string   { return "lean peer: DTLS read deadline exceeded" }
+func (deadlineError) Timeout() bool   { return true }
+func (deadlineError) Temporary() bool { return true }
+
+var errDeadline net.Error = deadlineError{}
+
+func (d leanDTLS) WriteTo(b []byte, _ net.Addr) (int, error) {
+	return d.l.conn.WriteToUDPAddrPort(b, d.l.remote)
+}
+
+func (d leanDTLS) Close() error                      { return nil } // the peer owns the socket
+func (d leanDTLS) LocalAddr() net.Addr               { return d.l.conn.LocalAddr() }
+func (d leanDTLS) SetDeadline(t time.Time) error     { d.l.rdl.Set(t); return nil }
+func (d leanDTLS) SetReadDeadline(t time.Time) error { d.l.rdl.Set(t); return nil }
+func (d leanDTLS) SetWriteDeadline(time.Time) error  { return nil }
+
+// LeanWHEP plays from a WHEP endpoint with a lean peer (no Pion
+// PeerConnection): recvonly video and audio, counted into p.
+func LeanWHEP(ctx context.Context, cert *LeanCert, bind, endpoint, token string, p *Peer) error {
+	l, err := newLeanPeer(p, cert, bind)
+	if err != nil {
+		return err
+	}
+	p.OnClose(l.Close) // runs after the WHEP DELETE postOffer adds (reverse order)
+	offer, err := l.Offer()
+	if err != nil {
+		return err
+	}
+	answer, err := postOffer(ctx, endpoint, token, offer, p)
+	if err != nil {
+		return err
+	}
+	if err := l.Connect(ctx, answer); err != nil {
+		p.emit("hangup", map[string]any{"reason": err.Error()})
+		return err
+	}
+	return nil
+}
