@@ -102,7 +102,7 @@ func TestInteropMoqClock(t *testing.T) {
 		g, o uint64
 		p    string
 	}
-	waitFor(t, "moq-clock's namespace to be published", 20*time.Second, func() bool {
+	waitFor(t, "moq-clock's namespace to be published", 30*time.Second, func() bool {
 		s, err := viewer.Subscribe(context.Background(), []string{"petrel", "interop", "clock"}, "now", false)
 		if err != nil {
 			return false
@@ -125,7 +125,7 @@ func TestInteropMoqClock(t *testing.T) {
 	defer sub.Unsubscribe()
 	seconds := regexp.MustCompile(`^\d\d$`)
 	got := 0
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for got < 3 {
 		select {
 		case o := <-objects:
@@ -164,5 +164,5 @@ func TestInteropMoqClock(t *testing.T) {
 		}
 	}()
 	re := regexp.MustCompile(`^2030-01-01 00:\d\d:\d\d$`)
-	waitFor(t, "moq-clock to print objects published by a Petrel client", 20*time.Second, func() bool { return out.match(re) >= 5 })
+	waitFor(t, "moq-clock to print objects published by a Petrel client", 30*time.Second, func() bool { return out.match(re) >= 5 })
 }
