@@ -101,7 +101,8 @@ func TestOnlyNeededLayersCross(t *testing.T) {
 	after := link(a, "b")
 	d := [3]uint64{after[0] - before[0], after[1] - before[1], after[2] - before[2]}
 	t.Logf("low quality: packets per layer over a->b in 2 s: %v", d)
-	if d[0] < 30 || d[1] != 0 || d[2] != 0 {
+	// Counts, not rates: a loaded machine slows the source, not the selection.
+	if d[0] < 10 || d[1] != 0 || d[2] != 0 {
 		t.Fatalf("low quality viewer: layers crossing the link %v, want layer 0 only", d)
 	}
 
@@ -112,7 +113,7 @@ func TestOnlyNeededLayersCross(t *testing.T) {
 	after = link(a, "b")
 	d = [3]uint64{after[0] - before[0], after[1] - before[1], after[2] - before[2]}
 	t.Logf("high quality: packets per layer over a->b in 2 s: %v", d)
-	if d[2] < 30 {
+	if d[2] < 10 || d[2] < d[0]/2 {
 		t.Fatalf("high quality viewer: layers crossing the link %v, want layer 2", d)
 	}
 
