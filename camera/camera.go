@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +153,7 @@ func (c *Camera) setState(s State, err error) {
 	}
 	c.state = s
 	if err != nil {
-		c.lastErr = err.Error()
+		c.lastErr = c.redact(err.Error())
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -352,6 +354,17 @@ func (c *Camera) publish(kind string, codec webrtc.RTPCodecParameters, ssrc uint
 	}
 	*cur = lt
 	return lt, nil
+}
+
+// redact keeps the camera's credentials out of errors shown to viewers.
+func (c *Camera) redact(s string) string {
+	if u, err := url.Parse(c.cfg.RTSP); err == nil && u.User != nil {
+		s = strings.ReplaceAll(s, u.User.String()+"@", "")
+		if p, ok := u.User.Password(); ok && p != "" {
+			s = strings.ReplaceAll(s, p, "***")
+		}
+	}
+	return s
 }
 
 func errorReply(req []byte, text string) []byte {

@@ -2,6 +2,7 @@ package camera
 
 import (
 	"bufio"
+	"encoding/json"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,6 +36,36 @@ func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier) {
 	mux.HandleFunc("GET /v1/cameras/{id}/live.mp4", func(w http.ResponseWriter, r *http.Request) {
 		g.serveLive(w, r, verify)
 	})
+	// A viewer's view of one camera's state (the app's badges and overlay); a
+	// token for the camera's room or for the wall room will do.
+	mux.HandleFunc("GET /v1/cameras/{id}/status", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		claims, err := verify(tokenOf(r))
+		if err != nil {
+			liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+			return
+		}
+		if claims.Room != RoomOf(id) && claims.Room != WallRoom {
+			liveError(w, http.StatusForbidden, protocol.CodeForbidden, "the token is for another room")
+			return
+		}
+		c := g.Camera(id)
+		if c == nil {
+			liveError(w, http.StatusNotFound, protocol.CodeNotFound, "no camera "+id)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(c.Status())
+	})
+}
+
+// tokenOf reads a bearer token, or ?token= (a <video src> cannot set headers).
+func tokenOf(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return r.URL.Query().Get("token")
 }
 
 func liveError(w http.ResponseWriter, status int, code, msg string) {
@@ -86,11 +117,7 @@ func (s *liveSink) WriteRTP(p *sfu.Packet) {
 
 func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verifier) {
 	id := r.PathValue("id")
-	tok := r.URL.Query().Get("token")
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		tok = strings.TrimSpace(h[7:])
-	}
-	claims, err := verify(tok)
+	claims, err := verify(tokenOf(r))
 	if err != nil {
 		g.log.Info("live.mp4 refused", "camera", id, "err", err, "remote", r.RemoteAddr)
 		liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())

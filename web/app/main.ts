@@ -9,6 +9,7 @@ import {
 } from '../sdk/index.js';
 import { joinWt, transportChoice } from './wtcall.js';
 import { mountCameraControls } from './ptzui.js';
+import { mountCameraPage } from './camera.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const params = new URLSearchParams(location.search);
@@ -42,7 +43,10 @@ joinForm.addEventListener('submit', (ev) => {
   void join(String(data.get('room')), String(data.get('name')), data.get('relay') === 'on');
 });
 
-if (params.get('token') || params.get('autojoin') === '1') {
+// ?cameras=1 (the wall) and ?camera=<id> (one camera with its time-to-stream) are the camera pages (camera.ts).
+if (params.get('cameras') === '1' || params.get('camera')) {
+  void mountCameraPage(document.querySelector('main') as HTMLElement, params);
+} else if (params.get('token') || params.get('autojoin') === '1') {
   void join(params.get('room') ?? '', params.get('name') ?? '', params.get('relay') === '1');
 }
 
