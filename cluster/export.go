@@ -32,6 +32,7 @@ type export struct {
 	owner  *sfu.Participant
 	video  bool
 	all    bool          // cluster.forward_all: the benchmark baseline
+	muted  bool          // as last told to the peer (sync goroutine only)
 	mask   atomic.Uint32 // what the peer wants (maskOf)
 	remove func()
 	// Per layer: the frame buffer (each layer has its own reader goroutine)
@@ -98,10 +99,13 @@ func (e *exporter) sync(local []string) {
 			for _, t := range p.Publications() {
 				seenPubs[t] = true
 				e.mu.Lock()
-				_, known := e.pubs[t]
+				x, known := e.pubs[t]
 				e.mu.Unlock()
 				if !known {
 					e.add(name, p, t)
+				} else if m := t.Info().Muted; m != x.muted {
+					x.muted = m
+					e.l.send(ctlMsg{T: msgMute, N: x.n, Muted: m})
 				}
 			}
 		}
@@ -154,6 +158,7 @@ func (e *exporter) add(room string, p *sfu.Participant, t *sfu.Publication) {
 		}
 	}
 	info := t.Info()
+	x.muted = info.Muted
 	// The announcement precedes the first packet on the same ordered channel
 	// as the demand that will turn packets on.
 	e.l.send(ctlMsg{T: msgPub, Room: room, ID: p.Identity(), N: x.n, Info: &info, Codec: codecToJSON(t.Codec()), Layers: layers, ALevel: t.AudioLevelExt()})

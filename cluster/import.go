@@ -104,6 +104,18 @@ func (im *importer) onCtl(m *ctlMsg) {
 		if mt != nil {
 			mt.close()
 		}
+	case msgMute:
+		im.mu.RLock()
+		mt := im.tracks[m.N]
+		var p *sfu.Participant
+		var pub *sfu.Publication
+		if mt != nil {
+			p, pub = mt.m.p, mt.pub
+		}
+		im.mu.RUnlock()
+		if p != nil && pub != nil {
+			_ = p.MuteTrack(pub.Sid(), m.Muted)
+		}
 	case msgData:
 		im.mu.RLock()
 		mr := im.mirrors[m.Room+"\x00"+m.ID]

@@ -192,7 +192,7 @@ func (l *Link) onCtl(b []byte) {
 		l.ex.setPeerRooms(m.Rooms)
 	case msgWant, msgPLI, msgNack:
 		l.ex.onRequest(&m)
-	case msgPart, msgLeave, msgPub, msgUnpub, msgData:
+	case msgPart, msgLeave, msgPub, msgUnpub, msgData, msgMute:
 		l.im.onCtl(&m)
 	default:
 		l.stats.malformed.Add(1)

@@ -54,6 +54,7 @@ const (
 	msgPLI    = "pli"   // keyframe request for track N, layer L
 	msgNack   = "nack"  // retransmission request for track N, layer L, Seqs
 	msgData   = "data"  // a room data message from participant ID
+	msgMute   = "mute"  // track N was muted or unmuted (Muted)
 	msgPing   = "ping"  // TS echoed in a pong: the link's RTT
 	msgPong   = "pong"
 	maxCtlMsg = 256 << 10
@@ -99,6 +100,7 @@ type ctlMsg struct {
 	Topic    string              `json:"topic,omitempty"`
 	To       []string            `json:"to,omitempty"`
 	Payload  []byte              `json:"payload,omitempty"`
+	Muted    bool                `json:"muted,omitempty"`
 }
 
 // maskOf packs a demand the way msgWant carries it.

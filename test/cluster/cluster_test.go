@@ -3,6 +3,8 @@ package cluster
 import (
 	"testing"
 	"time"
+
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // Participants on three nodes in one room receive each other's video (every
@@ -13,7 +15,7 @@ func TestCascadedRoom(t *testing.T) {
 	bob := join(t, b.ws, "cascade", "bob")
 	carol := join(t, c.ws, "cascade", "carol")
 	fa, fb, fc := watch(alice), watch(bob), watch(carol)
-	publish(t, alice, newVideo(t, "alice-cam"))
+	aliceCam := publish(t, alice, newVideo(t, "alice-cam"))
 	publish(t, bob, newVideo(t, "bob-cam"))
 
 	fc.waitFrames(t, 90, 15*time.Second, "carol (node c) gets alice's and bob's video")
@@ -37,5 +39,14 @@ func TestCascadedRoom(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("carol got no data message from alice")
+	}
+
+	// Alice mutes her camera: carol, on another node, is told.
+	if _, err := alice.Request(ctxT(t, 5*time.Second), protocol.Msg{"type": "muteTrack", "trackSid": aliceCam, "muted": true}); err != nil {
+		t.Fatal(err)
+	}
+	m := waitEvent(t, carol, "trackMuted", 5*time.Second)
+	if m["muted"] != true {
+		t.Fatalf("carol got %v", m)
 	}
 }

@@ -186,11 +186,11 @@ func newVideo(t *testing.T, id string) *video {
 }
 
 // publish publishes v and answers the server's keyframe requests.
-func publish(t *testing.T, c *client.Client, v *video) {
+func publish(t *testing.T, c *client.Client, v *video) (sid string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, sender, err := c.Publish(ctx, v.track, "camera")
+	sid, sender, err := c.Publish(ctx, v.track, "camera")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +207,7 @@ func publish(t *testing.T, c *client.Client, v *video) {
 			}
 		}
 	}()
+	return sid
 }
 
 // frames collects complete frames (marker packets) of every video track a
