@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"sync"
@@ -47,6 +48,10 @@ type Client struct {
 	asmMu     sync.Mutex
 	asm       *moqt.Assembler
 	pending   atomic.Int32 // unanswered SUBSCRIBEs
+
+	// Lost counts fragments dropped by DatagramLoss, Resent those sent again
+	// for NACKs.
+	Lost, Resent atomic.Int64
 }
 
 // ClientOptions configure Dial.
@@ -57,6 +62,9 @@ type ClientOptions struct {
 	Insecure bool
 	// Extensions announces Petrel's datagram extensions in SETUP.
 	Extensions bool
+	// DatagramLoss drops this fraction of first transmissions of fragments
+	// (not retransmissions), as a lossy path would: tests of NACK recovery.
+	DatagramLoss float64
 }
 
 // Dial opens a session to url (https://host:port/v1/moq), with token as the
@@ -427,7 +435,13 @@ func (t *PubTrack) WriteFrame(m *moqt.Meta, newGroup bool, payload []byte) error
 				clear(t.cache)
 			}
 			t.cache[[2]uint64{t.group, uint64(t.obj)}] = data
-			err = moqt.Split(s.alias, t.group, uint64(t.obj), data, 1200, nil, func(dg []byte) { _ = t.c.Session.SendDatagram(dg) })
+			err = moqt.Split(s.alias, t.group, uint64(t.obj), data, serverDatagramMax, nil, func(dg []byte) {
+				if t.c.opt.DatagramLoss > 0 && rand.Float64() < t.c.opt.DatagramLoss {
+					t.c.Lost.Add(1)
+					return
+				}
+				_ = t.c.Session.SendDatagram(dg)
+			})
 		} else {
 			err = t.writeStream(s, ext, payload, newGroup)
 		}
@@ -594,8 +608,9 @@ func (c *Client) readDatagrams() {
 					want[i] = true
 				}
 				i := 0
-				_ = moqt.Split(v.TrackAlias, v.Group, v.Object, data, 1200, nil, func(dg []byte) {
+				_ = moqt.Split(v.TrackAlias, v.Group, v.Object, data, serverDatagramMax, nil, func(dg []byte) {
 					if want[i] {
+						c.Resent.Add(1)
 						_ = c.Session.SendDatagram(dg)
 					}
 					i++
