@@ -114,6 +114,8 @@ type leanPeer struct {
 	authFail  uint64
 	done      chan struct{}
 	started   atomic.Bool
+	poller    *leanPoller // reads the socket once the keys are in place (nil: read does)
+	pollFD    int
 }
 
 type leanStream struct {
@@ -170,6 +172,9 @@ func (l *leanPeer) Close() {
 		close(l.closed)
 		if l.dconn != nil {
 			_ = l.dconn.Close() // close_notify still goes out: the socket is open
+		}
+		if l.poller != nil {
+			l.poller.remove(l)
 		}
 		_ = l.conn.Close()
 		if !l.started.Load() {
@@ -263,6 +268,16 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	l.tx = tx
 	l.lastRR = time.Now()
 	l.rx.Store(rx) // publishes tx and lastRR to the reader
+	if l.poller != nil {
+		// Hand the socket over: stop read (a past deadline) and wait for it,
+		// so that one goroutine at a time handles the peer's packets; what
+		// arrives meanwhile waits in the socket.
+		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+		<-l.done
+		if err := l.poller.add(l); err != nil {
+			return fmt.Errorf("lean poller: %w", err)
+		}
+	}
 	l.p.mark(&l.p.dtlsAt)
 	if l.p.up.CompareAndSwap(false, true) {
 		l.p.emit("webrtcup", nil)
@@ -566,13 +581,49 @@ func (d leanDTLS) SetDeadline(t time.Time) error     { d.l.rdl.Set(t); return ni
 func (d leanDTLS) SetReadDeadline(t time.Time) error { d.l.rdl.Set(t); return nil }
 func (d leanDTLS) SetWriteDeadline(time.Time) error  { return nil }
 
+// LeanRx is what a run's lean peers share: the certificate, the local
+// address and, when polling, the poller that reads every connected socket.
+type LeanRx struct {
+	Cert   *LeanCert
+	Bind   string
+	poller *leanPoller
+}
+
+// NewLeanRx sets up lean peers on bind. poll > 0 reads every connected
+// peer's socket from one goroutine every poll interval (see leanPoller); 0
+// gives each peer its own reader goroutine.
+func NewLeanRx(bind string, poll time.Duration) (*LeanRx, error) {
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
+	cert, err := NewLeanCert()
+	if err != nil {
+		return nil, err
+	}
+	lr := &LeanRx{Cert: cert, Bind: bind}
+	if poll > 0 {
+		if lr.poller, err = newLeanPoller(poll); err != nil {
+			return nil, err
+		}
+	}
+	return lr, nil
+}
+
+// Close stops the poller; every peer must be closed first.
+func (lr *LeanRx) Close() {
+	if lr.poller != nil {
+		lr.poller.Close()
+	}
+}
+
 // LeanWHEP plays from a WHEP endpoint with a lean peer (no Pion
 // PeerConnection): recvonly video and audio, counted into p.
-func LeanWHEP(ctx context.Context, cert *LeanCert, bind, endpoint, token string, p *Peer) error {
-	l, err := newLeanPeer(p, cert, bind)
+func LeanWHEP(ctx context.Context, lr *LeanRx, endpoint, token string, p *Peer) error {
+	l, err := newLeanPeer(p, lr.Cert, lr.Bind)
 	if err != nil {
 		return err
 	}
+	l.poller = lr.poller
 	p.OnClose(l.Close) // runs after the WHEP DELETE postOffer adds (reverse order)
 	offer, err := l.Offer()
 	if err != nil {

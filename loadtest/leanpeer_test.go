@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"regexp"
 	"strings"
@@ -12,9 +13,16 @@ import (
 
 // Twenty lean WHEP viewers (no Pion PeerConnection) watch a Petrel stream
 // published over WHIP and receive every packet of it.
+// Both ways of reading: a goroutine per peer, and one poller for all.
 func TestLeanWHEPViewers(t *testing.T) {
 	url := startPetrel(t)
-	res := runSmall(t, Config{Scenario: "whep", Target: "petrel", Peer: "lean", URL: url, Room: "lean", Peers: 20, Rate: 50, Duration: 2 * time.Second, Warmup: time.Second})
+	for _, poll := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) { leanViewers(t, url, poll) })
+	}
+}
+
+func leanViewers(t *testing.T, url string, poll time.Duration) {
+	res := runSmall(t, Config{Scenario: "whep", Target: "petrel", Peer: "lean", LeanPoll: poll, URL: url, Room: fmt.Sprint("lean", poll), Peers: 20, Rate: 50, Duration: 2 * time.Second, Warmup: time.Second})
 	checkAllReceived(t, res, "subscriber", 20)
 	for _, p := range res.Peers {
 		if p.Role != "subscriber" {

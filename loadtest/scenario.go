@@ -43,6 +43,9 @@ type Config struct {
 	// Peer is how WHEP viewers are built: "lean" (own socket, ICE, DTLS and
 	// SRTP without a Pion PeerConnection; see leanPeer) or "pion".
 	Peer string `json:"peer"`
+	// LeanPoll > 0 reads every lean peer's socket from one goroutine at this
+	// interval instead of a goroutine per peer (see leanPoller).
+	LeanPoll time.Duration `json:"leanPoll,omitempty"`
 	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
 	// mountpoint fed by the generator) instead of VideoRoom.
 	JanusStreaming bool `json:"janusStreaming,omitempty"`
@@ -109,7 +112,7 @@ func OpenSource(spec string, audio bool, kbps int) (*Source, error) {
 type Runner struct {
 	cfg     Config
 	lean    *Lean
-	cert    *LeanCert // lean WHEP viewers' certificate (Peer "lean")
+	leanRx  *LeanRx // lean WHEP viewers' shared state (Peer "lean")
 	tot     Counters
 	srcs    []*Source
 	mu      sync.Mutex
@@ -142,9 +145,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := &Runner{cfg: cfg, lean: lean, started: time.Now(), phase: "setup"}
 	switch cfg.Peer {
 	case "lean":
-		if r.cert, err = NewLeanCert(); err != nil {
+		if r.leanRx, err = NewLeanRx(cfg.Bind, cfg.LeanPoll); err != nil {
 			return nil, err
 		}
+		// Deferred before the peers' close (below): runs after it.
+		defer r.leanRx.Close()
 	case "pion":
 	default:
 		return nil, fmt.Errorf("peer %q: want lean or pion", cfg.Peer)
@@ -473,12 +478,8 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 
 // whep starts a WHEP viewer of the configured kind.
 func (r *Runner) whep(ctx context.Context, endpoint, token string, p *Peer) error {
-	if r.cert != nil {
-		bind := r.cfg.Bind
-		if bind == "" {
-			bind = "127.0.0.1"
-		}
-		return LeanWHEP(ctx, r.cert, bind, endpoint, token, p)
+	if r.leanRx != nil {
+		return LeanWHEP(ctx, r.leanRx, endpoint, token, p)
 	}
 	return WHEP(ctx, r.lean, endpoint, token, p)
 }
