@@ -119,6 +119,13 @@ func grid(name string) []Cond {
 	case "smoke":
 		add("delay", "0 ms", 0, netem.Params{}, 0)
 		return out
+	case "lean":
+		// What fits half an hour on a shared 2-core machine: ends and middle of each dimension.
+		bw = []float64{0.5, 2, 20}
+		delay = []float64{0, 100, 250}
+		loss = []float64{2, 10}
+		ladder = []struct{ rate, delay, loss float64 }{ladder[1], ladder[3]}
+		cores = []float64{0.5}
 	case "reduced":
 		bw = []float64{0.5, 1, 2, 5, 20}
 		delay = []float64{0, 50, 150, 250}
@@ -149,7 +156,7 @@ func grid(name string) []Cond {
 }
 
 func main() {
-	gridName := flag.String("grid", "reduced", "smoke, reduced or full")
+	gridName := flag.String("grid", "reduced", "smoke, lean, reduced or full")
 	pathsFlag := flag.String("paths", strings.Join(paths, ","), "paths to measure")
 	exps := flag.String("exp", "", "only these experiments (comma-separated: bandwidth,delay,loss,ladder,cpu)")
 	only := flag.String("cond", "", "only conditions whose name is one of these (comma-separated, e.g. \"1 Mbit/s,5%\")")

@@ -43,7 +43,7 @@ let browser;
 const hardStop = setTimeout(() => {
   console.log(JSON.stringify({ path, error: 'timeout', log: log.slice(-20) }));
   process.exit(1);
-}, (durationS + warmupS + 120) * 1000);
+}, (durationS + warmupS + 75) * 1000);
 try {
   await waitHealthy();
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium', args: chromiumArgs(base), timeout: 30_000 });

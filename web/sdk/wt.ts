@@ -149,6 +149,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private eventsAlias = -1;
   private rtt = 100;
   private statsTimer?: ReturnType<typeof setInterval>;
+  private probeTimer?: ReturnType<typeof setInterval>;
   private closed = false;
   private readonly started = performance.now();
   connectMs = 0;
@@ -249,8 +250,44 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     void this.acceptBidi();
     void this.readDatagrams();
     this.statsTimer = setInterval(() => void this.pollRtt(), 1000);
+    this.probeTimer = setInterval(() => {
+      if (this.local.size) void this.probeRtt();
+    }, 250);
     // The room's events, first: the `joined` object tells who is here.
     void this.subscribeEvents();
+  }
+
+  /**
+   * The round trip through the bottleneck queues, probed with a request the
+   * server refuses at once (a SUBSCRIBE outside the room): the only delay signal
+   * a publisher has where the browser offers no WebTransport.getStats(), and the
+   * one that shows a queue building in stream mode, where QUIC hides loss.
+   */
+  readonly probe = { rttMs: 0, minRttMs: 0, samples: 0 };
+  private probing = false;
+  private probeWindow: number[] = [];
+
+  private async probeRtt(): Promise<void> {
+    if (this.probing || this.closed) return;
+    this.probing = true;
+    const t0 = performance.now();
+    try {
+      const { req } = await this.request((id) => subscribeMessage(id, ['petrel', '.rtt-probe'], 'rtt'));
+      const ms = performance.now() - t0;
+      req.writer.close().catch(() => {});
+      const p = this.probe;
+      p.samples++;
+      // The median of the last five: a busy page (timers late by tens of ms on a
+      // loaded machine) must not read as a queue in the network.
+      this.probeWindow.push(ms);
+      if (this.probeWindow.length > 5) this.probeWindow.shift();
+      p.rttMs = [...this.probeWindow].sort((a, b) => a - b)[Math.floor(this.probeWindow.length / 2)];
+      p.minRttMs = p.samples === 1 ? ms : Math.min(p.minRttMs, ms);
+    } catch {
+      /* the session is closing */
+    } finally {
+      this.probing = false;
+    }
   }
 
   private async pollRtt(): Promise<void> {
@@ -408,8 +445,20 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     const bidi = await this.transport.createBidirectionalStream();
     const req: Request = { id, writer: bidi.writable.getWriter(), reader: new StreamReader(bidi.readable) };
     await req.writer.write(msg(id));
-    const reply = parseMessage(await req.reader.message());
-    return { req, reply };
+    // A request the server never answers must not hang the caller (publish, subscribe).
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, rej) => {
+      timer = setTimeout(() => rej(new PetrelError('webtransport', `no answer to request ${id} within 10 s`)), 10_000);
+    });
+    try {
+      const reply = parseMessage(await Promise.race([req.reader.message(), timeout]));
+      return { req, reply };
+    } catch (e) {
+      req.writer.abort().catch(() => {});
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private async subscribeEvents(): Promise<void> {
@@ -682,6 +731,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.statsTimer);
+    clearInterval(this.probeTimer);
     for (const id of [...this.subscriptions.keys()]) this.endSubscription(id);
     for (const lt of this.local.values()) lt.close();
     this.joinFailed(new PetrelError('webtransport', reason));

@@ -66,7 +66,7 @@ export class RateController {
     const queued = (s.queuedBytes ?? 0) * 8; // bits waiting to go
     // A queue building at the bottleneck shows as RTT above the path's minimum
     // long before anything is dropped (a deep buffer holds seconds at a low rate).
-    const queueing = s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(60, 0.5 * s.minRttMs);
+    const queueing = s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(100, s.minRttMs);
     if (loss > 0.1 || queued > this.bps * 0.3 || queueing) {
       // At most one decrease per RTT (plus a little), so one loss burst is one step.
       if (now - this.lastDecrease > rtt + 100) {
@@ -74,7 +74,7 @@ export class RateController {
         this.bps *= Math.max(0.5, f);
         this.lastDecrease = now;
       }
-    } else if (loss < 0.02 && !(s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > 30)) {
+    } else if (loss < 0.02 && !(s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(50, 0.5 * s.minRttMs))) {
       // Multiplicative growth far from the last decrease, additive near it.
       const sinceDrop = now - this.lastDecrease;
       const g = sinceDrop > 4_000 ? 0.08 : 0.03;

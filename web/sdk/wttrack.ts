@@ -35,6 +35,8 @@ export interface WtCarrier {
   readonly rttMs: number;
   /** A round-trip sample (a NACK answered), ms. */
   noteRtt(ms: number): void;
+  /** Probed round trip including queues, and its minimum (0 until probed). */
+  readonly probe: { rttMs: number; minRttMs: number; samples: number };
   log(msg: string): void;
 }
 
@@ -85,6 +87,7 @@ export class WtLocalTrack {
   private rateTimer?: ReturnType<typeof setInterval>;
   private lastStats?: { at: number; dropped: number; sent: number; nacked: number };
   private sentSinceFrags = 0;
+  private lastStaleReset = 0;
   private nackedFrags = 0;
   private readonly fecGroup: number;
   private readonly codec: VideoCodecName;
@@ -103,7 +106,8 @@ export class WtLocalTrack {
     // held frames ~500 ms at 640x480 here, OpenH264 ~4 ms and ~18 ms (docs/webtransport.md).
     this.codec = o.codec ?? 'h264';
     this.fecGroup = o.fecGroup ?? 0;
-    this.rate = new RateController({ startBps: o.bitrate ?? 800_000, maxBps: o.maxBitrate ?? 2_500_000 });
+    // Start low, as WebRTC's estimator does (300 kbit/s), and grow while clean.
+    this.rate = new RateController({ startBps: o.bitrate ?? 500_000, maxBps: o.maxBitrate ?? 2_500_000 });
   }
 
   /** The MoQT track name in the participant's namespace. */
@@ -295,6 +299,14 @@ export class WtLocalTrack {
     } catch {
       /* stats are optional */
     }
+    // Without browser stats, the session's probe measures the queue. Streams
+    // only: there QUIC hides loss and the probe is the one signal; datagram mode
+    // has loss (NACKs), and the probe is noisy on a busy machine (page timers
+    // late by tens of ms read as queueing and starved the encoder in a test).
+    if (rtt === undefined && this.mode === 'stream' && this.carrier.probe.samples >= 3) {
+      rtt = this.carrier.probe.rttMs;
+      minRtt = this.carrier.probe.minRttMs;
+    }
     const prev = this.lastStats;
     this.lastStats = { at: now, dropped, sent: this.stats.datagramsSent, nacked: this.nackedFrags };
     if (!prev) return;
@@ -303,7 +315,13 @@ export class WtLocalTrack {
     const dropFraction = this.mode === 'datagram' ? Math.min(1, (dropped - prev.dropped) / sent) : undefined;
     // A stream that has queued more than ~300 ms of media is stale: start a new
     // group (keyframe), which resets it, rather than send old frames late.
-    if (this.mode === 'stream' && this.queuedBytes * 8 > this.rate.bitrate * 0.3) this.source.requestKeyframe();
+    const queueMs = rtt !== undefined && minRtt !== undefined ? rtt - minRtt : 0;
+    if (this.mode === 'stream' && (this.queuedBytes * 8 > this.rate.bitrate * 0.3 || queueMs > 400) && now - this.lastStaleReset > 2_000) {
+      // Seconds of media queued behind a bottleneck: a new group resets the old
+      // stream, whose data QUIC then stops sending.
+      this.lastStaleReset = now;
+      this.source.requestKeyframe();
+    }
     const d = this.rate.update({ lossFraction, dropFraction, estimatedBps: est, rttMs: rtt, minRttMs: minRtt, queuedBytes: this.mode === 'stream' ? this.queuedBytes : undefined }, now);
     this.scale = d.scale;
     this.source.setRate(d.bitrate, d.scale);

@@ -168,3 +168,14 @@ test('subgroup header types: fields per draft-18 type, others refused', async ()
   assert.equal(subgroupLayout(0x75)?.priority, false);
   for (const bad of [0x0f, 0x16, 0x17, 0x1e, 0x2f00, 0x7e]) assert.equal(subgroupLayout(bad), undefined, `type 0x${bad.toString(16)}`);
 });
+
+test('rate controller backs off when the RTT rises above the path minimum (a queue), without loss', () => {
+  const rc = new RateController({ startBps: 1_000_000 });
+  let now = 1000;
+  rc.update({ rttMs: 40, minRttMs: 40 }, now);
+  const before = rc.update({ rttMs: 45, minRttMs: 40 }, (now += 500)).bitrate;
+  const d = rc.update({ rttMs: 400, minRttMs: 40 }, (now += 500));
+  assert.ok(d.bitrate < before * 0.9, `${before} -> ${d.bitrate}`);
+  const held = rc.update({ rttMs: 100, minRttMs: 40 }, (now += 500)).bitrate;
+  assert.ok(held <= d.bitrate, 'no growth while a queue is still there');
+});
