@@ -146,7 +146,7 @@ func (k *rtpSink) WriteRTP(pkt *sfu.Packet) {
 			want := switchTo && now.Sub(k.lastKF) > 500*time.Millisecond
 			k.mu.Unlock()
 			if want {
-				k.requestKeyframe()
+				go k.requestKeyframe() // not on the forwarding goroutine
 			}
 			return
 		}
@@ -161,7 +161,7 @@ func (k *rtpSink) WriteRTP(pkt *sfu.Packet) {
 	need := k.dp.NeedKeyframe()
 	k.mu.Unlock()
 	if need {
-		k.requestKeyframe()
+		go k.requestKeyframe() // rate limited inside: rare
 	}
 }
 

@@ -521,12 +521,15 @@ func (d *downSub) enqueue(o outObj) {
 
 var eventGroup atomic.Uint64
 
+// enqueueEvent never blocks: the room calls it with its own locks held. A
+// client that lets 256 room events pile up is gone or broken, and losing events
+// would leave it with a wrong picture of the room: end its session.
 func (d *downSub) enqueueEvent(b []byte) {
 	select {
 	case d.q <- outObj{group: eventGroup.Add(1), payload: b}:
 	case <-d.done:
-	case <-time.After(2 * time.Second):
-		d.s.log.Warn("events subscriber too slow: event dropped")
+	default:
+		go d.s.close(moqt.CloseInternal, "too slow to read the room's events")
 	}
 }
 
