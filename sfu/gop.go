@@ -56,7 +56,9 @@ func (d *DownTrack) replayGOP(p *Packet) {
 		return
 	}
 	d.mu.Lock()
-	fresh := !d.started && d.current == -1
+	// Not started: nothing reached the subscriber yet (a write refused before
+	// DTLS was up leaves current set but started false).
+	fresh := !d.started
 	d.mu.Unlock()
 	l := d.pub.layer(p.Layer)
 	if !fresh || l == nil {

@@ -32,6 +32,8 @@ type Options struct {
 	API *webrtc.API
 	// HTTP is the client for WHEP requests (default: 10 s timeout).
 	HTTP *http.Client
+	// TURNTCP keeps the TURN-over-TCP servers for Relay (default: UDP only).
+	TURNTCP bool
 	// Videos is how many video tracks to receive (a wall: one per camera; default 1).
 	Videos int
 }
@@ -99,7 +101,7 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 			return nil, err
 		}
 		if len(servers) == 0 {
-			return nil, errors.New("relay asked for, but the server lists no TURN server")
+			return nil, errors.New("relay asked for, but OPTIONS listed no TURN server (TURN off, or a token the server does not accept)")
 		}
 		cfg.ICEServers = servers
 		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
@@ -315,7 +317,22 @@ func iceServers(ctx context.Context, o Options) ([]webrtc.ICEServer, error) {
 		return nil, fmt.Errorf("whep options: %w", err)
 	}
 	resp.Body.Close()
-	return ParseLinks(resp.Header.Values("Link")), nil
+	all := ParseLinks(resp.Header.Values("Link"))
+	if o.TURNTCP {
+		return all, nil
+	}
+	// TURN over UDP only, unless asked: gathering waits for every server, and
+	// TURN over TCP is a different (slower) path worth measuring on its own.
+	var udp []webrtc.ICEServer
+	for _, s := range all {
+		if strings.Contains(s.URLs[0], "transport=udp") {
+			udp = append(udp, s)
+		}
+	}
+	if len(udp) == 0 {
+		return all, nil
+	}
+	return udp, nil
 }
 
 // ParseLinks turns RFC 9725 Link headers into ICE servers.

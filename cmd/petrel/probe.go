@@ -29,6 +29,7 @@ func probeMain(args []string) int {
 	server := fs.String("server", "http://127.0.0.1:7880", "Petrel's HTTP address (for a camera id)")
 	tok := fs.String("token", os.Getenv("PETREL_TOKEN"), "viewer token (default: signed with the API key)")
 	relay := fs.Bool("relay", false, "force the TURN relay (iceTransportPolicy relay)")
+	turnTCP := fs.Bool("turn-tcp", false, "with --relay, also use TURN over TCP (default: UDP only)")
 	runs := fs.Int("runs", 1, "sessions to open, one after another")
 	interval := fs.Duration("interval", 300*time.Millisecond, "pause between sessions (let a cold camera go idle: more than its idle_after)")
 	timeout := fs.Duration("timeout", 15*time.Second, "give up on a session after")
@@ -69,16 +70,21 @@ func probeMain(args []string) int {
 			return 1
 		}
 	}
-	var api *webrtc.API
+	var se webrtc.SettingEngine
 	if *loopback {
-		var se webrtc.SettingEngine
 		se.SetIncludeLoopbackCandidate(true)
 		se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 		se.SetInterfaceFilter(func(n string) bool { return n == "lo" })
 		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
 		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4, webrtc.NetworkTypeTCP4})
-		api = webrtc.NewAPI(webrtc.WithSettingEngine(se))
 	}
+	if *relay {
+		// Pion holds a relay pair back for 2 s by default, hoping for a direct
+		// one; with a relay-only policy there is none to wait for (browsers do
+		// not wait either), and the wait would be all the probe measured.
+		se.SetRelayAcceptanceMinWait(0)
+	}
+	api := webrtc.NewAPI(webrtc.WithSettingEngine(se))
 	var results []probe.Result
 	failures := 0
 	for i := 0; i < *runs; i++ {
@@ -93,7 +99,7 @@ func probeMain(args []string) int {
 			res, err = probe.HTTPLive(ctx, live, *tok)
 		} else {
 			var v *probe.Viewer
-			v, err = probe.Open(ctx, probe.Options{Endpoint: endpoint, Token: *tok, Relay: *relay, API: api})
+			v, err = probe.Open(ctx, probe.Options{Endpoint: endpoint, Token: *tok, Relay: *relay, TURNTCP: *turnTCP, API: api})
 			if err == nil {
 				res, err = v.WaitFirstFrame(ctx)
 				v.Close()

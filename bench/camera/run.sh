@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# bench/camera/run.sh [RUNS] — time-to-stream of a camera on loopback, measured
+# by `petrel probe` (a headless WHEP viewer), RUNS sessions (default 30) each:
+#   warm  — the RTSP session is open; the viewer starts from the cached GOP
+#   cold  — no session until the viewer comes (idle_after 300ms, sessions 1.5 s apart)
+#   each direct and relayed (iceTransportPolicy relay through the embedded TURN),
+#   and the HTTP live fallback (fragmented MP4) against the warm camera.
+# The camera is `petrel camera emulate` (RTSP, H.264 640x360 25 fps GOP 1 s).
+# Writes bench/camera/results.json and the "Camera time-to-stream" section of
+# docs/benchmarks.md (between its markers).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${1:-30}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+bin=$work/petrel
+go build -o "$bin" ./cmd/petrel
+bash scripts/make-test-clip.sh "$work/clip" 10
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rtsp_port=$(free_port); http_port=$(free_port); turn_port=$(free_port); udp_port=$(free_port)
+
+"$bin" camera emulate --addr "127.0.0.1:$rtsp_port" --clip "$work/clip" >"$work/emulate.out" 2>"$work/emulate.log" &
+pids+=($!)
+export PETREL_API_KEY=bench PETREL_API_SECRET=bench-secret-bench-secret-bench-secret-0
+cat >"$work/petrel.yaml" <<YAML
+http: 127.0.0.1:$http_port
+loopback: true
+log_level: warn
+rtc:
+  udp_port: $udp_port
+  tcp_port: -1
+turn:
+  port: $turn_port
+cameras:
+  - id: warm
+    rtsp: rtsp://127.0.0.1:$rtsp_port/warm
+    warm: true
+  - id: cold
+    rtsp: rtsp://127.0.0.1:$rtsp_port/cold
+    idle_after: 300ms
+YAML
+"$bin" serve --config "$work/petrel.yaml" >"$work/serve.out" 2>"$work/serve.log" &
+pids+=($!)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null && break; sleep 0.1; done
+sleep 2 # the warm camera connects, the cold one is described
+
+probe() { # name, args...
+	local name=$1; shift
+	echo "== $name" >&2
+	"$bin" probe --server "http://127.0.0.1:$http_port" --loopback --json --runs "$runs" "$@" | tail -1 |
+		python3 -c 'import json,sys; d=json.load(sys.stdin); d["name"]=sys.argv[1]; print(json.dumps(d))' "$name"
+}
+{
+	probe "warm, direct" warm
+	probe "warm, relay" --relay warm
+	probe "cold, direct" --interval 1500ms cold
+	probe "cold, relay" --relay --interval 1500ms cold
+	probe "warm, HTTP fallback (live.mp4)" --http warm
+} >"$work/results.jsonl"
+cp "$work/results.jsonl" bench/camera/results.json
+
+python3 - "$work/results.jsonl" "$runs" <<'PY'
+import json, sys, datetime, platform, os, re
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs = sys.argv[2]
+def cell(r, step, k):
+    v = r["summary"].get(step, {}).get(k)
+    return "—" if v is None else f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+out = [
+    "<!-- camera-bench:start -->",
+    "## Camera time-to-stream",
+    "",
+    f"`bench/camera/run.sh` on {datetime.date.today()} ({os.cpu_count()} CPUs, shared with other work; load average {os.getloadavg()[0]:.1f} at the end).",
+    f"`petrel probe` opens {runs} WHEP sessions per row, one after another, on loopback, to a camera served by",
+    "`petrel camera emulate` (RTSP, H.264 640×360 at 25 fps, a keyframe every second). Times in ms from",
+    "the start of the session (peer connection created) to each step, p50 / p90; *first frame* is the",
+    "first complete H.264 access unit with SPS/PPS received (for the HTTP fallback: the first complete",
+    "`moof`+`mdat` after the init segment).",
+    "",
+    "| session | ok | ICE connected p50 / p90 | DTLS p50 / p90 | first RTP p50 / p90 | **first frame p50 / p90** |",
+    "|---|---|---|---|---|---|",
+]
+for r in rows:
+    out.append(f"| {r['name']} | {r['ok']}/{r['runs']} | {cell(r,'ice_connected','p50')} / {cell(r,'ice_connected','p90')} | "
+               f"{cell(r,'dtls_connected','p50')} / {cell(r,'dtls_connected','p90')} | {cell(r,'first_rtp','p50')} / {cell(r,'first_rtp','p90')} | "
+               f"**{cell(r,'first_frame','p50')} / {cell(r,'first_frame','p90')}** |")
+by = {r["name"]: r["summary"].get("first_frame", {}).get("p50") for r in rows}
+def goal(ok): return "met" if ok else "**missed**"
+w, c, wr, cr = by.get("warm, direct"), by.get("cold, direct"), by.get("warm, relay"), by.get("cold, relay")
+out += ["", "Goals (loopback): "
+        + f"warm p50 < 150 ms: {goal(w is not None and w < 150)} ({w} ms); "
+        + f"cold p50 < 400 ms: {goal(c is not None and c < 400)} ({c} ms); "
+        + (f"relay adds < 50 ms: {goal(wr - w < 50 and cr - c < 50)} (warm +{wr - w:.1f} ms, cold +{cr - c:.1f} ms)." if None not in (w, c, wr, cr) else "relay: no data."),
+        "",
+        "How to read it: a warm camera's viewer gets the cached GOP (keyframe with parameter sets, then the frames",
+        "since) as soon as DTLS is up, so the first frame follows the first RTP packet within a millisecond; a cold",
+        "camera adds the RTSP PLAY round trip (the camera was described at start, its tracks already exist, and it",
+        "starts the session with a keyframe). The HTTP fallback has no ICE or DTLS, only one TCP round trip, and starts",
+        "from the same cache: on loopback it is the fastest start, but it carries video only, over TCP, with no loss",
+        "recovery tuned for real time; it is the fallback when UDP and TURN both fail.",
+        "<!-- camera-bench:end -->"]
+text = "\n".join(out) + "\n"
+doc = "docs/benchmarks.md"
+cur = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
+if "<!-- camera-bench:start -->" in cur:
+    cur = re.sub(r"<!-- camera-bench:start -->.*?<!-- camera-bench:end -->\n?", lambda m: text, cur, flags=re.S)
+else:
+    cur = cur.rstrip("\n") + "\n\n" + text
+open(doc, "w").write(cur)
+print(text)
+PY
