@@ -215,8 +215,9 @@ func main() {
 			conds = keep
 		}
 		b := &bench{bin: *bin, dur: *dur, warm: *warm, verbose: *verbose}
-		for i, c := range conds {
-			for rep := 0; rep < *repeat; rep++ {
+		// Repetition outermost: a run cut short still has every cell once.
+		for rep := 0; rep < *repeat; rep++ {
+			for i, c := range conds {
 				for _, p := range strings.Split(*pathsFlag, ",") {
 					if ctx.Err() != nil {
 						break
