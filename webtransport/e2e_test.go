@@ -563,3 +563,90 @@ func TestWebTransportDatagramPublisher(t *testing.T) {
 	}
 	t.Logf("%d whole frames of %d sent; %d fragments lost, %d resent on NACK", frames, sent, pub.Lost.Load(), pub.Resent.Load())
 }
+
+// A WebTransport publisher's Opus frames with audio levels reach a WebRTC
+// subscriber as an audio track, and its levels make it the room's dominant
+// speaker (the speaker event crosses from WebTransport to WebRTC); the
+// WebTransport client sees the same event on its events track.
+func TestWebTransportAudioAndSpeaker(t *testing.T) {
+	e := start(t)
+	viewer := e.join("sp", "viewer")
+	pub := e.dial("sp", "talker")
+	sid, _ := pub.Petrel["participantSid"].(string)
+	audio := pub.AddTrack("audio", false)
+	if err := pub.Announce(context.Background(), []string{"petrel", "sp", "talker"}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := pub.Subscribe(context.Background(), []string{"petrel", "sp"}, "events", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server's subscription", 30*time.Second, func() bool { return audio.Subscribers() > 0 })
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			frame := []byte{0xfc, byte(n), byte(n >> 8), 1, 2, 3} // an Opus TOC byte and a body
+			level := 35 + n%10                                    // speech, -dBov, with a pause every 300 ms
+			if n%15 < 3 {
+				level = 95
+			}
+			_ = audio.WriteFrame(&moqt.Meta{TimestampUs: uint64(n) * 20000, Keyframe: true, Codec: "opus", AudioLevel: level}, true, frame)
+		}
+	}()
+	var tr client.Track
+	select {
+	case tr = <-viewer.Tracks:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the viewer never got the audio track")
+	}
+	var last uint16
+	for i := 0; i < 20; i++ {
+		_ = tr.Remote.SetReadDeadline(time.Now().Add(20 * time.Second))
+		p, _, err := tr.Remote.ReadRTP()
+		if err != nil {
+			t.Fatalf("audio: %v after %d packets", err, i)
+		}
+		if len(p.Payload) != 6 || p.Payload[0] != 0xfc {
+			t.Fatalf("audio packet %x", p.Payload)
+		}
+		n := uint16(p.Payload[1]) | uint16(p.Payload[2])<<8
+		if i > 0 && n <= last {
+			t.Fatalf("audio frame %d after %d", n, last)
+		}
+		last = n
+	}
+	if tr.Remote.Codec().MimeType != webrtc.MimeTypeOpus {
+		t.Fatalf("codec %s", tr.Remote.Codec().MimeType)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		m, err := viewer.WaitEvent(ctx, "dominantSpeaker")
+		if err != nil {
+			t.Fatalf("the WebRTC viewer never saw the WebTransport talker as dominant speaker: %v", err)
+		}
+		if m["participantSid"] == sid {
+			break
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case o := <-events.Objects:
+			var ev map[string]any
+			if json.Unmarshal(o.Payload, &ev) == nil && ev["type"] == "dominantSpeaker" && ev["participantSid"] == sid {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the events track never named the talker dominant speaker")
+		}
+	}
+}
