@@ -2,7 +2,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
 import { scenario } from '../lib/scenario.mjs';
-import { sleep } from '../lib/page.mjs';
+import { sleep, waitFor } from '../lib/page.mjs';
 import { chromiumArgs, endWindow, publisherStats, resetWindow, startPublisher, startSubscriber } from '../../../bench/wt/pages.mjs';
 
 // One room, two transports: a page publishing over WebTransport (WebCodecs
@@ -79,6 +79,35 @@ test('WebTransport and WebRTC decode each other in one room (datagrams and strea
       }
     } catch (err) {
       err.message += `\n--- page console ---\n${log.slice(-60).join('\n')}`;
+      throw err;
+    }
+  }, { dev: true }));
+
+// The app's transport choice: a page joined with ?transport=wt-stream (fake camera
+// and microphone, WebCodecs) and a WebRTC page show each other's video in their tiles.
+test('app: a WebTransport participant and a WebRTC participant see each other', { timeout: 120_000 }, () =>
+  scenario('webtransport-app', async ({ server, own }) => {
+    const log = [];
+    const b = own(await launch());
+    try {
+      const wt = await b.page('app-wt', log);
+      const rtc = await b.page('app-rtc', log);
+      const open = (page, identity, transport) =>
+        server.token('wt-app', identity).then((token) => page.goto(`${server.base}/?${new URLSearchParams({ token, name: identity, autojoin: '1', p2p: '0', transport })}`));
+      await open(wt, 'wt-user', 'wt-stream');
+      await open(rtc, 'rtc-user', 'webrtc');
+      const remoteVideo = (page, what) => waitFor(page, what, () => {
+        const err = document.getElementById('join-error')?.textContent;
+        if (err) throw new Error(`join error shown: ${err}`);
+        const v = document.querySelector('.tile:not([data-local]) video');
+        return v && v.videoWidth > 0 && v.readyState >= 2 && { w: v.videoWidth, h: v.videoHeight };
+      }, undefined, 30_000);
+      const atWt = await remoteVideo(wt, 'the WebTransport page to show the WebRTC camera');
+      const atRtc = await remoteVideo(rtc, 'the WebRTC page to show the WebTransport camera');
+      assert.ok(atWt.w > 0 && atRtc.w > 0);
+      assert.match(await wt.evaluate(() => document.getElementById('status').textContent), /WebTransport stream/);
+    } catch (err) {
+      err.message += `\n--- page console ---\n${log.slice(-40).join('\n')}`;
       throw err;
     }
   }, { dev: true }));
