@@ -1173,7 +1173,8 @@ export class Room extends Emitter<RoomEvents> {
     this.url = wsUrl(url);
     if (node) this.clusterNode = node;
     this.resumeToken = '';
-    void this.reconnect(`moved to another node (${reason})`);
+    // At once: the new node is up and waiting, and others see us frozen meanwhile.
+    void this.reconnect(`moved to another node (${reason})`, 0);
   }
 
   private onSignalLost(reason: string): void {
@@ -1181,14 +1182,15 @@ export class Room extends Emitter<RoomEvents> {
     void this.reconnect(reason);
   }
 
-  private async reconnect(reason: string): Promise<void> {
+  private async reconnect(reason: string, firstDelay = 250): Promise<void> {
     this.setState('reconnecting');
     this.emit('reconnecting');
     console.info(`petrel: reconnecting (${reason})`);
     const deadline = Date.now() + (this.opts.reconnectWindowMs ?? 20_000);
-    let delay = 250;
+    let delay = firstDelay;
     while (Date.now() < deadline && this.state === 'reconnecting') {
       await sleep(delay);
+      delay = Math.max(delay, 125);
       delay = Math.min(delay * 2, 2_000);
       if (this.state !== 'reconnecting') return;
       try {
