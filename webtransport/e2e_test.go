@@ -3,10 +3,12 @@ package webtransport_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -648,5 +650,41 @@ func TestWebTransportAudioAndSpeaker(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the events track never named the talker dominant speaker")
 		}
+	}
+}
+
+// The web app learns the endpoint and the development certificate's hash over
+// HTTP and in joined; the hash is the certificate the endpoint presents.
+func TestCertHashRoute(t *testing.T) {
+	e := start(t)
+	rsp, err := http.Get("http://" + e.srv.HTTPAddr + "/v1/wt-cert-hash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	var info map[string]any
+	if err := json.NewDecoder(rsp.Body).Decode(&info); err != nil || rsp.StatusCode != 200 {
+		t.Fatalf("status %d: %v", rsp.StatusCode, err)
+	}
+	want := base64.StdEncoding.EncodeToString(e.wt.CertHash())
+	if info["value"] != want || info["algorithm"] != "sha-256" || !strings.HasPrefix(info["url"].(string), "https://127.0.0.1:") {
+		t.Fatalf("wt-cert-hash: %v", info)
+	}
+	exp, err := time.Parse(time.RFC3339, info["expires"].(string))
+	if err != nil || time.Until(exp) > 14*24*time.Hour || time.Until(exp) < time.Hour {
+		t.Fatalf("certificate expiry %v: browsers accept at most 14 days", info["expires"])
+	}
+	c := e.join("hash", "someone")
+	wt, _ := c.Joined["webtransport"].(map[string]any)
+	if wt == nil || wt["value"] != want {
+		t.Fatalf("joined carries webtransport %v", c.Joined["webtransport"])
+	}
+	// Pinning a different hash fails the dial (the pin is what protects the
+	// self-signed certificate).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bad := make([]byte, 32)
+	if _, err := webtransport.Dial(ctx, e.url(), e.token("hash", "x"), webtransport.ClientOptions{CertHash: bad}); err == nil {
+		t.Fatal("dial with a wrong certificate hash succeeded")
 	}
 }
