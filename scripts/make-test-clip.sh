@@ -17,11 +17,15 @@ fi
 font=$(fc-match -f '%{file}' monospace 2>/dev/null || true)
 text="drawtext=text='%{frame_num} %{pts\\:hms}':x=20:y=20:fontsize=36:fontcolor=white:box=1:boxcolor=black"
 [[ -n $font ]] && text="$text:fontfile=$font"
-ffmpeg -nostdin -hide_banner -loglevel error -y \
+video() { # $1: filter graph
+	ffmpeg -nostdin -hide_banner -loglevel error -y \
 	-f lavfi -i "testsrc2=size=640x360:rate=25:duration=$secs" \
-	-vf "$text" -c:v libx264 -profile:v baseline -level 3.1 -pix_fmt yuv420p -preset veryfast -tune zerolatency \
+	-vf "$1" -c:v libx264 -profile:v baseline -level 3.1 -pix_fmt yuv420p -preset veryfast -tune zerolatency \
 	-g 25 -keyint_min 25 -sc_threshold 0 -bf 0 -b:v 800k -x264-params aud=1:repeat-headers=1 \
 	-bsf:v h264_mp4toannexb -f h264 "$dir/clip.h264.tmp"
+}
+# Without a usable font (no fontconfig), the clip goes without its counter.
+video "$text" 2>/dev/null || video null
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=8000:duration=$secs" \
 	-c:a pcm_mulaw -f mulaw "$dir/clip.ulaw.tmp"
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
