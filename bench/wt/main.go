@@ -370,6 +370,9 @@ func (b *bench) run(ctx context.Context, c Cond, path, room string) (Result, err
 	if b.verbose {
 		peer.Stderr = io.MultiWriter(&stderr, os.Stderr)
 	}
+	// Chromium runs in its own session and inherits stdout: without a bound,
+	// Wait would wait for it after node is gone.
+	peer.WaitDelay = 10 * time.Second
 	runErr := peer.Run()
 	var r Result
 	sc := bufio.NewScanner(&stdout)

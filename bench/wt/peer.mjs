@@ -69,5 +69,8 @@ try {
   process.exitCode = 1;
 } finally {
   clearTimeout(hardStop);
-  await browser?.close().catch(() => {});
+  // A browser that does not close (seen under heavy load: node spinning for minutes
+  // after the result was printed) must not hold the run: exit regardless.
+  await Promise.race([browser?.close().catch(() => {}), sleep(5_000)]);
+  process.exit(process.exitCode ?? 0);
 }
