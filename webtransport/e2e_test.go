@@ -688,3 +688,88 @@ func TestCertHashRoute(t *testing.T) {
 		t.Fatal("dial with a wrong certificate hash succeeded")
 	}
 }
+
+// h264Frame is an access unit in Annex B: SPS, PPS and an IDR slice for
+// keyframes, one non-IDR slice otherwise; bytes 6-7 of the slice number it.
+func h264Frame(n int, key bool) []byte {
+	nal := func(hdr byte, size int, seed int64) []byte {
+		b := make([]byte, size)
+		rand.New(rand.NewSource(seed)).Read(b)
+		for i := range b {
+			if b[i] == 0 {
+				b[i] = 1 // no start codes inside
+			}
+		}
+		b[0] = hdr
+		return append([]byte{0, 0, 0, 1}, b...)
+	}
+	var out []byte
+	if key {
+		out = append(out, nal(0x67, 10, 1)...)
+		out = append(out, nal(0x68, 4, 2)...)
+		out = append(out, nal(0x65, 4000, int64(n))...)
+	} else {
+		out = append(out, nal(0x41, 1500+(n%5)*200, int64(n))...)
+	}
+	i := len(out) - 10
+	out[i], out[i+1] = byte(n>>8)|0x80, byte(n)|1 // never zero bytes
+	return out
+}
+
+// A WebRTC H.264 publisher (FU-A, STAP-A) reaches a WebTransport subscriber as
+// Annex B access units with the codec named as WebCodecs does.
+func TestWebRTCH264ToWebTransport(t *testing.T) {
+	e := start(t)
+	pc := e.join("h264", "rtcpub")
+	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+		SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, "v", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pc.Publish(context.Background(), track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	sent := sync.Map{}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		pk, _ := webtransport.NewPacketizer("h264", 90000, 102, 0x7777, 1)
+		tk := time.NewTicker(33 * time.Millisecond)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			f := h264Frame(n, n%15 == 0)
+			sent.Store(string(f[len(f)-10:len(f)-8]), f)
+			pk.Packetize(uint64(n)*33333, f, func(p *rtp.Packet) { _ = track.WriteRTP(p) })
+		}
+	}()
+	sub := e.dial("h264", "wtsub")
+	var s *webtransport.ClientSub
+	waitFor(t, "the H.264 track", 30*time.Second, func() bool {
+		s, err = sub.Subscribe(context.Background(), []string{"petrel", "h264", "rtcpub"}, "video", false)
+		return err == nil
+	})
+	got, codec := 0, ""
+	for deadline := time.Now().Add(30 * time.Second); got < 20 && time.Now().Before(deadline); {
+		select {
+		case o := <-s.Objects:
+			p := o.Payload
+			want, ok := sent.Load(string(p[len(p)-10 : len(p)-8]))
+			if !ok || !bytes.Equal(want.([]byte), p) {
+				t.Fatalf("object %d/%d (%d bytes) is not an access unit as published", o.Group, o.ID, len(p))
+			}
+			if o.Meta.Codec != "" {
+				codec = o.Meta.Codec
+			}
+			got++
+		case <-time.After(time.Second):
+		}
+	}
+	if got < 20 || codec != "avc1.42e01f" {
+		t.Fatalf("%d access units, codec %q", got, codec)
+	}
+}
