@@ -25,8 +25,9 @@ import (
 // media with the fingerprints the exchange carried.
 
 type linkRequest struct {
-	From string `json:"from"`
-	SDP  string `json:"sdp"`
+	From    string `json:"from"`
+	Started int64  `json:"started"`
+	SDP     string `json:"sdp"`
 }
 
 type linkAnswer struct {
@@ -88,6 +89,7 @@ func (n *Node) dial(peer NodeInfo) error {
 		return err
 	}
 	l := newLink(n, peer.ID, pc)
+	l.peerStarted = peer.Started
 	ordered := true
 	ctl, err := pc.CreateDataChannel("ctl", &webrtc.DataChannelInit{Ordered: &ordered})
 	if err != nil {
@@ -112,7 +114,7 @@ func (n *Node) dial(peer NodeInfo) error {
 		_ = pc.Close()
 		return err
 	}
-	body, _ := json.Marshal(linkRequest{From: n.id, SDP: sdp})
+	body, _ := json.Marshal(linkRequest{From: n.id, Started: n.started.UnixNano(), SDP: sdp})
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, peer.URL+"/v1/cluster/link", bytes.NewReader(body))
@@ -201,6 +203,7 @@ func (n *Node) serveLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := newLink(n, req.From, pc)
+	l.peerStarted = req.Started
 	pc.OnDataChannel(l.attach)
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: req.SDP}); err != nil {
 		_ = pc.Close()

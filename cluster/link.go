@@ -16,8 +16,11 @@ import (
 type Link struct {
 	node *Node
 	peer string
-	pc   *webrtc.PeerConnection
-	log  *slog.Logger
+	// peerStarted is the peer's start time: a node restarted under the same id
+	// (faster than its record expires) gets a new link, not the dead one.
+	peerStarted int64
+	pc          *webrtc.PeerConnection
+	log         *slog.Logger
 
 	ctl, media *webrtc.DataChannel
 	up         chan struct{} // closed when both channels are open

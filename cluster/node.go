@@ -210,6 +210,12 @@ func (n *Node) heartbeat() error {
 		if peer.ID == n.id {
 			continue
 		}
+		n.mu.Lock()
+		l := n.links[peer.ID]
+		n.mu.Unlock()
+		if l != nil && l.peerStarted != 0 && l.peerStarted != peer.Started {
+			l.close("peer restarted")
+		}
 		shared := false
 		for r := range peer.Rooms {
 			if mine[r] {
@@ -231,7 +237,7 @@ func (n *Node) heartbeat() error {
 
 // snapshot is this node's record as of now.
 func (n *Node) snapshot() NodeInfo {
-	info := NodeInfo{ID: n.id, URL: n.url, Started: n.started.Unix(), Draining: n.draining.Load(),
+	info := NodeInfo{ID: n.id, URL: n.url, Started: n.started.UnixNano(), Draining: n.draining.Load(),
 		Rooms: map[string][]Member{}, RTT: map[string]float64{}}
 	var packets uint64
 	for _, r := range n.mgr.Rooms() {

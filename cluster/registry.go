@@ -53,8 +53,8 @@ type Member struct {
 // NodeInfo is one node's record.
 type NodeInfo struct {
 	ID       string              `json:"id"`
-	URL      string              `json:"url"` // HTTP base URL: signaling is URL + /v1/rtc
-	Started  int64               `json:"started"`
+	URL      string              `json:"url"`     // HTTP base URL: signaling is URL + /v1/rtc
+	Started  int64               `json:"started"` // unix ns: tells a restarted node from its predecessor
 	Updated  int64               `json:"updated"` // unix ms of the last heartbeat
 	Draining bool                `json:"draining"`
 	Load     Load                `json:"load"`

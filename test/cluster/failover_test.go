@@ -108,3 +108,19 @@ func waitEvent(t *testing.T, c *client.Client, typ string, within time.Duration)
 	}
 	return m
 }
+
+// A node that crashes and comes back under the same id before its record
+// expires gets a fresh link: the room works again between it and the others.
+func TestRestartedNodeRelinks(t *testing.T) {
+	r, _, b, c := clusterOf(t)
+	bob := join(t, b.ws, "restart", "bob")
+	carol := join(t, c.ws, "restart", "carol")
+	publish(t, carol, newVideo(t, "carol-cam"))
+	fb := watch(bob)
+	fb.waitFrames(t, 30, 15*time.Second, "bob gets carol's video")
+	c.crash()
+	c2 := startNode(t, r, "c") // same id, at once: b still holds c's record and link
+	carol2 := join(t, c2.ws, "restart", "carol")
+	publish(t, carol2, newVideo(t, "carol-cam-2"))
+	fb.waitFrames(t, 30, 15*time.Second, "bob gets carol's video from the restarted node")
+}
