@@ -136,6 +136,7 @@ type JoinOptions struct {
 // Join admits the holder of claims into its room as a full participant
 // (publisher and subscriber connections, data channels).
 func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participant, error) {
+	start := time.Now()
 	p, err := m.newParticipant(c, false)
 	if err != nil {
 		return nil, err
@@ -159,6 +160,9 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 		return nil, fmt.Errorf("subscriber connection: %w", err)
 	}
 	p.setupSubscriber(sub)
+	tm := p.startTiming("room", start) // timing.go: the viewer's side of time-to-stream
+	tm.Mark(StepPCCreated)
+	tm.watchTransport(sub)
 	if old := p.room.ByIdentity(p.identity); old != nil {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
