@@ -3,6 +3,8 @@ package record
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/Eyevinn/mp4ff/avc"
 )
 
 // H.264 over RTP (RFC 6184) in both directions: incoming packets are assembled
@@ -34,6 +36,8 @@ type assembler struct {
 	sps   []byte
 	pps   []byte
 	broke bool // a packet was lost inside the access unit: drop it
+	// badSPS is the first SPS that did not parse, for one log line.
+	badSPS []byte
 }
 
 // push adds one RTP payload; it reports an error only for malformed payloads.
@@ -94,7 +98,13 @@ func (a *assembler) nal(n []byte) error {
 	case nalIDR:
 		a.key = true
 	case nalSPS:
-		a.sps = append(a.sps[:0], n...)
+		// Keep the last SPS that parses: the segment's avcC is built from it,
+		// and a broken one would stop the recording at the next segment.
+		if _, err := avc.ParseSPSNALUnit(n, false); err == nil {
+			a.sps = append(a.sps[:0], n...)
+		} else if a.badSPS == nil {
+			a.badSPS = append([]byte(nil), n...)
+		}
 	case nalPPS:
 		a.pps = append(a.pps[:0], n...)
 	case nalAUD:

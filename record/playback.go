@@ -167,7 +167,8 @@ type Session struct {
 	ssrc  uint32
 	pt    uint8
 	seq   uint16
-	ts    uint32
+	ts    uint32 // last timestamp sent
+	ts0   uint32 // timestamp at start
 	tsAt  time.Time
 	pk    packetizer
 	pkt   rtp.Packet
@@ -204,7 +205,7 @@ func (r *Recorder) newSession(c *camStore, viewer string) (*Session, error) {
 	s := &Session{rec: r, cam: c, viewer: viewer, part: p, cmds: make(chan command, 16),
 		keyReq: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
 		rate: 1, ssrc: rand.Uint32(), pt: uint8(h264Codec.PayloadType), seq: uint16(rand.Uint32()),
-		ts: rand.Uint32(), pk: packetizer{mtu: 1200}, start: time.Now()}
+		ts0: rand.Uint32(), pk: packetizer{mtu: 1200}, start: time.Now()}
 	s.track, err = p.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "video", Source: "camera", Name: "playback", SSRC: s.ssrc},
 		Codec: h264Codec, Queue: 8192})
@@ -509,12 +510,13 @@ func (s *Session) sendNext(step bool) bool {
 // always advance, so a burst after a seek is a run of distinct frames.
 func (s *Session) send(smp sample, burst bool) {
 	now := time.Now()
-	ts := s.ts
-	if !s.tsAt.IsZero() {
-		ts = s.ts + uint32(int64(now.Sub(s.tsAt).Seconds()*clock))
-		if int32(ts-s.ts) < 1 {
-			ts = s.ts + 1
-		}
+	// The session's clock: RTP time since the session began. Frames of a burst
+	// are at least a millisecond apart (a receiver renders by millisecond: two
+	// frames in the same one and the later, the frame sought, was not shown);
+	// the lead a burst takes is given back as the clock catches up.
+	ts := s.ts0 + uint32(int64(now.Sub(s.start).Seconds()*clock))
+	if !s.tsAt.IsZero() && int32(ts-s.ts) < clock/1000 {
+		ts = s.ts + clock/1000
 	}
 	s.ts, s.tsAt = ts, now
 	s.cur, s.haveCur = smp.t, true

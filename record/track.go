@@ -1,8 +1,11 @@
 package record
 
 import (
+	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +43,7 @@ type trackRec struct {
 	fragT      uint64
 	seg        *segWriter
 	lastKeyReq time.Time
+	loggedSPS  bool
 }
 
 type qpkt struct {
@@ -56,7 +60,32 @@ func newTrackRec(cam *camStore, pub *sfu.Publication, segDur time.Duration, log 
 	r := &trackRec{cam: cam, pub: pub, segDur: uint64(segDur.Seconds() * clock), log: log,
 		q: make(chan *qpkt, recQueue), done: make(chan struct{}), stopped: make(chan struct{}), waitKey: true, now: time.Now}
 	r.pool.New = func() any { return new(qpkt) }
+	// Cameras that send SPS/PPS only out of band put them in the fmtp line.
+	r.asm.sps, r.asm.pps = spropParameterSets(pub.Codec().SDPFmtpLine)
 	return r
+}
+
+// spropParameterSets decodes sprop-parameter-sets=<SPS>,<PPS> from an fmtp line.
+func spropParameterSets(fmtp string) (sps, pps []byte) {
+	for _, kv := range strings.Split(fmtp, ";") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(kv), "sprop-parameter-sets=")
+		if !ok {
+			continue
+		}
+		for _, b64 := range strings.Split(v, ",") {
+			n, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil || len(n) == 0 {
+				continue
+			}
+			switch n[0] & 0x1f {
+			case nalSPS:
+				sps = n
+			case nalPPS:
+				pps = n
+			}
+		}
+	}
+	return sps, pps
 }
 
 // WriteRTP is the sink: called on the forwarding goroutine, it copies and queues.
@@ -148,6 +177,10 @@ func (r *trackRec) endAU() {
 	defer a.reset()
 	if a.broke || len(a.buf) == 0 || a.inFU {
 		return
+	}
+	if a.badSPS != nil && !r.loggedSPS {
+		r.loggedSPS = true
+		r.log.Warn("recording: ignored an SPS that does not parse", "sps", fmt.Sprintf("%x", a.badSPS))
 	}
 	if a.key {
 		if len(a.sps) == 0 || len(a.pps) == 0 {

@@ -10,6 +10,7 @@ import {
 import { joinWt, transportChoice } from './wtcall.js';
 import { mountCameraControls } from './ptzui.js';
 import { mountCameraPage } from './camera.js';
+import { Timeline } from './timeline.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const params = new URLSearchParams(location.search);
@@ -20,12 +21,13 @@ const tiles = $('tiles');
 const status = $('status');
 
 let room: Room | null = null;
+let roomToken = ''; // the recording timeline authorizes with it
 let statsTimer: ReturnType<typeof setInterval> | undefined;
 
 // Exposed for scripting and the browser tests.
 declare global {
   interface Window {
-    petrel: { Room: typeof Room; room: Room | null };
+    petrel: { Room: typeof Room; room: Room | null; timeline?: Timeline };
   }
 }
 window.petrel = { Room, room: null };
@@ -100,6 +102,7 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
       return;
     }
     const r = new Room();
+    roomToken = token;
     wireRoom(r);
     setStatus('connecting…');
     await r.connect(location.origin, token, {
@@ -132,9 +135,17 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
 function wireRoom(r: Room): void {
   r.on('connectionStateChanged', (s) => setStatus(s));
   r.on('participantJoined', (p) => {
+    // A recording played back to us: the timeline shows it in the camera's tile.
+    if (p.identity.startsWith('playback-')) return;
     const tile = addTile(p.sid, p.name, false);
     // In a camera room the camera gets PTZ, talk-back and picture tools (ptzui.ts).
     if (p.identity === 'camera') mountCameraControls(r, tile.querySelector('video') as HTMLVideoElement, tile);
+    // ...and the recording timeline (timeline.ts).
+    const camRoom = /^camera\/(.+)$/.exec(r.room?.name ?? '');
+    if (p.identity === 'camera' && camRoom) {
+      window.petrel.timeline?.close();
+      window.petrel.timeline = new Timeline(tile, { room: r, camera: camRoom[1], token: roomToken, video: tile.querySelector('video') as HTMLVideoElement });
+    }
   });
   r.on('participantUpdated', (p) => updateLabel(p));
   r.on('participantLeft', (p) => {
@@ -142,6 +153,7 @@ function wireRoom(r: Room): void {
     if (pinned.delete(p.sid)) void sendPins();
   });
   r.on('trackSubscribed', (track, pub, p) => {
+    if (p?.identity.startsWith('playback-')) return; // the timeline shows it
     const tile = tileOf(pub.participantSid) ?? addTile(pub.participantSid, p?.name ?? '', false);
     if (track.kind === 'video') {
       // Screen shares get their own tile so that the camera stays visible.

@@ -219,10 +219,11 @@ export class Timeline {
   }
 
   private onData(m: DataMessage): void {
-    if (m.topic !== TOPIC || !m.text) return;
+    if (m.topic !== TOPIC) return;
     let r: Reply & { event?: string };
     try {
-      r = JSON.parse(m.text);
+      // The server's messages are JSON bytes without the text flag.
+      r = JSON.parse(m.text ?? new TextDecoder().decode(m.payload));
     } catch {
       return;
     }
