@@ -6,7 +6,7 @@ BIN     := bin/petrel
 GOFILES := $(shell find . -name '*.go' -not -path './web/node_modules/*' -not -path './test/browser/node_modules/*')
 WEBSRC  := $(shell find web/sdk web/app -type f 2>/dev/null) web/build.mjs web/package.json
 
-.PHONY: run build web test test-go test-integration test-lab test-browser test-interop deps fuzz bench clean
+.PHONY: run build web test test-web test-go test-integration test-lab test-browser test-interop deps fuzz bench clean
 
 run: build
 	$(BIN) serve
@@ -26,7 +26,7 @@ web/node_modules/.package-lock.json: web/package-lock.json
 
 # Everything: unit and integration tests, the network lab, real browsers and
 # independent WebRTC stacks.
-test: deps build test-go test-browser test-interop
+test: deps build test-web test-go test-browser test-interop
 	@echo "make test: all suites passed"
 
 # Installs what the tests need (Debian, as root). Idempotent and quick when done.
@@ -39,6 +39,10 @@ deps:
 test-go:
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 20m ./...
+
+# The SDK's and app's unit tests (node --test on the compiled TypeScript).
+test-web: web/node_modules/.package-lock.json
+	cd web && npm test
 
 test-browser: build
 	cd test/browser && PETREL_SKIP_BUILD=1 npm test
