@@ -284,6 +284,7 @@ func (v *Viewer) readVideo(tr *webrtc.TrackRemote) {
 	}
 	buf := make([]byte, 1500)
 	var pkt rtp.Packet
+	seen := false
 	for {
 		n, _, err := tr.Read(buf)
 		if err != nil {
@@ -292,10 +293,13 @@ func (v *Viewer) readVideo(tr *webrtc.TrackRemote) {
 		if pkt.Unmarshal(buf[:n]) != nil {
 			continue
 		}
-		if v.res.FirstRTP == 0 {
+		if !seen { // several video tracks (a wall) each report, the first one counts
+			seen = true
 			v.mark(&v.res.FirstRTP)
 			v.mu.Lock()
-			v.res.Codec = tr.Codec().MimeType
+			if v.res.Codec == "" {
+				v.res.Codec = tr.Codec().MimeType
+			}
 			v.mu.Unlock()
 		}
 		if asm.Push(&pkt) {
