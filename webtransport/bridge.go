@@ -84,6 +84,7 @@ func (s *session) attachRTP(d *downSub, identity, track string) error {
 		d.perFrame, d.priority = true, 0
 	}
 	d.keyframe = k.requestKeyframe
+	d.pubSid, d.ownerSid = pub.Info().Sid, p.Sid()
 	remove := pub.AddSink(k)
 	d.onStop = remove
 	return nil

@@ -495,7 +495,11 @@ type ClientSub struct {
 	c       *Client
 	Alias   uint64
 	Objects chan Object
-	st      *wt.Stream
+	// Done is closed when the publisher ends the track (PUBLISH_DONE) or the
+	// request stream ends; Reason says why.
+	Done   chan struct{}
+	Reason string
+	st     *wt.Stream
 }
 
 func (s *ClientSub) push(group, id uint64, ext, payload []byte) {
@@ -517,7 +521,7 @@ func (c *Client) Subscribe(ctx context.Context, ns []string, track string, datag
 	}
 	c.pending.Add(1)
 	defer c.pending.Add(-1)
-	st, _, resp, err := c.request(ctx, moqt.Subscribe{RequestID: c.allocReq(), Namespace: ns, Track: track, Params: params})
+	st, br, resp, err := c.request(ctx, moqt.Subscribe{RequestID: c.allocReq(), Namespace: ns, Track: track, Params: params})
 	if err != nil {
 		return nil, err
 	}
@@ -526,10 +530,24 @@ func (c *Client) Subscribe(ctx context.Context, ns []string, track string, datag
 		st.CancelRead(1)
 		return nil, fmt.Errorf("unexpected answer %T", resp)
 	}
-	s := &ClientSub{c: c, Alias: ok.TrackAlias, Objects: make(chan Object, 1024), st: st}
+	s := &ClientSub{c: c, Alias: ok.TrackAlias, Objects: make(chan Object, 1024), Done: make(chan struct{}), st: st}
 	c.mu.Lock()
 	c.subs[s.Alias] = s
 	c.mu.Unlock()
+	go func() {
+		defer close(s.Done)
+		for {
+			m, err := moqt.ReadMessage(br)
+			if err != nil {
+				s.Reason = err.Error()
+				return
+			}
+			if d, ok := m.(moqt.PublishDone); ok {
+				s.Reason = d.Reason
+				return
+			}
+		}
+	}()
 	return s, nil
 }
 

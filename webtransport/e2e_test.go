@@ -394,6 +394,17 @@ func TestWebRTCPublisherToWebTransportSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(d, "datagrams")
+
+	// The publisher leaves: the subscription ends with PUBLISH_DONE.
+	pc.Close()
+	select {
+	case <-d.Done:
+		if !strings.Contains(d.Reason, "publisher left") && !strings.Contains(d.Reason, "unpublished") {
+			t.Fatalf("subscription ended: %q", d.Reason)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no PUBLISH_DONE after the WebRTC publisher left")
+	}
 }
 
 // Hostile input: a bad token, garbage on the control stream, a data stream for

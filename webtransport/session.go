@@ -642,6 +642,29 @@ func (e eventSender) Send(m protocol.Msg) {
 		return
 	}
 	e.s.pushEvent(b)
+	switch m["type"] {
+	case "trackUnpublished":
+		sid, _ := m["trackSid"].(string)
+		go e.s.endBridged(func(d *downSub) bool { return d.pubSid == sid }, "track unpublished")
+	case "participantLeft":
+		sid, _ := m["participantSid"].(string)
+		go e.s.endBridged(func(d *downSub) bool { return d.ownerSid == sid }, "publisher left")
+	}
+}
+
+// endBridged ends the bridged subscriptions that match with PUBLISH_DONE.
+func (s *session) endBridged(match func(*downSub) bool, reason string) {
+	s.mu.Lock()
+	var ds []*downSub
+	for _, d := range s.down {
+		if d.pubSid != "" && match(d) {
+			ds = append(ds, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range ds {
+		d.finish(reason)
+	}
 }
 
 func (e eventSender) Close(code, message string) {

@@ -427,13 +427,16 @@ type outObj struct {
 
 // downSub is one subscription of a client to a track the server provides.
 type downSub struct {
-	s        *session
-	alias    uint64
-	st       *wt.Stream
-	track    string
-	datagram bool
-	perFrame bool // a stream per object (audio, events)
-	priority byte
+	s     *session
+	alias uint64
+	st    *wt.Stream
+	track string
+	// pubSid/ownerSid name the bridged publication, to end the subscription
+	// with PUBLISH_DONE when it is unpublished or its owner leaves.
+	pubSid, ownerSid string
+	datagram         bool
+	perFrame         bool // a stream per object (audio, events)
+	priority         byte
 
 	q         chan outObj
 	enqMu     sync.Mutex
