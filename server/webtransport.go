@@ -26,7 +26,7 @@ func (s *Server) startWebTransport(cfg config.Config, keys auth.Keys, log *slog.
 		w, err = webtransport.Start(opt)
 	}
 	if err != nil {
-		log.Error("webtransport disabled", "err", err)
+		log.Warn("webtransport disabled: the UDP port could not be bound", "err", err)
 		return
 	}
 	s.WebTransport = w
