@@ -355,13 +355,12 @@ func (b *bench) run(ctx context.Context, c Cond, path, room string) (Result, err
 	args := []string{"bench/wt/peer.mjs", "--base", fmt.Sprintf("http://%s:%d", addr, httpPort), "--path", path,
 		"--duration", strconv.Itoa(int(b.dur.Seconds())), "--warmup", strconv.Itoa(int(b.warm.Seconds())), "--room", room,
 		"--pubtoken", pubTok, "--subtoken", subTok}
+	var cg string
 	if c.Cores > 0 {
-		cg, err := b.cgroup(c.Cores)
-		if err != nil {
+		if cg, err = b.cgroup(c.Cores); err != nil {
 			return Result{}, err
 		}
 		defer os.Remove(cg)
-		args = append(args, "--cgroup", cg)
 	}
 	peer := l.A.Command(ctx, "node", args...)
 	var stdout, stderr bytes.Buffer
@@ -373,7 +372,20 @@ func (b *bench) run(ctx context.Context, c Cond, path, room string) (Result, err
 	// Chromium runs in its own session and inherits stdout: without a bound,
 	// Wait would wait for it after node is gone.
 	peer.WaitDelay = 10 * time.Second
-	runErr := peer.Run()
+	runErr := peer.Start()
+	if runErr == nil && cg != "" {
+		// From here: `ip netns exec` mounts the namespace's own /sys, where the
+		// cgroup tree is not visible. Node starts Chromium well after this, and
+		// children inherit the cgroup.
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(peer.Process.Pid)), 0o644); err != nil {
+			peer.Cancel()
+			peer.Wait()
+			return Result{}, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	if runErr == nil {
+		runErr = peer.Wait()
+	}
 	var r Result
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
