@@ -53,6 +53,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/loadtest"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
 )
@@ -60,7 +61,6 @@ import (
 const (
 	apiKey    = "benchkey"
 	apiSecret = "bench-secret-bench-secret-bench-secret-0123"
-	clkTck    = 100 // USER_HZ
 	mtu       = 1100
 )
 
@@ -421,17 +421,16 @@ func measure(s *server, rx *rxCounter, d time.Duration) (map[string]any, error) 
 	if err != nil {
 		return nil, err
 	}
-	c0, err := s.cpuTicks()
+	c0, err := loadtest.ReadProc(s.cmd.Process.Pid)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
 	time.Sleep(d)
-	c1, err := s.cpuTicks()
+	c1, err := loadtest.ReadProc(s.cmd.Process.Pid)
 	if err != nil {
 		return nil, err
 	}
-	el := time.Since(start).Seconds()
+	el := c1.At.Sub(c0.At).Seconds()
 	b1 := rx.bytes.Load()
 	in1, err := s.metric("petrel_bytes_total", "in")
 	if err != nil {
@@ -440,7 +439,7 @@ func measure(s *server, rx *rxCounter, d time.Duration) (map[string]any, error) 
 	return map[string]any{
 		"egressKbps":     float64(b1-b0) * 8 / el / 1000,
 		"ingressKbps":    (in1 - in0) * 8 / el / 1000, // /metrics, coarse (batches of 128 packets per track)
-		"serverCPU":      float64(c1-c0) / clkTck / el * 100,
+		"serverCPU":      loadtest.CPUPercent(c0, c1),
 		"windowSec":      el,
 		"streamsFlowing": rx.flowing(),
 	}, nil
@@ -872,17 +871,6 @@ func (s *server) stop() {
 	}
 	s.logf.Close()
 	os.Remove(s.logf.Name())
-}
-
-func (s *server) cpuTicks() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	return ut + st, errors.Join(err1, err2)
 }
 
 func (s *server) metric(name, dir string) (float64, error) {
