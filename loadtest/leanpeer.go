@@ -3,62 +3,30 @@ package loadtest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha1" //nolint:gosec // RFC 4572 names sha-1 fingerprints; only compared
-	"crypto/sha256"
-	"crypto/sha512"
-	"crypto/subtle"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pion/dtls/v3"
-	"github.com/pion/dtls/v3/pkg/crypto/selfsign"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/srtp/v3"
 	"github.com/pion/stun/v4"
-	"github.com/pion/transport/v4/deadline"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
-// LeanCert is the DTLS certificate every lean peer of a process presents (one
-// key pair: a handshake signs with it, nothing else depends on it).
-type LeanCert struct {
-	cert tls.Certificate
-	fp   string // sha-256, colon-separated upper-case hex
-}
+// LeanCert is the DTLS certificate every lean peer of a process presents.
+type LeanCert = lean.Cert
 
 // NewLeanCert makes a self-signed ECDSA certificate.
-func NewLeanCert() (*LeanCert, error) {
-	c, err := selfsign.GenerateSelfSigned()
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(c.Certificate[0])
-	return &LeanCert{cert: c, fp: colonHex(sum[:])}, nil
-}
-
-func colonHex(b []byte) string {
-	h := strings.ToUpper(hex.EncodeToString(b))
-	var sb strings.Builder
-	for i := 0; i < len(h); i += 2 {
-		if i > 0 {
-			sb.WriteByte(':')
-		}
-		sb.WriteString(h[i : i+2])
-	}
-	return sb.String()
-}
+func NewLeanCert() (*LeanCert, error) { return lean.NewCert() }
 
 // leanPeer is a receive-only WebRTC endpoint without a Pion PeerConnection:
 // its own UDP socket, ICE (controlling) by hand with pion/stun, a pion/dtls
@@ -91,8 +59,7 @@ type leanPeer struct {
 	iceOnce sync.Once
 	checked atomic.Bool // the server has checked us (its pair can succeed)
 
-	dtlsIn   chan []byte
-	rdl      *deadline.Deadline // leanDTLS's read deadline
+	dtlsIn   *lean.PacketConn // the DTLS client's view of the socket
 	closed   chan struct{}
 	closeOne sync.Once
 	dconn    *dtls.Conn
@@ -137,8 +104,8 @@ func newLeanPeer(p *Peer, cert *LeanCert, bind string) (*leanPeer, error) {
 	// Video arrives in bursts (a keyframe is tens of packets at once).
 	_ = conn.SetReadBuffer(1 << 20)
 	l := &leanPeer{p: p, tot: p.tot, conn: conn, cert: cert, log: slog.With("peer", p.ID, "lean", true),
-		lufrag: randToken(8), lpwd: randToken(24), iceOK: make(chan struct{}),
-		dtlsIn: make(chan []byte, 16), rdl: deadline.New(), closed: make(chan struct{}), done: make(chan struct{}),
+		lufrag: lean.Token(8), lpwd: lean.Token(24), iceOK: make(chan struct{}),
+		closed: make(chan struct{}), done: make(chan struct{}),
 		dec: make([]byte, 1500), rtcpPlain: make([]byte, 0, 1500), rtcpOut: make([]byte, 1500)}
 	_, _ = rand.Read(l.tie[:])
 	var s [4]byte
@@ -147,21 +114,11 @@ func newLeanPeer(p *Peer, cert *LeanCert, bind string) (*leanPeer, error) {
 	return l, nil
 }
 
-func randToken(n int) string {
-	const alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alpha[int(b[i])%len(alpha)]
-	}
-	return string(b)
-}
-
 func (l *leanPeer) local() netip.AddrPort { return l.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
 
 // Offer is the SDP offer for this peer.
 func (l *leanPeer) Offer() (string, error) {
-	return leanOffer(l.lufrag, l.lpwd, "sha-256", l.cert.fp, l.local())
+	return leanOffer(l.lufrag, l.lpwd, "sha-256", l.cert.Fingerprint, l.local())
 }
 
 // Close stops the peer: DTLS close_notify, then the socket.
@@ -170,6 +127,9 @@ func (l *leanPeer) Close() {
 		// The DTLS connection's own reader waits in leanDTLS.ReadFrom, and
 		// its Close waits for that reader: release it first.
 		close(l.closed)
+		if l.dtlsIn != nil {
+			l.dtlsIn.Shutdown()
+		}
 		if l.dconn != nil {
 			_ = l.dconn.Close() // close_notify still goes out: the socket is open
 		}
@@ -198,6 +158,8 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 		return err
 	}
 	l.ans, l.remote = a, a.remote
+	l.dtlsIn = lean.NewPacketConn(func(b []byte) (int, error) { return l.conn.WriteToUDPAddrPort(b, l.remote) },
+		l.conn.LocalAddr(), net.UDPAddrFromAddrPort(l.remote))
 	l.started.Store(true)
 	go l.read()
 
@@ -231,11 +193,13 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	l.p.emit("ice-state", map[string]any{"state": "connected"})
 	l.p.emit("selected-pair", map[string]any{"local": l.local().String(), "remote": l.remote.String()})
 
-	dc, err := dtls.ClientWithOptions(leanDTLS{l}, net.UDPAddrFromAddrPort(l.remote),
-		dtls.WithCertificates(l.cert.cert),
+	dc, err := dtls.ClientWithOptions(l.dtlsIn, net.UDPAddrFromAddrPort(l.remote),
+		dtls.WithCertificates(l.cert.TLS),
 		dtls.WithInsecureSkipVerify(true), // self-signed: the fingerprint below is the check
-		dtls.WithVerifyPeerCertificate(l.verifyFingerprint),
-		dtls.WithSRTPProtectionProfiles(dtls.SRTP_AEAD_AES_256_GCM, dtls.SRTP_AEAD_AES_128_GCM, dtls.SRTP_AES128_CM_HMAC_SHA1_80),
+		dtls.WithVerifyPeerCertificate(func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return lean.VerifyFingerprint(l.ans.fpAlg, l.ans.fp, raw)
+		}),
+		dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
 		dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
 		dtls.WithFlightInterval(500*time.Millisecond))
 	if err != nil {
@@ -245,25 +209,9 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	if err := dc.HandshakeContext(ctx); err != nil {
 		return fmt.Errorf("dtls: %w", err)
 	}
-	prof, ok := dc.SelectedSRTPProtectionProfile()
-	if !ok {
-		return errors.New("dtls: the server chose no SRTP protection profile")
-	}
-	state, ok := dc.ConnectionState()
-	if !ok {
-		return errors.New("dtls: no connection state after the handshake")
-	}
-	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
-	if err := cfg.ExtractSessionKeysFromDTLS(&state, true); err != nil {
-		return fmt.Errorf("srtp keys: %w", err)
-	}
-	rx, err := srtp.CreateContext(cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt, cfg.Profile, srtp.SRTPReplayProtection(64))
+	rx, tx, err := lean.SRTPContexts(dc, true)
 	if err != nil {
-		return fmt.Errorf("srtp: %w", err)
-	}
-	tx, err := srtp.CreateContext(cfg.Keys.LocalMasterKey, cfg.Keys.LocalMasterSalt, cfg.Profile)
-	if err != nil {
-		return fmt.Errorf("srtp: %w", err)
+		return err
 	}
 	l.tx = tx
 	l.lastRR = time.Now()
@@ -281,33 +229,6 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	l.p.mark(&l.p.dtlsAt)
 	if l.p.up.CompareAndSwap(false, true) {
 		l.p.emit("webrtcup", nil)
-	}
-	return nil
-}
-
-// verifyFingerprint is the DTLS check that the server's certificate is the
-// one its answer named.
-func (l *leanPeer) verifyFingerprint(raw [][]byte, _ [][]*x509.Certificate) error {
-	if len(raw) == 0 {
-		return errors.New("dtls: the server sent no certificate")
-	}
-	var h hash.Hash
-	switch l.ans.fpAlg {
-	case "sha-256":
-		h = sha256.New()
-	case "sha-384":
-		h = sha512.New384()
-	case "sha-512":
-		h = sha512.New()
-	case "sha-1":
-		h = sha1.New() //nolint:gosec
-	default:
-		return fmt.Errorf("dtls: unsupported fingerprint algorithm %q", l.ans.fpAlg)
-	}
-	h.Write(raw[0])
-	got := h.Sum(nil)
-	if subtle.ConstantTimeCompare(got, l.ans.fp) != 1 {
-		return fmt.Errorf("dtls: fingerprint mismatch: the answer says %s %s, the server's certificate is %s", l.ans.fpAlg, colonHex(l.ans.fp), colonHex(got))
 	}
 	return nil
 }
@@ -356,11 +277,7 @@ func (l *leanPeer) handle(b []byte, from netip.AddrPort) {
 	case from != l.remote:
 		l.junk(b, from, "not from the server's selected address")
 	case c >= 20 && c < 64:
-		pkt := append([]byte(nil), b...)
-		select {
-		case l.dtlsIn <- pkt:
-		default: // a handshake retransmits; a full queue is a flood
-		}
+		l.dtlsIn.Push(b)
 	case c >= 128 && c < 192:
 		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 {
 			return // SRTCP (sender reports): nothing the generator needs
@@ -388,22 +305,15 @@ func (l *leanPeer) onSTUN(b []byte, from netip.AddrPort) {
 	switch m.Type {
 	case stun.BindingRequest:
 		// The server's check or consent request: answer if it is for us.
-		var u stun.Username
-		if u.GetFrom(m) != nil || !strings.HasPrefix(u.String(), l.lufrag+":") {
-			l.junk(b, from, "binding request for another username")
+		if _, err := lean.CheckBinding(m, l.lufrag, l.lpwd); err != nil {
+			l.junk(b, from, err.Error())
 			return
 		}
-		if stun.NewShortTermIntegrity(l.lpwd).Check(m) != nil || stun.Fingerprint.Check(m) != nil {
-			l.junk(b, from, "binding request with a bad MESSAGE-INTEGRITY or FINGERPRINT")
-			return
-		}
-		resp, err := stun.Build(m, stun.BindingSuccess,
-			&stun.XORMappedAddress{IP: from.Addr().AsSlice(), Port: int(from.Port())},
-			stun.NewShortTermIntegrity(l.lpwd), stun.Fingerprint)
+		resp, err := lean.BindingSuccess(m, from, l.lpwd)
 		if err != nil {
 			return
 		}
-		_, _ = l.conn.WriteToUDPAddrPort(resp.Raw, from)
+		_, _ = l.conn.WriteToUDPAddrPort(resp, from)
 		if from == l.remote {
 			l.checked.Store(true)
 		}
@@ -545,41 +455,6 @@ func (l *leanPeer) sendRTCP(plain []byte) {
 	l.rtcpOut = out[:cap(out)]
 	_, _ = l.conn.WriteToUDPAddrPort(out, l.remote)
 }
-
-// leanDTLS is the net.PacketConn the DTLS client runs on: reads are the DTLS
-// records the reader goroutine hands over, writes go out of the peer's socket.
-type leanDTLS struct{ l *leanPeer }
-
-func (d leanDTLS) ReadFrom(b []byte) (int, net.Addr, error) {
-	select {
-	case pkt := <-d.l.dtlsIn:
-		return copy(b, pkt), net.UDPAddrFromAddrPort(d.l.remote), nil
-	case <-d.l.closed:
-		return 0, nil, net.ErrClosed
-	case <-d.l.rdl.Done():
-		// The DTLS connection interrupts its reader this way (a failed
-		// handshake, a cancelled context) and waits for it to return.
-		return 0, nil, errDeadline
-	}
-}
-
-type deadlineError struct{}
-
-func (deadlineError) Error() string   { return "lean peer: DTLS read deadline exceeded" }
-func (deadlineError) Timeout() bool   { return true }
-func (deadlineError) Temporary() bool { return true }
-
-var errDeadline net.Error = deadlineError{}
-
-func (d leanDTLS) WriteTo(b []byte, _ net.Addr) (int, error) {
-	return d.l.conn.WriteToUDPAddrPort(b, d.l.remote)
-}
-
-func (d leanDTLS) Close() error                      { return nil } // the peer owns the socket
-func (d leanDTLS) LocalAddr() net.Addr               { return d.l.conn.LocalAddr() }
-func (d leanDTLS) SetDeadline(t time.Time) error     { d.l.rdl.Set(t); return nil }
-func (d leanDTLS) SetReadDeadline(t time.Time) error { d.l.rdl.Set(t); return nil }
-func (d leanDTLS) SetWriteDeadline(time.Time) error  { return nil }
 
 // LeanRx is what a run's lean peers share: the certificate, the local
 // address and, when polling, the poller that reads every connected socket.

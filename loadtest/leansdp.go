@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/pion/sdp/v3"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
 // leanPT is what the answer says a payload type carries.
@@ -91,15 +92,11 @@ func parseLeanAnswer(text string, family4 bool) (*leanAnswer, error) {
 			case "setup":
 				a.setup = at.Value
 			case "fingerprint":
-				alg, v, ok := strings.Cut(at.Value, " ")
-				if !ok {
-					return fmt.Errorf("answer: bad fingerprint %q", at.Value)
+				alg, fp, err := lean.ParseFingerprint(at.Value)
+				if err != nil {
+					return fmt.Errorf("answer: %w", err)
 				}
-				fp, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(v), ":", ""))
-				if err != nil || len(fp) < 20 {
-					return fmt.Errorf("answer: bad fingerprint %q", at.Value)
-				}
-				a.fpAlg, a.fp = strings.ToLower(alg), fp
+				a.fpAlg, a.fp = alg, fp
 			case "candidate":
 				// foundation component transport priority address port typ type ...
 				f := strings.Fields(at.Value)

@@ -1,0 +1,75 @@
+package lean
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/pion/transport/v4/deadline"
+)
+
+// PacketConn is the net.PacketConn a pion/dtls handshake runs over when
+// another goroutine owns the UDP socket: that goroutine demultiplexes by
+// first byte (RFC 7983) and hands DTLS records over with Push; writes go
+// straight out of the shared socket to the one remote address.
+type PacketConn struct {
+	in     chan []byte
+	rdl    *deadline.Deadline
+	closed chan struct{}
+	once   sync.Once
+	write  func([]byte) (int, error)
+	local  net.Addr
+	remote net.Addr
+}
+
+// NewPacketConn returns an adapter that writes with write. A handshake is a
+// few flights; queue records beyond 16 are a flood and are dropped.
+func NewPacketConn(write func([]byte) (int, error), local, remote net.Addr) *PacketConn {
+	return &PacketConn{in: make(chan []byte, 16), rdl: deadline.New(), closed: make(chan struct{}),
+		write: write, local: local, remote: remote}
+}
+
+// Push hands a DTLS record over (copied: b belongs to the caller's read
+// buffer). It never blocks; it reports false if the record was dropped.
+func (c *PacketConn) Push(b []byte) bool {
+	select {
+	case c.in <- append([]byte(nil), b...):
+		return true
+	default: // a handshake retransmits; a full queue is a flood
+		return false
+	}
+}
+
+// Shutdown releases a blocked ReadFrom for good: the DTLS connection's Close
+// waits for its reader, so the owner calls Shutdown before Close.
+func (c *PacketConn) Shutdown() { c.once.Do(func() { close(c.closed) }) }
+
+func (c *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case pkt := <-c.in:
+		return copy(b, pkt), c.remote, nil
+	case <-c.closed:
+		return 0, nil, net.ErrClosed
+	case <-c.rdl.Done():
+		// The DTLS connection interrupts its reader this way (a failed
+		// handshake, a cancelled context) and waits for it to return.
+		return 0, nil, errDeadline
+	}
+}
+
+type deadlineError struct{}
+
+func (deadlineError) Error() string   { return "lean: DTLS read deadline exceeded" }
+func (deadlineError) Timeout() bool   { return true }
+func (deadlineError) Temporary() bool { return true }
+
+var errDeadline net.Error = deadlineError{}
+
+// WriteTo works after Shutdown too: a DTLS close_notify goes out then.
+func (c *PacketConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.write(b) }
+
+func (c *PacketConn) Close() error                      { return nil } // the owner owns the socket
+func (c *PacketConn) LocalAddr() net.Addr               { return c.local }
+func (c *PacketConn) SetDeadline(t time.Time) error     { c.rdl.Set(t); return nil }
+func (c *PacketConn) SetReadDeadline(t time.Time) error { c.rdl.Set(t); return nil }
+func (c *PacketConn) SetWriteDeadline(time.Time) error  { return nil }
