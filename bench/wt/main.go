@@ -30,7 +30,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,9 +97,15 @@ type Saved struct {
 	Duration string    `json:"duration"`
 	Repeat   int       `json:"repeat"`
 	Runs     []Run     `json:"runs"`
+	Note     string    `json:"-"` // what -load merged
 }
 
 var paths = []string{"webrtc", "wt-datagram", "wt-stream"}
+
+// reportPaths orders the table's rows; wt-datagram-floor is the datagram
+// receiver with its earlier retransmission hold (a raised playout floor for 5 s
+// after each NACK), measured only in A/B runs (-paths).
+var reportPaths = []string{"webrtc", "wt-datagram", "wt-datagram-floor", "wt-stream"}
 
 func sym(p netem.Params) netem.Spec { return netem.Spec{AB: p, BA: p} }
 
@@ -165,7 +173,7 @@ func main() {
 	repeat := flag.Int("repeat", 2, "repetitions (medians are reported)")
 	bin := flag.String("petrel", "bin/petrel", "the petrel binary (with the web bundle)")
 	save := flag.String("save", "", "save raw results as JSON (default bench/wt/results/<time>.json)")
-	load := flag.String("load", "", "render saved results instead of measuring (comma-separated files merge)")
+	load := flag.String("load", "", "render saved results instead of measuring (comma-separated files merge; a later file's cells replace an earlier one's)")
 	out := flag.String("out", "", "write the report section into this Markdown file (between the wt-bench markers)")
 	plots := flag.String("plots", "docs/img", "directory for PNG plots")
 	verbose := flag.Bool("v", false, "server and browser logs on stderr")
@@ -186,7 +194,15 @@ func main() {
 				saved = one
 				continue
 			}
+			// A re-run of some cells (an A/B run after a change) replaces those
+			// cells of the earlier file rather than mixing with them.
+			redone := map[string]bool{}
+			for _, r := range one.Runs {
+				redone[r.Cond.Exp+"|"+r.Cond.Name] = true
+			}
+			saved.Runs = slices.DeleteFunc(saved.Runs, func(r Run) bool { return redone[r.Cond.Exp+"|"+r.Cond.Name] })
 			saved.Runs = append(saved.Runs, one.Runs...)
+			saved.Note += fmt.Sprintf("; cells %s re-run %s (%d repetitions)", strings.Join(slices.Sorted(maps.Keys(redone)), ", "), one.Started.Format("2006-01-02 15:04 UTC"), one.Repeat)
 		}
 	} else {
 		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -555,14 +571,14 @@ func report(s Saved, plotDir string) string {
 	conds, aggs := aggregate(s.Runs)
 	var w strings.Builder
 	fmt.Fprintf(&w, "Run %s, grid `%s`, %s window after a warm-up, %d repetition(s) per cell (medians). Raw results in `bench/wt/results/`; `go run ./bench/wt -load FILE -out docs/benchmarks.md` renders them again.\n\n",
-		s.Started.Format("2006-01-02 15:04 UTC"), s.Grid, s.Duration, s.Repeat)
+		s.Started.Format("2006-01-02 15:04 UTC")+s.Note, s.Grid, s.Duration, s.Repeat)
 	w.WriteString("Latency is glass to glass (p50 / p95 ms, from the stamp drawn into the source canvas to the subscriber's rendered frame); fps counts distinct source frames rendered; freezes per window (WebRTC's definition); loss is packets (WebRTC) or frames (WebTransport) lost before the jitter buffer; start is subscriber connect → first rendered frame. **Bold ratio**: a target missed (WT-datagrams latency > 1.2× WebRTC's or fps < 0.9× WebRTC's where WebRTC works).\n\n")
 	w.WriteString("| experiment | condition | path | latency p50 / p95 | fps (rendered) | freezes | loss | kbit/s | PSNR dB | start ms | vs WebRTC (lat, fps) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var missed []string
 	for _, c := range conds {
 		key := c.Exp + "|" + c.Name
 		base := aggs[key]["webrtc"]
-		for _, p := range paths {
+		for _, p := range reportPaths {
 			a := aggs[key][p]
 			if a == nil {
 				continue

@@ -100,7 +100,9 @@ export async function startSubscriber(page, base, path, token, { timeoutMs = 30_
       await room.connect(location.origin, token, { p2p: false });
     } else {
       const mode = path === 'wt-stream' ? 'stream' : 'datagram';
-      const s = await window.sdk.WtSession.connect(location.origin, token, { mode });
+      // wt-datagram-floor: the receiver's earlier retransmission hold (A/B runs).
+      const repairHold = path === 'wt-datagram-floor' ? 'floor' : 'gaps';
+      const s = await window.sdk.WtSession.connect(location.origin, token, { mode, repairHold });
       window.sub = { session: s };
       s.on('trackSubscribed', (sub) => sub.info.kind === 'video' && got(sub.track));
       // Tracks already in the room were subscribed during connect.

@@ -10,7 +10,7 @@
 import { Emitter } from './emitter.js';
 import type { ParticipantInfo, TrackInfo } from './protocol.js';
 import { PetrelError } from './protocol.js';
-import { type WtCarrier, WtLocalTrack, type WtLocalStats, type WtMode, type WtPublishOptions, WtRemoteTrack, type WtRemoteStats } from './wttrack.js';
+import { type WtCarrier, WtLocalTrack, type WtLocalStats, type WtMode, type WtPublishOptions, WtRemoteTrack, type WtRemoteStats, type WtRepairHold } from './wttrack.js';
 import {
   Dgram,
   MOQT_VERSION,
@@ -45,6 +45,12 @@ export interface WtConnectOptions {
   autoSubscribe?: boolean;
   /** Skip fetching the development certificate hash (production certificate). */
   noCertHash?: boolean;
+  /**
+   * How a datagram subscriber waits for retransmissions: 'gaps' (default) holds
+   * only frames behind a missing one; 'floor' is the earlier whole-stream
+   * delay, kept for A/B runs of the lab comparison (bench/wt).
+   */
+  repairHold?: WtRepairHold;
 }
 
 /** A track another participant publishes, as the events track announced it. */
@@ -160,6 +166,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private dataGroup = 0;
   private announce?: Request;
   readonly mode: WtMode;
+  private readonly repairHold: WtRepairHold;
   private readonly autoSubscribe: boolean;
   /** Diagnostics (malformed input, encoder errors); replace to route elsewhere. */
   log: (msg: string) => void = (m) => console.warn(`petrel wt: ${m}`);
@@ -170,6 +177,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     this.room = claims.room;
     this.identity = claims.identity;
     this.mode = o.mode ?? 'datagram';
+    this.repairHold = o.repairHold ?? 'gaps';
     this.autoSubscribe = o.autoSubscribe ?? true;
     this.dgramWriter = transport.datagrams.writable.getWriter();
     this.joinedP = new Promise((res, rej) => {
@@ -617,7 +625,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       req.writer.close().catch(() => {});
       throw new PetrelError('webtransport', `subscribe ${name}: ${describe(reply)}`);
     }
-    const remote = new WtRemoteTrack(t.kind, mode, reply.alias, this);
+    const remote = new WtRemoteTrack(t.kind, mode, reply.alias, this, this.repairHold);
     this.byAlias.set(reply.alias, remote);
     this.aliasReady(reply.alias);
     const sub: WtSubscription = { participant: p, info: t, remote, track: remote.track };

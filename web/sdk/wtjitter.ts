@@ -65,6 +65,7 @@ export class JitterBuffer<T> {
   private lastTransit = Number.NaN;
   private waitingKey: boolean;
   private minDelay: number;
+  private repairMs = 0;
   private readonly maxDelay: number;
   private readonly video: boolean;
   readonly stats: JitterStats = { released: 0, late: 0, dropped: 0, lost: 0, targetMs: 0, jitterMs: 0 };
@@ -79,9 +80,24 @@ export class JitterBuffer<T> {
     this.stats.targetMs = this.minDelay;
   }
 
-  /** Raises the floor while losses are being repaired (room for a retransmission). */
+  /** Raises the floor for every frame (the old way to make room for a retransmission). */
   setMinDelay(ms: number): void {
     this.minDelay = Math.min(this.maxDelay, ms);
+  }
+
+  /**
+   * How much longer than its playout time a frame behind a gap waits for the
+   * missing one while a retransmission is on its way (0: none is). Only frames
+   * that cannot be decoded before the repair are held; frames in order play at
+   * the jitter target, so a repair costs latency only while it is needed.
+   */
+  setRepairMs(ms: number): void {
+    this.repairMs = Math.max(0, Math.min(this.maxDelay, ms));
+  }
+
+  /** The current repair allowance (ms). */
+  get repair(): number {
+    return this.repairMs;
   }
 
   /**
@@ -164,8 +180,8 @@ export class JitterBuffer<T> {
         continue;
       }
       // A gap before the oldest frame held: wait for the missing frame until the
-      // oldest is due (waiting longer would make frames we hold late).
-      if (now < this.playoutAt(f.tsMs)) return out;
+      // oldest is due, plus the repair allowance while a retransmission can come.
+      if (now < this.playoutAt(f.tsMs) + this.repairMs) return out;
       if (!this.waitingKey) {
         const lastGroup = this.last < 0 ? f.group : Math.floor(this.last / OBJ);
         this.stats.lost += f.group === lastGroup ? Math.max(1, f.object - (this.last - lastGroup * OBJ) - 1) : 1;
@@ -198,6 +214,8 @@ export class JitterBuffer<T> {
   /** The earliest time pop() may return something (for the owner's timer). */
   nextDue(): number | undefined {
     const o = this.oldest();
-    return o && this.playoutAt(o[1].tsMs);
+    if (!o) return undefined;
+    const due = this.playoutAt(o[1].tsMs);
+    return !this.waitingKey && !this.follows(o[1]) ? due + this.repairMs : due;
   }
 }

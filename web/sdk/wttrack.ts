@@ -417,6 +417,9 @@ interface Partial {
 }
 
 const REORDER_MS = 10;
+
+/** How a datagram receiver makes room for retransmissions (see nackScan). */
+export type WtRepairHold = 'gaps' | 'floor';
 const KEY_REQUEST_REPEAT_MS = 300;
 
 /** A subscribed track: objects in, a MediaStreamTrack out. */
@@ -442,6 +445,7 @@ export class WtRemoteTrack {
     readonly mode: WtMode,
     readonly alias: number,
     private readonly carrier: WtCarrier,
+    private readonly repairHold: WtRepairHold = 'gaps',
   ) {
     this.jb = new JitterBuffer({ video: kind === 'video', minDelayMs: 15, maxDelayMs: 500 });
     // The track exists at once (the app can attach it); frames flow after the first keyframe.
@@ -664,8 +668,17 @@ export class WtRemoteTrack {
       this.stats.nacksSent++;
       this.lossSeenAt = now;
     }
-    // While losses are being repaired, hold frames long enough for one round trip.
-    this.jb.setMinDelay(now - this.lossSeenAt < 5_000 ? Math.min(300, rtt * 1.5 + 20) : 15);
+    // Room for a retransmission: 'gaps' holds only the frames behind a missing
+    // one, and only while an object is incomplete (its repair can still come);
+    // 'floor' (the earlier behaviour, kept for A/B runs in bench/wt) raised the
+    // playout floor of every frame for 5 s after a NACK.
+    const repair = Math.min(300, rtt * 1.5 + 20);
+    if (this.repairHold === 'floor') this.jb.setMinDelay(now - this.lossSeenAt < 5_000 ? repair : 15);
+    else {
+      const was = this.jb.repair;
+      this.jb.setRepairMs(this.partial.size > 0 ? repair : 0);
+      if (this.jb.repair < was) this.drain(now); // a hold that just ended releases its frames now
+    }
     if (this.jb.needKeyframe) this.requestKeyframe(false);
     // Repeated until a new group arrives (docs/protocol.md).
     else if (this.keyRequestGroup !== Number.MAX_SAFE_INTEGER && this.keyRequestGroup >= 0 && now - this.keyRequestedAt > KEY_REQUEST_REPEAT_MS) this.requestKeyframe(false);

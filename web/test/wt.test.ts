@@ -41,6 +41,28 @@ test('a frame missing past the deadline is given up; video then waits for a keyf
   assert.equal(jb.stats.late, 1, 'the straggler is late');
 });
 
+test('a repair hold delays only the frames behind a missing one', () => {
+  const jb = new JitterBuffer<number>({ minDelayMs: 20 });
+  jb.setRepairMs(100); // a retransmission is on its way
+  jb.push(frame(0, true), 0);
+  assert.deepEqual(ids(jb.pop(20)), [0], 'in order: played at the jitter target, not held for the repair');
+  jb.push(frame(1), 33);
+  assert.deepEqual(ids(jb.pop(53)), [1]);
+  jb.push(frame(3), 99); // frame 2 is being retransmitted
+  assert.deepEqual(ids(jb.pop(119)), [], 'frame 3 is due but waits for the repair of frame 2');
+  assert.equal(jb.nextDue(), 219, 'due at its playout time plus the repair allowance');
+  jb.push(frame(2), 150); // the retransmission
+  assert.deepEqual(ids(jb.pop(150)), [2, 3], 'the repair releases the held frame at once');
+  assert.equal(jb.stats.lost, 0);
+  jb.push(frame(4), 152);
+  assert.deepEqual(ids(jb.pop(152)), [4], 'after the repair, frames play at the jitter target again');
+  jb.push(frame(6), 198); // frame 5 lost; nothing is being repaired any more
+  jb.setRepairMs(0);
+  assert.deepEqual(ids(jb.pop(218)), [], 'given up at its playout time, without the allowance');
+  assert.equal(jb.stats.lost, 1);
+  assert.equal(jb.needKeyframe, true);
+});
+
 test('a new group follows any object of the previous one without counting a loss', () => {
   const jb = new JitterBuffer<number>({ minDelayMs: 20 });
   jb.push(frame(0, true), 0);
