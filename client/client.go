@@ -195,6 +195,13 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 	return c, nil
 }
 
+// ICEServers are the ICE servers of a joined message, only those of one TURN
+// transport ("udp" or "tcp") when transport is set: the configuration for a
+// client's other peer connections (a direct session to a camera).
+func ICEServers(joined protocol.Msg, transport string) []webrtc.ICEServer {
+	return iceServers(joined, transport)
+}
+
 func iceServers(joined protocol.Msg, transport string) []webrtc.ICEServer {
 	var out []webrtc.ICEServer
 	raw, _ := json.Marshal(joined["iceServers"])

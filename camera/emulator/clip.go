@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -16,6 +17,9 @@ type Clip struct {
 	SPS, PPS []byte
 	FPS      int
 	ULaw     []byte // 8 kHz mono mu-law; nil if absent
+	// Opus is the tone as Opus packets of 20 ms (48 kHz); nil if clip.opus is
+	// absent. Test viewers talk to cameras with it.
+	Opus [][]byte
 }
 
 // LoadClip reads clip.h264 (and clip.ulaw if present) from dir, as written by
@@ -64,6 +68,13 @@ func LoadClip(dir string) (*Clip, error) {
 	if u, err := os.ReadFile(filepath.Join(dir, "clip.ulaw")); err == nil {
 		c.ULaw = u
 	}
+	if f, err := os.Open(filepath.Join(dir, "clip.opus")); err == nil {
+		c.Opus, err = readOggOpus(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("test clip: clip.opus: %w", err)
+		}
+	}
 	return c, nil
 }
 
@@ -90,4 +101,44 @@ func splitAnnexB(b []byte) [][]byte {
 		out = append(out, bytes.TrimRight(b[start:], "\x00"))
 	}
 	return out
+}
+
+// readOggOpus returns the Opus packets of an Ogg stream (RFC 3533 pages; a
+// packet ends at a lacing value under 255), without the two header packets.
+func readOggOpus(r io.Reader) ([][]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	var cur []byte
+	for len(b) > 0 {
+		if len(b) < 27 || string(b[:4]) != "OggS" {
+			return nil, errors.New("not an Ogg page")
+		}
+		nseg := int(b[26])
+		if len(b) < 27+nseg {
+			return nil, errors.New("truncated Ogg page")
+		}
+		lacing := b[27 : 27+nseg]
+		body := b[27+nseg:]
+		off := 0
+		for _, l := range lacing {
+			n := int(l)
+			if off+n > len(body) {
+				return nil, errors.New("Ogg page shorter than its lacing values")
+			}
+			cur = append(cur, body[off:off+n]...)
+			off += n
+			if n < 255 {
+				out = append(out, cur)
+				cur = nil
+			}
+		}
+		b = body[off:]
+	}
+	if len(out) < 2 || !bytes.HasPrefix(out[0], []byte("OpusHead")) {
+		return nil, errors.New("no OpusHead")
+	}
+	return out[2:], nil
 }

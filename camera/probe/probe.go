@@ -18,6 +18,8 @@ import (
 
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/client"
 )
 
 // Options configure a viewing session.
@@ -50,6 +52,14 @@ type Result struct {
 	FirstFrame    time.Duration `json:"firstFrame"` // time-to-stream
 	Codec         string        `json:"codec"`
 	Candidate     string        `json:"candidate"` // local candidate type of the selected pair
+	// Remote is the selected pair's remote candidate (address:port type): for
+	// a direct session, the camera's address, not the server's.
+	Remote string `json:"remote,omitempty"`
+	// Path is "whep", "http" or "direct".
+	Path string `json:"path,omitempty"`
+	// CameraSteps are a direct session's steps as the camera measured them
+	// (ms since the offer reached it).
+	CameraSteps map[string]float64 `json:"cameraSteps,omitempty"`
 
 	frames int // HTTP live: fragments read
 }
@@ -60,6 +70,11 @@ type Viewer struct {
 	pc       *webrtc.PeerConnection
 	start    time.Time
 	location string
+
+	// A direct session (direct.go): the room client, the camera's sid, the session id.
+	cl      *client.Client
+	camSid  string
+	session string
 
 	mu  sync.Mutex
 	res Result
@@ -128,40 +143,7 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 			return nil, err
 		}
 	}
-	pc.OnICEConnectionStateChange(func(s webrtc.ICEConnectionState) {
-		if s == webrtc.ICEConnectionStateConnected {
-			v.mark(&v.res.ICEConnected)
-		}
-		if s == webrtc.ICEConnectionStateFailed {
-			select {
-			case v.failed <- errors.New("ICE failed"):
-			default:
-			}
-		}
-	})
-	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		if s == webrtc.PeerConnectionStateConnected {
-			v.mark(&v.res.DTLSConnected)
-			if pair, err := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePair(); err == nil && pair != nil {
-				v.mu.Lock()
-				v.res.Candidate = pair.Local.Typ.String()
-				v.mu.Unlock()
-			}
-		}
-		if s == webrtc.PeerConnectionStateFailed {
-			select {
-			case v.failed <- errors.New("connection failed"):
-			default:
-			}
-		}
-	})
-	pc.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
-		if tr.Kind() != webrtc.RTPCodecTypeVideo {
-			go drain(tr)
-			return
-		}
-		go v.readVideo(tr)
-	})
+	v.watch(pc)
 	offer, err := pc.CreateOffer(nil)
 	if err != nil {
 		return nil, err
@@ -201,6 +183,45 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 	v.mark(&v.res.AnswerApplied)
 	ok = true
 	return v, nil
+}
+
+// watch records pc's milestones and reads its video.
+func (v *Viewer) watch(pc *webrtc.PeerConnection) {
+	pc.OnICEConnectionStateChange(func(s webrtc.ICEConnectionState) {
+		if s == webrtc.ICEConnectionStateConnected {
+			v.mark(&v.res.ICEConnected)
+		}
+		if s == webrtc.ICEConnectionStateFailed {
+			select {
+			case v.failed <- errors.New("ICE failed"):
+			default:
+			}
+		}
+	})
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateConnected {
+			v.mark(&v.res.DTLSConnected)
+			if pair, err := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePair(); err == nil && pair != nil {
+				v.mu.Lock()
+				v.res.Candidate = pair.Local.Typ.String()
+				v.res.Remote = fmt.Sprintf("%s:%d %s", pair.Remote.Address, pair.Remote.Port, pair.Remote.Typ)
+				v.mu.Unlock()
+			}
+		}
+		if s == webrtc.PeerConnectionStateFailed {
+			select {
+			case v.failed <- errors.New("connection failed"):
+			default:
+			}
+		}
+	})
+	pc.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+		if tr.Kind() != webrtc.RTPCodecTypeVideo {
+			go drain(tr)
+			return
+		}
+		go v.readVideo(tr)
+	})
 }
 
 // WaitFirstFrame waits for the first complete frame and returns the result.
@@ -244,6 +265,9 @@ func (v *Viewer) Close() {
 				resp.Body.Close()
 			}
 		}
+	}
+	if v.cl != nil {
+		v.closeDirect()
 	}
 	_ = v.pc.Close()
 }

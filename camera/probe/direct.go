@@ -1,0 +1,244 @@
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media"
+
+	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// A direct session (docs/cameras.md#direct-sessions): the viewer joins the
+// camera's room over the WebSocket protocol (without subscribing), offers to
+// the WebRTC camera through relay messages with every candidate in the SDP,
+// and receives the camera's media over its own peer connection, peer to peer
+// or through the server's TURN. The clock starts after joining: the room
+// connection is the viewer's standing signaling channel (the app holds it
+// anyway), as the WHEP probe does not count learning its TURN servers.
+
+// DirectOptions configure a direct session.
+type DirectOptions struct {
+	// URL is the WebSocket endpoint, ws://host:port/v1/rtc.
+	URL string
+	// Token is a viewer token for room camera/<id>.
+	Token string
+	// Relay forces the direct connection through the server's TURN (UDP).
+	Relay bool
+	// API builds the peer connections (nil: client.LoopbackAPI()).
+	API *webrtc.API
+	// Talk, when set, is sent to the camera in a loop as 20 ms Opus packets
+	// (talk-back on the direct connection).
+	Talk [][]byte
+}
+
+// ErrRefused wraps the camera's reason for refusing a direct session.
+var ErrRefused = errors.New("camera refused the direct session")
+
+// directSignal mirrors camera/emulator.DirectSignal (the wire format in
+// docs/protocol.md), kept here so that the probe needs no emulator.
+type directSignal struct {
+	Direct  string             `json:"direct"`
+	Session string             `json:"session"`
+	SDP     string             `json:"sdp,omitempty"`
+	Reason  string             `json:"reason,omitempty"`
+	Steps   map[string]float64 `json:"stepsMs,omitempty"`
+}
+
+// OpenDirect starts a direct session and returns once the camera's answer is
+// applied; media then flows in the background.
+func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
+	api := o.API
+	if api == nil {
+		api = client.LoopbackAPI()
+	}
+	no := false
+	cl, err := client.Join(ctx, o.URL, o.Token, client.Options{Name: "probe (direct)", API: api, AutoSubscribe: &no})
+	if err != nil {
+		return nil, fmt.Errorf("join: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			cl.Close()
+		}
+	}()
+	cam, err := cameraSid(cl.Joined)
+	if err != nil {
+		return nil, err
+	}
+	v := &Viewer{start: time.Now(), firstFrame: make(chan struct{}), failed: make(chan error, 1), cl: cl, camSid: cam,
+		session: strconv.FormatUint(rand.Uint64(), 36)}
+	v.res.Path = "direct"
+	cfg := webrtc.Configuration{}
+	if o.Relay {
+		cfg.ICEServers = client.ICEServers(cl.Joined, "udp")
+		if len(cfg.ICEServers) == 0 {
+			return nil, errors.New("relay asked for, but the server sent no TURN server")
+		}
+		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
+	}
+	pc, err := api.NewPeerConnection(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("peer connection: %w", err)
+	}
+	v.pc = pc
+	v.mark(&v.res.PCCreated)
+	defer func() {
+		if !ok {
+			_ = pc.Close()
+		}
+	}()
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+		return nil, err
+	}
+	// Audio both ways: the camera's microphone, and the viewer's voice for the
+	// camera's loudspeaker (silent unless Talk is set).
+	talk, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, "talk", "viewer")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pc.AddTransceiverFromTrack(talk, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendrecv}); err != nil {
+		return nil, err
+	}
+	v.watch(pc)
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		return nil, err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		return nil, err
+	}
+	select {
+	case <-gathered:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	v.mark(&v.res.OfferCreated)
+	if _, err := cl.Request(ctx, protocol.Msg{"type": "relay", "to": cam, "data": directSignal{Direct: "offer", Session: v.session, SDP: pc.LocalDescription().SDP}}); err != nil {
+		return nil, fmt.Errorf("relay offer: %w", err)
+	}
+	ans, err := v.waitSignal(ctx, "answer")
+	if err != nil {
+		return nil, err
+	}
+	v.mark(&v.res.AnswerArrived)
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: ans.SDP}); err != nil {
+		return nil, fmt.Errorf("answer: %w", err)
+	}
+	v.mark(&v.res.AnswerApplied)
+	go v.directEvents()
+	if len(o.Talk) > 0 {
+		go v.talk(talk, o.Talk)
+	}
+	ok = true
+	return v, nil
+}
+
+// cameraSid finds participant "camera" among those already in the room.
+func cameraSid(joined protocol.Msg) (string, error) {
+	parts, _ := joined["participants"].([]any)
+	for _, p := range parts {
+		m, _ := p.(map[string]any)
+		if m["identity"] == "camera" {
+			sid, _ := m["sid"].(string)
+			return sid, nil
+		}
+	}
+	room, _ := joined["room"].(map[string]any)
+	return "", fmt.Errorf("no camera in room %v: a direct session needs a WebRTC camera that has joined", room["name"])
+}
+
+// waitSignal reads room events until this session's answer (or the camera's
+// refusal) arrives.
+func (v *Viewer) waitSignal(ctx context.Context, want string) (directSignal, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return directSignal{}, fmt.Errorf("no %s from the camera: %w", want, ctx.Err())
+		case <-v.cl.Done():
+			return directSignal{}, errors.New("room connection closed")
+		case m := <-v.cl.Events:
+			sig, ok := v.signalOf(m)
+			if !ok {
+				if m["type"] == "participantLeft" && m["participantSid"] == v.camSid {
+					return directSignal{}, errors.New("the camera left the room")
+				}
+				continue
+			}
+			switch sig.Direct {
+			case want:
+				return sig, nil
+			case "bye":
+				return directSignal{}, fmt.Errorf("%w: %s", ErrRefused, sig.Reason)
+			}
+		}
+	}
+}
+
+func (v *Viewer) signalOf(m protocol.Msg) (directSignal, bool) {
+	if m["type"] != "relay" || m["from"] != v.camSid {
+		return directSignal{}, false
+	}
+	raw, _ := json.Marshal(m["data"])
+	var sig directSignal
+	if json.Unmarshal(raw, &sig) != nil || sig.Session != v.session {
+		return directSignal{}, false
+	}
+	return sig, true
+}
+
+// directEvents keeps the camera's own measurements and notices its end.
+func (v *Viewer) directEvents() {
+	for {
+		select {
+		case <-v.cl.Done():
+			return
+		case m := <-v.cl.Events:
+			sig, ok := v.signalOf(m)
+			switch {
+			case ok && sig.Direct == "timing":
+				v.mu.Lock()
+				v.res.CameraSteps = sig.Steps
+				v.mu.Unlock()
+			case ok && sig.Direct == "bye":
+				select {
+				case v.failed <- fmt.Errorf("camera ended the session: %s", sig.Reason):
+				default:
+				}
+			}
+		}
+	}
+}
+
+// talk sends the Opus packets in a loop, one every 20 ms.
+func (v *Viewer) talk(t *webrtc.TrackLocalStaticSample, pkts [][]byte) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-v.cl.Done():
+			return
+		case <-tick.C:
+		}
+		if err := t.WriteSample(media.Sample{Data: pkts[i%len(pkts)], Duration: 20 * time.Millisecond}); err != nil {
+			return
+		}
+	}
+}
+
+// closeDirect tells the camera and leaves the room.
+func (v *Viewer) closeDirect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = v.cl.Request(ctx, protocol.Msg{"type": "relay", "to": v.camSid, "data": directSignal{Direct: "bye", Session: v.session}})
+	v.cl.Close()
+}
