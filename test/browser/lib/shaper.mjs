@@ -25,20 +25,24 @@ export async function startShaper({ target, kbps, queueMs = 250, host = '127.0.0
     return n;
   };
 
-  const refill = () => {
+  // busy: packets were waiting since the last refill. Then the link was
+  // sending all along and has earned the whole interval, however late this
+  // process's timer fired (on a loaded machine, tens of ms); otherwise it was
+  // idle, and an idle link does not save up: a burst of at most 20 ms.
+  const refill = (busy) => {
     const now = process.hrtime.bigint();
     const dt = Number(now - last) / 1e9;
     last = now;
-    // A burst of at most 20 ms at the current rate: a link does not save up.
-    tokens = Math.min(tokens + rate * dt, rate * 0.02 + 12_000);
+    tokens = busy ? Math.min(tokens + rate * dt, rate) : Math.min(tokens + rate * dt, rate * 0.02 + 12_000);
   };
 
   // Sends queued packets as far as the tokens reach, flows round-robin.
   let timer = null;
   const drain = () => {
+    const busy = timer !== null;
     timer = null;
     if (closed) return;
-    refill();
+    refill(busy);
     let progressed = true;
     while (progressed) {
       progressed = false;
@@ -87,7 +91,7 @@ export async function startShaper({ target, kbps, queueMs = 250, host = '127.0.0
     port: front.address().port,
     stats: () => ({ ...stats, queuedBytes: queued(), kbps: rate / 1000 }),
     setRate(k) {
-      refill();
+      refill(queued() > 0);
       rate = k * 1000;
     },
     close() {
