@@ -39,6 +39,7 @@ type Engine struct {
 	pubAPI, subAPI *webrtc.API
 	cert           webrtc.Certificate
 	udp            net.PacketConn
+	filter         *filterConn // udp as the ICE mux reads it (filter.go)
 	tcp            net.Listener
 	udpMux         ice.UDPMux
 	tcpMux         ice.TCPMux
@@ -77,13 +78,14 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 		e.TCPPort = tcp.Addr().(*net.TCPAddr).Port
 	}
 
+	e.filter = &filterConn{UDPConn: udp.(*net.UDPConn)}
 	if cfg.Loopback {
 		e.LocalIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
-		e.udpMux = webrtc.NewICEUDPMux(nil, udp)
+		e.udpMux = webrtc.NewICEUDPMux(nil, e.filter)
 	} else {
 		// One socket on the unspecified address; the mux learns each interface's
 		// address so that host candidates name real addresses.
-		e.udpMux = ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: udp})
+		e.udpMux = ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: e.filter})
 		e.LocalIPs = interfaceIPs()
 		if cfg.RTC.NodeIP != "" {
 			ip := net.ParseIP(cfg.RTC.NodeIP)

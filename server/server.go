@@ -17,6 +17,7 @@ import (
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -43,6 +44,8 @@ type Server struct {
 	Recorder *record.Recorder
 	// Cluster is this server's cluster membership; nil without cluster.redis.
 	Cluster *cluster.Node
+	// LeanEgress serves WHEP viewers without PeerConnections; nil unless rtc.lean_egress.
+	LeanEgress *egress.Server
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -58,6 +61,12 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		return nil, err
 	}
 	s.Manager = sfu.NewManager(cfg, s.Engine, log)
+	if cfg.RTC.LeanEgress {
+		if s.LeanEgress, err = startLeanEgress(cfg, s.Engine, s.Manager, log); err != nil {
+			s.Engine.Close()
+			return nil, err
+		}
+	}
 	turnSecret := cfg.TURN.Secret
 	if turnSecret == "" {
 		// Derived, so that the API secret itself never reaches a TURN server.
@@ -154,6 +163,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeMedia() {
+	if s.LeanEgress != nil {
+		s.LeanEgress.Close()
+	}
 	if s.turn != nil {
 		s.turn.Close()
 	}

@@ -51,7 +51,7 @@ type DownTrack struct {
 	twccBuf [2]byte
 
 	mu      sync.Mutex
-	writer  webrtc.TrackLocalWriter
+	writer  rtpWriter // Pion's track writer, or a lean egress viewer (writer.go)
 	ssrc    uint32
 	pt      uint8
 	clock   uint32
@@ -466,30 +466,36 @@ func (d *DownTrack) readRTCP() {
 			continue
 		}
 		for _, pkt := range pkts {
-			switch p := pkt.(type) {
-			case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
-				d.plis.Add(1)
-				metrics.PLIsIn.Inc()
-				if l := d.pub.layer(int8(d.target.Load())); l != nil {
-					l.requestKeyframe()
-				}
-			case *rtcp.TransportLayerNack:
-				for _, pair := range p.Nacks {
-					pair.Range(func(seq uint16) bool {
-						d.retransmit(seq, rtx, &hdr)
-						return true
-					})
-				}
-			case *rtcp.TransportLayerCC:
-				if d.sub != nil && d.sub.bwe != nil {
-					d.sub.bwe.OnFeedback(p, now())
-				}
-			case *rtcp.ReceiverReport:
-				d.onReports(p.Reports)
-			case *rtcp.SenderReport:
-				d.onReports(p.Reports)
-			}
+			d.onRTCP(pkt, rtx, &hdr)
 		}
+	}
+}
+
+// onRTCP handles one feedback packet; rtx and hdr are the caller's scratch
+// for a retransmission.
+func (d *DownTrack) onRTCP(pkt rtcp.Packet, rtx []byte, hdr *rtp.Header) {
+	switch p := pkt.(type) {
+	case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
+		d.plis.Add(1)
+		metrics.PLIsIn.Inc()
+		if l := d.pub.layer(int8(d.target.Load())); l != nil {
+			l.requestKeyframe()
+		}
+	case *rtcp.TransportLayerNack:
+		for _, pair := range p.Nacks {
+			pair.Range(func(seq uint16) bool {
+				d.retransmit(seq, rtx, hdr)
+				return true
+			})
+		}
+	case *rtcp.TransportLayerCC:
+		if d.sub != nil && d.sub.bwe != nil {
+			d.sub.bwe.OnFeedback(p, now())
+		}
+	case *rtcp.ReceiverReport:
+		d.onReports(p.Reports)
+	case *rtcp.SenderReport:
+		d.onReports(p.Reports)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -13,6 +14,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
@@ -28,6 +30,8 @@ type Manager struct {
 	rooms map[string]*Room
 
 	dataTap dataTapPtr // cascade.go
+
+	leanEgress atomic.Pointer[egress.Server] // lean.go; nil: WHEP viewers get a PeerConnection
 }
 
 // NewManager returns a manager that builds connections with engine.
@@ -281,6 +285,9 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}
 	start := time.Now()
+	if srv := m.leanEgress.Load(); srv != nil {
+		return m.playLean(srv, c, offer, tracks, start)
+	}
 	p, err := m.newParticipant(c, true)
 	if err != nil {
 		return nil, "", err

@@ -79,6 +79,10 @@ type Participant struct {
 
 	// bwe estimates the bandwidth toward this participant's subscriber connection.
 	bwe *bwe.Estimator
+
+	// lean is set for a WHEP viewer served by the lean egress (lean.go),
+	// which has no subscriber PeerConnection.
+	lean *leanViewer
 }
 
 func newSid(prefix string) string {
@@ -727,7 +731,7 @@ func (p *Participant) Close(reason string) {
 // reportLoop shares out the bandwidth estimate twice a second and sends sender
 // reports for every subscribed track once a second. It holds no participant lock
 // while it works: choosing layers asks other participants for keyframes.
-func (p *Participant) reportLoop(pc *webrtc.PeerConnection) {
+func (p *Participant) reportLoop(pc rtcpWriter) {
 	tick := time.NewTicker(allocateInterval)
 	defer tick.Stop()
 	var pkts []rtcp.Packet

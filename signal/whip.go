@@ -207,6 +207,16 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	frag := parseFrag(string(b))
+	if rufrag, ok := sess.p.LeanICE(); ok {
+		// A lean egress viewer (ICE-lite) needs no candidates: the server
+		// learns the viewer's address from its checks.
+		if frag.ufrag != "" && frag.ufrag != rufrag {
+			writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	pc := sess.pc()
 	if pc == nil || pc.RemoteDescription() == nil {
 		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "session is closed"))

@@ -1,0 +1,306 @@
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/pion/sdp/v3"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
+)
+
+// Track is one publication a viewer is to receive, as the SDP answer needs it.
+type Track struct {
+	Kind      string // "audio" or "video"
+	MimeType  string // "video/VP8", "audio/opus", …
+	ClockRate uint32
+	Fmtp      string // the publisher's fmtp (H.264: profile and packetization)
+	ID        string // msid track id
+	StreamID  string // msid stream id
+}
+
+// Sender is what the answer assigned to a Track: the payload type the viewer
+// offered for its codec, and the SSRC the server sends it with.
+type Sender struct {
+	PT   uint8
+	SSRC uint32
+	Mid  string
+}
+
+// offer is what the server needs from a viewer's offer.
+type offer struct {
+	ufrag, pwd string
+	fpAlg      string
+	fp         []byte
+	sections   []section
+}
+
+type section struct {
+	kind, mid string
+	port      int
+	protos    []string
+	formats   []string
+	recv      bool // the viewer can receive here (recvonly or sendrecv)
+	rsize     bool
+	codecs    []offeredCodec
+}
+
+type offeredCodec struct {
+	pt     uint8
+	rtpmap string // "VP8/90000", as offered
+	name   string
+	clock  uint32
+	fmtp   string
+	fb     []string // "nack", "nack pli", "ccm fir", …
+}
+
+var errNoMedia = errors.New("the offer has no audio or video section that can receive the published codecs")
+
+// parseOffer reads a WHEP offer. Everything in it comes from the network:
+// every field is checked, nothing is trusted to be well formed.
+func parseOffer(text string) (*offer, error) {
+	var s sdp.SessionDescription
+	if err := s.UnmarshalString(text); err != nil {
+		return nil, fmt.Errorf("offer: %w", err)
+	}
+	o := &offer{}
+	setup := ""
+	common := func(attrs []sdp.Attribute) error {
+		for _, a := range attrs {
+			switch a.Key {
+			case "ice-ufrag":
+				o.ufrag = a.Value
+			case "ice-pwd":
+				o.pwd = a.Value
+			case "setup":
+				setup = a.Value
+			case "fingerprint":
+				alg, fp, err := lean.ParseFingerprint(a.Value)
+				if err != nil {
+					return fmt.Errorf("offer: %w", err)
+				}
+				o.fpAlg, o.fp = alg, fp
+			}
+		}
+		return nil
+	}
+	if err := common(s.Attributes); err != nil {
+		return nil, err
+	}
+	for _, m := range s.MediaDescriptions {
+		sec := section{kind: m.MediaName.Media, port: m.MediaName.Port.Value, protos: m.MediaName.Protos, formats: m.MediaName.Formats, recv: true}
+		if err := common(m.Attributes); err != nil {
+			return nil, err
+		}
+		byPT := map[uint8]int{} // payload type → index in sec.codecs
+		for _, a := range m.Attributes {
+			switch a.Key {
+			case "mid":
+				sec.mid = a.Value
+			case "sendonly", "inactive":
+				sec.recv = false
+			case "rtcp-rsize":
+				sec.rsize = true
+			case "rtpmap":
+				pt, rest, ok := cutPT(a.Value)
+				if !ok {
+					continue
+				}
+				name, clock, _ := strings.Cut(rest, "/")
+				clock, _, _ = strings.Cut(clock, "/")
+				c, err := strconv.ParseUint(clock, 10, 32)
+				if err != nil || c == 0 || name == "" {
+					continue
+				}
+				if _, dup := byPT[pt]; dup || len(sec.codecs) >= 64 {
+					continue
+				}
+				byPT[pt] = len(sec.codecs)
+				sec.codecs = append(sec.codecs, offeredCodec{pt: pt, rtpmap: rest, name: name, clock: uint32(c)})
+			}
+		}
+		for _, a := range m.Attributes {
+			switch a.Key {
+			case "fmtp", "rtcp-fb":
+				pt, rest, ok := cutPT(a.Value)
+				i, known := byPT[pt]
+				if !ok || !known {
+					continue
+				}
+				if c := &sec.codecs[i]; a.Key == "fmtp" {
+					c.fmtp = rest
+				} else if len(c.fb) < 16 {
+					c.fb = append(c.fb, rest)
+				}
+			}
+		}
+		o.sections = append(o.sections, sec)
+	}
+	switch {
+	case o.ufrag == "" || o.pwd == "":
+		return nil, errors.New("offer: no ice-ufrag/ice-pwd")
+	case len(o.ufrag) > 256 || len(o.pwd) > 256:
+		return nil, errors.New("offer: ice credentials too long")
+	case o.fp == nil:
+		return nil, errors.New("offer: no DTLS fingerprint")
+	case setup == "passive":
+		return nil, errors.New("offer: setup:passive (this server is the DTLS server; offer actpass or active)")
+	}
+	return o, nil
+}
+
+func cutPT(v string) (uint8, string, bool) {
+	pt, rest, ok := strings.Cut(v, " ")
+	n, err := strconv.Atoi(pt)
+	if !ok || err != nil || n < 0 || n > 127 {
+		return 0, "", false
+	}
+	return uint8(n), strings.TrimSpace(rest), true
+}
+
+// match finds the offered codec for t: the same name and clock rate, for
+// H.264 the same profile and packetization mode; an identical fmtp wins.
+func (sec *section) match(t Track) *offeredCodec {
+	_, name, _ := strings.Cut(t.MimeType, "/")
+	var best *offeredCodec
+	for i := range sec.codecs {
+		c := &sec.codecs[i]
+		if !strings.EqualFold(c.name, name) || c.clock != t.ClockRate {
+			continue
+		}
+		if strings.EqualFold(name, "h264") && !h264Compatible(c.fmtp, t.Fmtp) {
+			continue
+		}
+		if best == nil || c.fmtp == t.Fmtp {
+			best = c
+		}
+	}
+	return best
+}
+
+func fmtpParam(fmtp, key string) string {
+	for _, kv := range strings.Split(fmtp, ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && strings.EqualFold(k, key) {
+			return strings.ToLower(v)
+		}
+	}
+	return ""
+}
+
+func h264Compatible(a, b string) bool {
+	pm := func(s string) string {
+		if v := fmtpParam(s, "packetization-mode"); v != "" {
+			return v
+		}
+		return "0"
+	}
+	prof := func(s string) string { v := fmtpParam(s, "profile-level-id"); return v[:min(4, len(v))] }
+	return pm(a) == pm(b) && prof(a) == prof(b)
+}
+
+// answerParams is what the answer says besides the negotiation.
+type answerParams struct {
+	ufrag, pwd, fingerprint string
+	ips                     []net.IP
+	port                    int
+	cname                   string
+}
+
+// negotiate assigns each track to the first offered section of its kind that
+// can receive its codec, and writes the answer: ICE-lite, the server's host
+// candidates, setup:passive, BUNDLE of the accepted sections, rtcp-mux, and
+// the offered NACK/PLI/FIR feedback. No transport-cc or REMB: the lean egress
+// forwards what the publisher sends (docs/lean-egress.md). Sections nothing
+// is sent in are rejected (port 0).
+func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (string, []Sender, error) {
+	senders := make([]Sender, len(tracks))
+	assigned := make([]int, len(o.sections)) // track index + 1, 0 = none
+	chosen := make([]*offeredCodec, len(o.sections))
+	for ti, t := range tracks {
+		found := false
+		for si := range o.sections {
+			sec := &o.sections[si]
+			if assigned[si] != 0 || sec.kind != t.Kind || sec.port == 0 || !sec.recv || sec.mid == "" {
+				continue
+			}
+			if c := sec.match(t); c != nil {
+				assigned[si], chosen[si] = ti+1, c
+				senders[ti] = Sender{PT: c.pt, SSRC: ssrc(), Mid: sec.mid}
+				found = true
+				break
+			}
+		}
+		if !found {
+			return "", nil, fmt.Errorf("%w (%s %s)", errNoMedia, t.Kind, t.MimeType)
+		}
+	}
+	s := &sdp.SessionDescription{
+		Origin:           sdp.Origin{Username: "-", SessionID: uint64(ssrc())<<16 | uint64(ssrc()&0xffff), SessionVersion: 2, NetworkType: "IN", AddressType: "IP4", UnicastAddress: "0.0.0.0"},
+		SessionName:      "-",
+		TimeDescriptions: []sdp.TimeDescription{{Timing: sdp.Timing{}}},
+	}
+	var mids []string
+	for si, sec := range o.sections {
+		if assigned[si] != 0 {
+			mids = append(mids, sec.mid)
+		}
+	}
+	s = s.WithPropertyAttribute("ice-lite").WithValueAttribute("group", "BUNDLE "+strings.Join(mids, " "))
+	for si := range o.sections {
+		sec := &o.sections[si]
+		protos := sec.protos
+		if len(protos) == 0 {
+			protos = []string{"UDP", "TLS", "RTP", "SAVPF"}
+		}
+		m := &sdp.MediaDescription{
+			MediaName:             sdp.MediaName{Media: sec.kind, Port: sdp.RangedPort{Value: 9}, Protos: protos},
+			ConnectionInformation: &sdp.ConnectionInformation{NetworkType: "IN", AddressType: "IP4", Address: &sdp.Address{Address: "0.0.0.0"}},
+		}
+		if assigned[si] == 0 {
+			m.MediaName.Port.Value = 0
+			m.MediaName.Formats = sec.formats
+			if len(m.MediaName.Formats) == 0 {
+				m.MediaName.Formats = []string{"0"}
+			}
+			if sec.mid != "" {
+				m = m.WithValueAttribute("mid", sec.mid)
+			}
+			s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("inactive"))
+			continue
+		}
+		t, snd, c := tracks[assigned[si]-1], senders[assigned[si]-1], chosen[si]
+		m.MediaName.Formats = []string{strconv.Itoa(int(c.pt))}
+		m = m.WithValueAttribute("mid", sec.mid).
+			WithICECredentials(p.ufrag, p.pwd).
+			WithFingerprint("sha-256", p.fingerprint).
+			WithValueAttribute("setup", "passive").
+			WithPropertyAttribute("sendonly").
+			WithPropertyAttribute("rtcp-mux")
+		if sec.rsize {
+			m = m.WithPropertyAttribute("rtcp-rsize")
+		}
+		m = m.WithValueAttribute("rtpmap", fmt.Sprintf("%d %s", c.pt, c.rtpmap))
+		if c.fmtp != "" {
+			m = m.WithValueAttribute("fmtp", fmt.Sprintf("%d %s", c.pt, c.fmtp))
+		}
+		for _, fb := range c.fb {
+			switch strings.ToLower(fb) {
+			case "nack", "nack pli", "ccm fir":
+				m = m.WithValueAttribute("rtcp-fb", fmt.Sprintf("%d %s", c.pt, fb))
+			}
+		}
+		msid := t.StreamID + " " + t.ID
+		m = m.WithValueAttribute("msid", msid).
+			WithValueAttribute("ssrc", fmt.Sprintf("%d cname:%s", snd.SSRC, p.cname)).
+			WithValueAttribute("ssrc", fmt.Sprintf("%d msid:%s", snd.SSRC, msid))
+		for i, ip := range p.ips {
+			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, p.port))
+		}
+		s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("end-of-candidates"))
+	}
+	b, err := s.Marshal()
+	return string(b), senders, err
+}

@@ -1,0 +1,253 @@
+// Package egress is Petrel's lean egress: receive-only WebRTC viewers (WHEP)
+// served without a Pion PeerConnection. The server answers the viewer's offer
+// with its own SDP (ICE-lite, setup:passive), answers the viewer's ICE checks
+// by hand, runs a pion/dtls server handshake for the SRTP keys, and from then
+// on a DownTrack's rewritten packet is encrypted into the viewer's buffer and
+// written to the UDP socket by the goroutine that forwards it: no interceptor,
+// no per-packet goroutine hand-off, no allocation.
+//
+// The viewers share the server's ICE UDP port: Server.Handle sits in front of
+// Pion's UDP mux (rtc.Engine.SetFilter) and takes the datagrams that belong to
+// a lean viewer, so one goroutine reads the socket for both. Datagrams from a
+// lean viewer's address that are not what a receive-only viewer sends
+// (malformed STUN, DTLS after the handshake that does not parse, SRTCP that
+// does not authenticate, RTP) are dropped, counted in
+// petrel_lean_egress_dropped_total and logged once per server.
+package egress
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/stun/v4"
+
+	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc/lean"
+)
+
+// ConsentTimeout drops a viewer whose ICE checks (consent freshness, RFC
+// 7675) stopped: browsers send one every 5 s or so, and stop when the tab goes.
+var ConsentTimeout = 30 * time.Second
+
+// Server serves lean viewers on one UDP socket.
+type Server struct {
+	conn *net.UDPConn // shared with Pion's mux: writes only, Handle sees reads
+	cert *lean.Cert
+	ips  []net.IP
+	port int
+	log  *slog.Logger
+
+	mu      sync.RWMutex
+	byUfrag map[string]*Viewer
+	byAddr  map[netip.AddrPort]*Viewer
+	// active counts both maps' entries: with no lean viewer a datagram costs
+	// Handle one atomic load.
+	active atomic.Int32
+
+	// stunMsg is Handle's decoding buffer: Handle runs on the socket's one
+	// reader goroutine.
+	stunMsg stun.Message
+
+	dropped atomic.Uint64
+	done    chan struct{}
+	once    sync.Once
+}
+
+// New returns a server that writes to conn (and reads through Handle) and
+// offers a host candidate for every address in ips at conn's port.
+func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
+	if len(ips) == 0 {
+		return nil, errors.New("egress: no address to offer as a host candidate")
+	}
+	cert, err := lean.NewCert()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{conn: conn, cert: cert, ips: ips, port: conn.LocalAddr().(*net.UDPAddr).Port, log: log.With("egress", "lean"),
+		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{})}
+	go s.janitor()
+	return s, nil
+}
+
+// Serve reads the socket itself, for a server with a socket of its own
+// (rather than in front of Pion's mux): what is not a lean viewer's is
+// dropped. It returns when the socket is closed.
+func (s *Server) Serve() error {
+	buf := make([]byte, mtu)
+	for {
+		n, from, err := s.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return err
+		}
+		if !s.Handle(buf[:n], from) {
+			s.drop("unknown", "datagram from an address no lean viewer checked from", from, n)
+		}
+	}
+}
+
+// Close stops the server and every viewer on it.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.mu.RLock()
+		vs := make([]*Viewer, 0, len(s.byUfrag))
+		for _, v := range s.byUfrag {
+			vs = append(vs, v)
+		}
+		s.mu.RUnlock()
+		for _, v := range vs {
+			v.Close("server closed")
+		}
+	})
+}
+
+// Dropped is how many datagrams from lean viewers' addresses were dropped.
+func (s *Server) Dropped() uint64 { return s.dropped.Load() }
+
+// Viewers is the number of viewers being served.
+func (s *Server) Viewers() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.byUfrag)
+}
+
+// Handle takes a datagram that belongs to a lean viewer and reports whether
+// it did; anything else is left to the caller (Pion's ICE mux). It is called
+// by the socket's one reader goroutine, for every datagram.
+func (s *Server) Handle(b []byte, from netip.AddrPort) bool {
+	if len(b) == 0 || s.active.Load() == 0 {
+		return false
+	}
+	if c := b[0]; c < 4 { // STUN (RFC 7983)
+		return s.onSTUN(b, from)
+	}
+	s.mu.RLock()
+	v := s.byAddr[from]
+	s.mu.RUnlock()
+	if v == nil {
+		return false
+	}
+	v.onDatagram(b)
+	return true
+}
+
+func (s *Server) onSTUN(b []byte, from netip.AddrPort) bool {
+	m := &s.stunMsg
+	m.Raw = append(m.Raw[:0], b...)
+	if m.Decode() != nil {
+		s.mu.RLock()
+		v := s.byAddr[from]
+		s.mu.RUnlock()
+		if v == nil {
+			return false // not ours to judge
+		}
+		s.drop("stun", "malformed STUN", from, len(b))
+		return true
+	}
+	u := lean.LocalUfrag(m)
+	s.mu.RLock()
+	v := s.byUfrag[string(u)]
+	if v == nil {
+		v = s.byAddr[from]
+	}
+	s.mu.RUnlock()
+	if v == nil {
+		return false
+	}
+	v.onBinding(m, from)
+	return true
+}
+
+// drop counts a datagram a lean viewer's address sent that is of no use, and
+// logs the first one of the server's life.
+func (s *Server) drop(why, detail string, from netip.AddrPort, n int) {
+	metrics.LeanEgressDropped.WithLabelValues(why).Inc()
+	if s.dropped.Add(1) == 1 {
+		s.log.Warn("lean egress: dropped a datagram (later ones are counted in petrel_lean_egress_dropped_total, not logged)",
+			"from", from.String(), "len", n, "why", detail)
+	}
+}
+
+func (s *Server) add(v *Viewer) {
+	s.mu.Lock()
+	s.byUfrag[v.lufrag] = v
+	s.mu.Unlock()
+	s.active.Add(1)
+	metrics.LeanEgressViewers.Inc()
+}
+
+// addAddr lets datagrams from a (checked) address reach v.
+func (s *Server) addAddr(v *Viewer, a netip.AddrPort) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byAddr[a] != nil || len(v.addrs) >= maxAddrs || v.closed.Load() {
+		return s.byAddr[a] == v
+	}
+	s.byAddr[a] = v
+	v.addrs = append(v.addrs, a)
+	s.active.Add(1)
+	return true
+}
+
+// maxAddrs bounds the addresses one viewer may check from (a browser has a
+// few host and server-reflexive candidates).
+const maxAddrs = 8
+
+func (s *Server) remove(v *Viewer) {
+	s.mu.Lock()
+	if s.byUfrag[v.lufrag] == v {
+		delete(s.byUfrag, v.lufrag)
+		s.active.Add(-1)
+		metrics.LeanEgressViewers.Dec()
+	}
+	for _, a := range v.addrs {
+		if s.byAddr[a] == v {
+			delete(s.byAddr, a)
+			s.active.Add(-1)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// janitor drops viewers whose consent expired or that never connected.
+func (s *Server) janitor() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var vs []*Viewer
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+		}
+		n := time.Now().UnixNano()
+		vs = vs[:0]
+		s.mu.RLock()
+		for _, v := range s.byUfrag {
+			if n-v.lastCheck.Load() > int64(ConsentTimeout) {
+				vs = append(vs, v)
+			}
+		}
+		s.mu.RUnlock()
+		for _, v := range vs {
+			if v.ready.Load() {
+				v.Close("consent expired (no ICE check for " + ConsentTimeout.String() + ")")
+			} else {
+				v.Close("ICE or DTLS did not complete in " + ConsentTimeout.String())
+			}
+		}
+	}
+}
+
+func randomSSRC() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) | 1 // never 0
+}

@@ -1,0 +1,350 @@
+package egress
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/dtls/v3"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/srtp/v3"
+	"github.com/pion/stun/v4"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
+)
+
+// Handler is told what happens to a viewer. OnRTCP runs on the socket's reader
+// goroutine (it must not block); the others on the viewer's DTLS goroutine or
+// whoever closes it.
+type Handler interface {
+	OnICE()                    // the first ICE check was answered
+	OnDTLS()                   // SRTP keys are in place: media flows from now on
+	OnRTCP(pkts []rtcp.Packet) // the viewer's feedback, decrypted and parsed
+	OnClose(reason string)     // the viewer is gone (consent expired, DTLS closed, Close)
+}
+
+// Viewer is one lean WHEP viewer: its ICE credentials, its DTLS session and
+// SRTP contexts, and the buffers its packets are encrypted into.
+type Viewer struct {
+	s *Server
+	h Handler
+
+	lufrag, lpwd string
+	rufrag       string
+	fpAlg        string
+	fp           []byte
+	// Senders says, per track given to NewViewer, the payload type and SSRC
+	// to send it with.
+	Senders []Sender
+
+	addrs     []netip.AddrPort // checked addresses, under s.mu
+	lastCheck atomic.Int64     // unix ns of the last valid ICE check (or creation)
+	iceOnce   sync.Once
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	pc     *lean.PacketConn
+	dmu    sync.Mutex
+	dc     *dtls.Conn
+	cancel context.CancelFunc
+
+	ready atomic.Bool
+	rx    atomic.Pointer[srtp.Context] // the socket reader's alone once set
+
+	// The write side, under wmu: forwarding goroutines (one per published
+	// layer, fan-out workers), NACK answers on the socket reader and sender
+	// reports all write here. The lock is this viewer's own.
+	wmu       sync.Mutex
+	remote    netip.AddrPort
+	tx        *srtp.Context
+	plain     []byte
+	cipher    []byte
+	rtcpPlain []byte
+	rtcpOut   []byte
+	rtcpHdrTx rtcp.Header
+
+	// The read side: the socket reader goroutine alone.
+	rtcpDec []byte
+	rtcpHdr rtcp.Header
+}
+
+const mtu = 1500
+
+// srtpOverhead is the most SRTP adds to a packet (HMAC-SHA1-80 tag or GCM
+// tag, plus SRTCP index).
+const srtpOverhead = 32
+
+// NewViewer answers a WHEP offer for tracks. The viewer is served once the
+// answer reaches the client; h hears about it.
+func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer, string, error) {
+	select {
+	case <-s.done:
+		return nil, "", errors.New("egress: server closed")
+	default:
+	}
+	o, err := parseOffer(offerSDP)
+	if err != nil {
+		return nil, "", err
+	}
+	v := &Viewer{s: s, h: h, lufrag: lean.Token(16), lpwd: lean.Token(32), rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp,
+		plain: make([]byte, mtu+srtpOverhead), cipher: make([]byte, mtu+srtpOverhead),
+		rtcpPlain: make([]byte, mtu), rtcpOut: make([]byte, mtu+srtpOverhead)}
+	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: v.lufrag, pwd: v.lpwd, fingerprint: s.cert.Fingerprint,
+		ips: s.ips, port: s.port, cname: lean.Token(16)}, randomSSRC)
+	if err != nil {
+		return nil, "", err
+	}
+	v.Senders = senders
+	v.lastCheck.Store(time.Now().UnixNano())
+	v.pc = lean.NewPacketConn(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{})
+	s.add(v)
+	return v, answer, nil
+}
+
+// onBinding answers an ICE check (ICE-lite, controlled: RFC 8445 2.5). A check
+// with valid credentials makes its source address the viewer's; the first one
+// starts DTLS, USE-CANDIDATE moves the media to the nominated address.
+func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
+	b, err := lean.CheckBinding(m, v.lufrag, v.lpwd)
+	if err == nil && b.RemoteUfrag != v.rufrag {
+		err = errors.New("binding request from another ICE session (remote ufrag)")
+	}
+	if err != nil {
+		v.s.drop("stun", err.Error(), from, len(m.Raw))
+		return
+	}
+	if !v.s.addAddr(v, from) {
+		v.s.drop("stun", "binding request from one address too many", from, len(m.Raw))
+		return
+	}
+	resp, err := lean.BindingSuccess(m, from, v.lpwd)
+	if err != nil {
+		return
+	}
+	_, _ = v.s.conn.WriteToUDPAddrPort(resp, from)
+	v.lastCheck.Store(time.Now().UnixNano())
+	v.wmu.Lock()
+	if !v.remote.IsValid() || (b.UseCandidate && v.remote != from) {
+		v.remote = from
+	}
+	v.wmu.Unlock()
+	v.iceOnce.Do(func() {
+		v.h.OnICE()
+		go v.handshake()
+	})
+}
+
+// onDatagram handles a non-STUN datagram from one of the viewer's addresses.
+func (v *Viewer) onDatagram(b []byte) {
+	switch c := b[0]; {
+	case c >= 20 && c < 64:
+		if !v.pc.Push(b) {
+			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
+		}
+	case c >= 128 && c < 192:
+		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 { // RTCP (RFC 5761 4)
+			v.onSRTCP(b)
+			return
+		}
+		v.s.drop("rtp", "RTP from a receive-only viewer", v.remoteAddr(), len(b))
+	default:
+		v.s.drop("other", "not STUN, DTLS or SRTP", v.remoteAddr(), len(b))
+	}
+}
+
+func (v *Viewer) remoteAddr() netip.AddrPort {
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	return v.remote
+}
+
+func (v *Viewer) onSRTCP(b []byte) {
+	rx := v.rx.Load()
+	if rx == nil {
+		v.s.drop("srtcp", "SRTCP before the DTLS handshake finished", v.remoteAddr(), len(b))
+		return
+	}
+	if v.rtcpDec == nil {
+		v.rtcpDec = make([]byte, mtu)
+	}
+	out, err := rx.DecryptRTCP(v.rtcpDec[:0], b, &v.rtcpHdr)
+	if err != nil {
+		v.s.drop("srtcp", "SRTCP: "+err.Error(), v.remoteAddr(), len(b))
+		return
+	}
+	v.rtcpDec = out[:cap(out)]
+	pkts, err := rtcp.Unmarshal(out)
+	if err != nil {
+		v.s.drop("srtcp", "RTCP: "+err.Error(), v.remoteAddr(), len(b))
+		return
+	}
+	v.h.OnRTCP(pkts)
+}
+
+func (v *Viewer) writeDTLS(b []byte) (int, error) {
+	r := v.remoteAddr()
+	if !r.IsValid() {
+		return 0, errors.New("egress: no checked address yet")
+	}
+	return v.s.conn.WriteToUDPAddrPort(b, r)
+}
+
+// handshake runs the DTLS server handshake, derives SRTP, then waits for the
+// connection to end (close_notify, or Close).
+func (v *Viewer) handshake() {
+	ctx, cancel := context.WithTimeout(context.Background(), ConsentTimeout)
+	defer cancel()
+	v.dmu.Lock()
+	if v.closed.Load() {
+		v.dmu.Unlock()
+		return
+	}
+	v.cancel = cancel
+	dc, err := dtls.ServerWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
+		dtls.WithCertificates(v.s.cert.TLS),
+		dtls.WithClientAuth(dtls.RequireAnyClientCert), // self-signed: the fingerprint is the check
+		dtls.WithVerifyPeerCertificate(func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return lean.VerifyFingerprint(v.fpAlg, v.fp, raw)
+		}),
+		dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
+		dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
+		dtls.WithFlightInterval(500*time.Millisecond))
+	if err == nil {
+		v.dc = dc
+	}
+	v.dmu.Unlock()
+	if err != nil {
+		v.Close("dtls: " + err.Error())
+		return
+	}
+	if err := dc.HandshakeContext(ctx); err != nil {
+		v.s.log.Info("lean egress: DTLS handshake failed", "viewer", v.lufrag, "err", err)
+		v.Close("dtls: " + err.Error())
+		return
+	}
+	rx, tx, err := lean.SRTPContexts(dc, false)
+	if err != nil {
+		v.Close(err.Error())
+		return
+	}
+	v.wmu.Lock()
+	v.tx = tx
+	v.wmu.Unlock()
+	v.rx.Store(rx)
+	v.ready.Store(true)
+	v.h.OnDTLS()
+	// A receive-only viewer sends no application data; Read returns when the
+	// viewer closes the session (close_notify) or Close shuts the adapter.
+	var buf [256]byte
+	for {
+		if _, err := dc.Read(buf[:]); err != nil {
+			v.Close("dtls closed")
+			return
+		}
+	}
+}
+
+var errClosed = errors.New("egress: viewer closed")
+
+// WriteRTP encrypts one packet into the viewer's buffer and sends it. Before
+// the SRTP keys are in place it sends nothing and returns 0 (as Pion does):
+// the DownTrack then waits for the next keyframe. It allocates nothing.
+func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
+	if !v.ready.Load() {
+		if v.closed.Load() {
+			return 0, errClosed
+		}
+		return 0, nil
+	}
+	v.wmu.Lock()
+	n, err := h.MarshalTo(v.plain)
+	if err != nil {
+		v.wmu.Unlock()
+		return 0, err
+	}
+	pad := 0
+	if h.Padding {
+		pad = int(h.PaddingSize)
+	}
+	if n+len(payload)+pad > mtu {
+		v.wmu.Unlock()
+		return 0, fmt.Errorf("egress: packet of %d bytes over the MTU", n+len(payload)+pad)
+	}
+	n += copy(v.plain[n:], payload)
+	if pad > 0 {
+		clear(v.plain[n : n+pad-1])
+		v.plain[n+pad-1] = byte(pad)
+		n += pad
+	}
+	out, err := v.tx.EncryptRTP(v.cipher[:0], v.plain[:n], h)
+	if err == nil {
+		v.cipher = out[:cap(out)]
+		_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
+	}
+	v.wmu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// WriteRTCP sends RTCP (sender reports) to the viewer.
+func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
+	if !v.ready.Load() {
+		return nil
+	}
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	n := 0
+	for _, p := range pkts {
+		b, err := p.Marshal()
+		if err != nil {
+			return err
+		}
+		if n+len(b) > len(v.rtcpPlain) {
+			return errors.New("egress: RTCP compound packet over the MTU")
+		}
+		n += copy(v.rtcpPlain[n:], b)
+	}
+	out, err := v.tx.EncryptRTCP(v.rtcpOut[:0], v.rtcpPlain[:n], &v.rtcpHdrTx)
+	if err != nil {
+		return err
+	}
+	v.rtcpOut = out[:cap(out)]
+	_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
+	return err
+}
+
+// RemoteUfrag is the ICE ufrag of the viewer's offer.
+func (v *Viewer) RemoteUfrag() string { return v.rufrag }
+
+// Ready reports whether media flows (the SRTP keys are in place).
+func (v *Viewer) Ready() bool { return v.ready.Load() }
+
+// Close ends the viewer: the DTLS session gets a close_notify, the server
+// forgets its addresses, and the handler hears why.
+func (v *Viewer) Close(reason string) {
+	v.closeOnce.Do(func() {
+		v.closed.Store(true)
+		v.ready.Store(false)
+		v.s.remove(v)
+		v.pc.Shutdown()
+		v.dmu.Lock()
+		dc, cancel := v.dc, v.cancel
+		v.dmu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		if dc != nil {
+			_ = dc.Close()
+		}
+		v.h.OnClose(reason)
+	})
+}

@@ -1,0 +1,15 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Lean egress (egress/, docs/lean-egress.md).
+var (
+	LeanEgressViewers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "petrel_lean_egress_viewers", Help: "WHEP viewers served by the lean egress (no Pion PeerConnection)."})
+	// LeanEgressDropped counts datagrams from lean viewers' addresses that were
+	// of no use: why is stun, dtls, srtcp or rtp.
+	LeanEgressDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_lean_egress_dropped_total", Help: "Datagrams from lean-egress viewers dropped as malformed, unauthenticated or unexpected."}, []string{"why"})
+)
+
+func init() {
+	Registry.MustRegister(LeanEgressViewers, LeanEgressDropped)
+}
