@@ -65,8 +65,15 @@ type Node struct {
 	prev     map[string][]Member
 	started  time.Time
 
-	mirrors  sync.Map // *sfu.Participant -> id of the node it mirrors
+	mirrors sync.Map // *sfu.Participant -> id of the node it mirrors
+	// pulled counts the sessions (WHEP viewers) that hold a room here
+	// without being participants of it: such a room is hosted all the same,
+	// so that its tracks cascade to this node.
+	pulled   map[string]int
 	draining atomic.Bool
+	// drainGen counts drains started: the goroutine of a drain that was
+	// withdrawn (undrain) stops instead of closing clients at its deadline.
+	drainGen atomic.Int64
 	stopOnce sync.Once
 	load     loadMeter
 	shed     shedder
@@ -90,14 +97,14 @@ func Start(o Options) (*Node, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rdb, err := Dial(ctx, RedisOptions{Addr: c.Redis, Password: c.RedisPassword, TLS: c.RedisTLS})
+	rdb, err := Dial(ctx, RedisOptions{Addr: c.Redis, Password: c.RedisPassword, TLS: c.RedisTLS, CAFile: c.RedisTLSCA})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: c, id: id, url: strings.TrimRight(url, "/"), mgr: o.Manager, engine: o.Engine,
 		log: o.Log.With("node", id), secret: o.Secret, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
 		http:  &http.Client{Timeout: 5 * time.Second},
-		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, started: time.Now(),
+		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.shed.init(c.MaxCPU)
@@ -227,9 +234,11 @@ func (n *Node) heartbeat() error {
 			n.ensureLink(peer)
 		}
 	}
-	if !n.draining.Load() {
-		if d, err := n.reg.DrainRequested(ctx, n.id); err == nil && d {
+	if d, err := n.reg.DrainRequested(ctx, n.id); err == nil {
+		if d && !n.draining.Load() {
 			n.startDrain()
+		} else if !d && n.draining.Load() {
+			n.stopDrain()
 		}
 	}
 	return nil
@@ -264,6 +273,15 @@ func (n *Node) snapshot() NodeInfo {
 			info.Load.Participants += len(members)
 		}
 	}
+	// A pulled room is in the record without members: the nodes hosting it
+	// see it shared and link, and the room's membership in Redis is untouched.
+	n.mu.Lock()
+	for r := range n.pulled {
+		if _, ok := info.Rooms[r]; !ok {
+			info.Rooms[r] = []Member{}
+		}
+	}
+	n.mu.Unlock()
 	info.Load.Rooms = len(info.Rooms)
 	info.Load.CPU, info.Load.PacketsPerSec = n.load.sample(packets)
 	n.mu.Lock()
@@ -284,7 +302,15 @@ func (n *Node) snapshot() NodeInfo {
 // only mirrors of other nodes'): the rooms it asks other nodes to cascade.
 func (n *Node) hostedRooms() []string {
 	var out []string
+	n.mu.Lock()
+	for r := range n.pulled {
+		out = append(out, r)
+	}
+	n.mu.Unlock()
 	for _, r := range n.mgr.Rooms() {
+		if n.isPulled(r.Name()) {
+			continue
+		}
 		for _, p := range r.Participants() {
 			if !n.isMirror(p) {
 				out = append(out, r.Name())

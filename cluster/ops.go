@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -190,10 +192,15 @@ func (n *Node) startDrain() {
 	if n.draining.Swap(true) {
 		return
 	}
+	gen := n.drainGen.Add(1)
 	n.log.Warn("cluster node draining")
 	go func() {
+		withdrawn := func() bool { return n.drainGen.Load() != gen || !n.draining.Load() }
 		deadline := time.Now().Add(n.cfg.DrainGrace)
 		for time.Now().Before(deadline) {
+			if withdrawn() {
+				return
+			}
 			if n.askToMove() == 0 {
 				n.log.Info("cluster node drained")
 				return
@@ -204,6 +211,9 @@ func (n *Node) startDrain() {
 			case <-time.After(3 * time.Second):
 			}
 		}
+		if withdrawn() {
+			return
+		}
 		for _, r := range n.mgr.Rooms() {
 			for _, p := range r.Participants() {
 				if !n.isMirror(p) && !p.Local() {
@@ -212,6 +222,16 @@ func (n *Node) startDrain() {
 			}
 		}
 	}()
+}
+
+// stopDrain withdraws a drain (the operator's undrain): the node is offered
+// to new participants again from its next heartbeat, and those that have not
+// moved yet stay (a reconnect hint already sent cannot be taken back).
+func (n *Node) stopDrain() {
+	if n.draining.Swap(false) {
+		n.drainGen.Add(1)
+		n.log.Warn("cluster node drain withdrawn")
+	}
 }
 
 // askToMove sends each client on this node a reconnect hint naming the best
@@ -238,6 +258,44 @@ func (n *Node) askToMove() int {
 		}
 	}
 	return left
+}
+
+// AdminHandler serves the operator's cluster endpoints; the caller checks
+// the admin grant (server/cluster.go):
+//
+//	GET  /v1/admin/cluster/nodes               live node records (load, rooms, RTTs)
+//	POST /v1/admin/cluster/nodes/{id}/drain    as petrel cluster drain, without waiting
+//	POST /v1/admin/cluster/nodes/{id}/undrain  as petrel cluster undrain
+func (n *Node) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/admin/cluster/nodes", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"self": n.id, "nodes": n.Nodes()})
+	})
+	for _, op := range []string{"drain", "undrain"} {
+		mux.HandleFunc("POST /v1/admin/cluster/nodes/{id}/"+op, func(w http.ResponseWriter, r *http.Request) {
+			id := r.PathValue("id")
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			var err error
+			if op == "drain" {
+				err = n.reg.Drain(ctx, id)
+			} else {
+				err = n.reg.Undrain(ctx, id)
+			}
+			if err != nil {
+				n.log.Info("cluster admin request failed", "op", op, "node", id, "err", err)
+				code := http.StatusServiceUnavailable
+				if errors.Is(err, ErrNoNode) {
+					code = http.StatusNotFound
+				}
+				httpErr(w, code, fmt.Sprintf("%s %s: %v", op, id, err))
+				return
+			}
+			n.log.Info("cluster admin request", "op", op, "node", id)
+			writeJSON(w, map[string]any{"node": id, "op": op})
+		})
+	}
+	return mux
 }
 
 // Handler serves the cluster's HTTP endpoints:

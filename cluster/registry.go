@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"time"
 
@@ -74,14 +76,28 @@ type RedisOptions struct {
 	Addr     string
 	Password string
 	TLS      bool
+	// CAFile is a PEM file of the CA that signed Redis's certificate (a
+	// self-signed one included); empty: the system's roots.
+	CAFile string
 }
 
 // Dial connects to Redis and checks that it answers.
 func Dial(ctx context.Context, o RedisOptions) (*redis.Client, error) {
 	opt := &redis.Options{Addr: o.Addr, Password: o.Password, DialTimeout: 3 * time.Second,
 		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
-	if o.TLS {
+	if o.TLS || o.CAFile != "" {
 		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.CAFile != "" {
+			pem, err := os.ReadFile(o.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("redis TLS CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", o.CAFile)
+			}
+			opt.TLSConfig.RootCAs = pool
+		}
 	}
 	c := redis.NewClient(opt)
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -232,6 +248,9 @@ func (r *Registry) Rooms(ctx context.Context) ([]string, error) {
 	return rooms, err
 }
 
+// ErrNoNode: the node named has no live record.
+var ErrNoNode = errors.New("no live node")
+
 // Drain asks node id to move its participants elsewhere.
 func (r *Registry) Drain(ctx context.Context, id string) error {
 	n, err := r.rdb.Exists(ctx, prefNode+id).Result()
@@ -239,9 +258,15 @@ func (r *Registry) Drain(ctx context.Context, id string) error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("no live node %q", id)
+		return fmt.Errorf("%w %q", ErrNoNode, id)
 	}
 	return r.rdb.Set(ctx, prefDrain+id, "1", 0).Err()
+}
+
+// Undrain withdraws a drain request: node id takes new participants again
+// and keeps those it still has. A node that is gone has nothing to undo.
+func (r *Registry) Undrain(ctx context.Context, id string) error {
+	return r.rdb.Del(ctx, prefDrain+id).Err()
 }
 
 // DrainRequested reports whether an operator asked node id to drain.

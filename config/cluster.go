@@ -9,6 +9,7 @@ type Cluster struct {
 	Redis         string `yaml:"redis" flag:"redis" usage:"Redis address (host:port) of the cluster state; empty: single node"`
 	RedisPassword string `yaml:"redis_password" flag:"redis-password" usage:"Redis password (prefer PETREL_REDIS_PASSWORD)"`
 	RedisTLS      bool   `yaml:"redis_tls" flag:"redis-tls" usage:"connect to Redis over TLS"`
+	RedisTLSCA    string `yaml:"redis_tls_ca" flag:"redis-tls-ca" usage:"PEM file of the CA that signed Redis's certificate (implies redis_tls)"`
 	// NodeID names this node in the cluster; empty: a random id per start.
 	NodeID string `yaml:"node_id" flag:"node-id" usage:"this node's id in the cluster (default: random)"`
 	// URL is how clients and other nodes reach this node's HTTP port.

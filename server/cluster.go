@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
@@ -24,6 +27,36 @@ func (s *Server) startCluster(cfg config.Config, apiSecret string, edge http.Han
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/cluster/", s.Cluster.Handler())
+	mux.Handle("/v1/admin/cluster/", s.adminOnly(cfg, s.Cluster.AdminHandler(), log))
 	mux.Handle("/", edge)
 	return mux, nil
+}
+
+// adminOnly lets through requests with an admin token, from loopback unless
+// admin.allow_remote: the same rule as the room admin API (signal/admin.go).
+func (s *Server) adminOnly(cfg config.Config, h http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); !cfg.Admin.AllowRemote && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, `{"error":"admin endpoints answer only loopback clients (admin.allow_remote)"}`, http.StatusForbidden)
+			return
+		}
+		c, err := s.Keys.Verify(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		if err != nil || !c.Grants.Admin {
+			log.Info("cluster admin request refused", "remote", r.RemoteAddr, "err", err)
+			http.Error(w, `{"error":"an admin token is required"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// pullRoom brings a room's tracks to this node for a WHEP viewer when the
+// room's publishers are on other nodes (cluster.Node.Pull); a single node
+// has nothing to pull.
+func (s *Server) pullRoom(ctx context.Context, room string) func() {
+	if s.Cluster == nil {
+		return func() {}
+	}
+	return s.Cluster.Pull(ctx, room)
 }

@@ -117,7 +117,8 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		routes = func(mux *http.ServeMux) { rec.Routes(mux, keys) }
 	}
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes,
-		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo})
+		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
+		PullRoom: s.pullRoom})
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		s.closeMedia()

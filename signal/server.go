@@ -5,6 +5,7 @@
 package signal
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -42,6 +43,7 @@ type Server struct {
 	joins      *rate.Limiter
 	wtInfo     func(host string) map[string]any
 	cameras    *camera.Gateway
+	pullRoom   func(ctx context.Context, room string) (release func())
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession // WHIP/WHEP sessions by id
@@ -64,6 +66,9 @@ type Options struct {
 	WebTransport func(host string) map[string]any
 	// Routes adds endpoints that authorize by themselves (recordings).
 	Routes func(*http.ServeMux)
+	// PullRoom, in a cluster, brings a room's tracks from other nodes to this
+	// one for a WHEP viewer, until release (cluster.Node.Pull); nil: none.
+	PullRoom func(ctx context.Context, room string) (release func())
 }
 
 // New makes the HTTP server.
@@ -71,6 +76,7 @@ func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
 		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, wtInfo: o.WebTransport, cameras: o.Cameras, routes: o.Routes,
+		pullRoom: o.PullRoom,
 		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
 		sessions: map[string]*httpSession{},
 	}

@@ -2,6 +2,7 @@ package signal
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/pion/webrtc/v4"
 
@@ -122,7 +124,20 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 		p, answer, err = s.mgr.PublishWHIP(c, offer)
 	} else {
 		q := r.URL.Query()
+		release := func() {}
+		if s.pullRoom != nil {
+			// The room's publishers may be on other nodes: their tracks
+			// cascade here while this viewer watches.
+			ctx, cancel := context.WithTimeout(r.Context(), 8*time.Second)
+			release = s.pullRoom(ctx, c.Room)
+			cancel()
+		}
 		p, answer, err = s.mgr.PlayWHEP(c, offer, q.Get("participant"), q["track"])
+		if err != nil {
+			release()
+		} else {
+			p.OnClose(release)
+		}
 	}
 	if err != nil {
 		s.log.Info(kind+" failed", "err", err, "room", c.Room)

@@ -13,11 +13,13 @@ import (
 	"github.com/petrel-sfu/petrel/cluster"
 )
 
-func init() { register("cluster", "cluster status and drain (Redis-backed clusters)", clusterMain) }
+func init() {
+	register("cluster", "cluster status, drain and undrain (Redis-backed clusters)", clusterMain)
+}
 
 func clusterMain(args []string) int {
-	if len(args) == 0 || (args[0] != "status" && args[0] != "drain") {
-		fmt.Fprintln(os.Stderr, "usage: petrel cluster status [--redis host:port]\n       petrel cluster drain <node> [--redis host:port] [--wait 60s]")
+	if len(args) == 0 || (args[0] != "status" && args[0] != "drain" && args[0] != "undrain") {
+		fmt.Fprintln(os.Stderr, "usage: petrel cluster status [--redis host:port]\n       petrel cluster drain <node> [--redis host:port] [--wait 60s]\n       petrel cluster undrain <node> [--redis host:port]")
 		return 2
 	}
 	sub := args[0]
@@ -25,12 +27,13 @@ func clusterMain(args []string) int {
 	addr := fs.String("redis", envOr("PETREL_REDIS", "127.0.0.1:6379"), "Redis address of the cluster state")
 	password := fs.String("redis-password", os.Getenv("PETREL_REDIS_PASSWORD"), "Redis password")
 	useTLS := fs.Bool("redis-tls", false, "connect to Redis over TLS")
+	tlsCA := fs.String("redis-tls-ca", os.Getenv("PETREL_REDIS_TLS_CA"), "PEM file of the CA that signed Redis's certificate (default: the system's)")
 	wait := fs.Duration("wait", time.Minute, "drain: how long to wait for the node to empty (0: do not wait)")
 	rest := args[1:]
 	var node string
-	if sub == "drain" {
+	if sub == "drain" || sub == "undrain" {
 		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
-			fmt.Fprintln(os.Stderr, "petrel cluster drain: which node? (petrel cluster status lists them)")
+			fmt.Fprintf(os.Stderr, "petrel cluster %s: which node? (petrel cluster status lists them)\n", sub)
 			return 2
 		}
 		node, rest = rest[0], rest[1:]
@@ -39,7 +42,7 @@ func clusterMain(args []string) int {
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	rdb, err := cluster.Dial(ctx, cluster.RedisOptions{Addr: *addr, Password: *password, TLS: *useTLS})
+	rdb, err := cluster.Dial(ctx, cluster.RedisOptions{Addr: *addr, Password: *password, TLS: *useTLS || *tlsCA != "", CAFile: *tlsCA})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel cluster:", err)
@@ -49,6 +52,16 @@ func clusterMain(args []string) int {
 	reg := cluster.NewRegistry(rdb, 0)
 	if sub == "status" {
 		return clusterStatus(reg)
+	}
+	if sub == "undrain" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Undrain(ctx, node); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel cluster undrain:", err)
+			return 1
+		}
+		fmt.Printf("node %s takes new participants again (from its next heartbeat)\n", node)
+		return 0
 	}
 	return clusterDrain(reg, node, *wait)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,6 +38,13 @@ var apiSecret = strings.Repeat("c", 40)
 // startRedis runs redis-server on a free loopback port for the test.
 func startRedis(t *testing.T) string {
 	t.Helper()
+	return startRedisWith(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
+}
+
+// startRedisWith runs redis-server with the listening arguments args gives
+// for a free loopback port (--port, or --tls-port and certificates).
+func startRedisWith(t *testing.T, args func(port int) []string) string {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server is not installed (scripts/install-deps.sh installs Debian's redis-server)")
@@ -47,8 +55,8 @@ func startRedis(t *testing.T) string {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--loglevel", "warning")
+	cmd := exec.Command(bin, append(args(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--loglevel", "warning")...)
 	// Its output goes to a file in the test directory (startup banners are noise).
 	logf, err := os.Create(t.TempDir() + "/redis.log")
 	if err != nil {
@@ -85,30 +93,49 @@ type node struct {
 // heartbeats, so that loss is noticed within the test's patience.
 func startNode(t *testing.T, redisAddr, id string) *node {
 	t.Helper()
+	return startNodeWith(t, id, func(c *config.Config) { c.Cluster.Redis = redisAddr }, nil)
+}
+
+// startNodeWith starts a node with the test's defaults changed by tune; its
+// log goes to logw (debug level) when set, else to stderr.
+func startNodeWith(t *testing.T, id string, tune func(*config.Config), logw io.Writer) *node {
+	t.Helper()
+	n, err := tryStartNode(t, id, tune, logw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func tryStartNode(t *testing.T, id string, tune func(*config.Config), logw io.Writer) (*node, error) {
 	cfg := config.Default()
 	cfg.Loopback = true
 	cfg.HTTP = "127.0.0.1:0"
 	cfg.RTC.UDPPort, cfg.RTC.TCPPort, cfg.TURN.Port = 0, 0, 0
 	cfg.TURN.Enabled = false
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
-	cfg.Cluster.Redis = redisAddr
 	cfg.Cluster.NodeID = id
 	cfg.Cluster.Heartbeat = 200 * time.Millisecond
 	cfg.Cluster.NodeTTL = 1500 * time.Millisecond
 	cfg.Cluster.DrainGrace = 20 * time.Second
 	cfg.Cluster.MaxCPU = 0 // the test machine is shared: no shedding here
+	tune(&cfg)
 	level := slog.LevelWarn
 	if os.Getenv("PETREL_TEST_LOG") != "" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test_node", id)
+	var w io.Writer = os.Stderr
+	if logw != nil {
+		w, level = logw, slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("test_node", id)
 	s, err := server.Start(cfg, auth.Keys{apiKey: apiSecret}, apiKey, false, log)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	n := &node{id: id, srv: s, ws: "ws://" + s.HTTPAddr + "/v1/rtc", url: "http://" + s.HTTPAddr, t: t}
 	t.Cleanup(n.stop)
-	return n
+	return n, nil
 }
 
 func (n *node) stop() {
