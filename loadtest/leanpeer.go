@@ -81,8 +81,8 @@ type leanPeer struct {
 	authFail  uint64
 	done      chan struct{}
 	started   atomic.Bool
-	poller    *leanPoller // reads the socket once the keys are in place (nil: read does)
-	pollFD    int
+	sh        *leanShared    // the shared socket (nil: conn and the read goroutine)
+	laddr     netip.AddrPort // the peer's own address on sh
 }
 
 type leanStream struct {
@@ -91,19 +91,10 @@ type leanStream struct {
 	priorExp, priorN uint64
 }
 
-// newLeanPeer opens the peer's socket on bind (an IPv4 address).
-func newLeanPeer(p *Peer, cert *LeanCert, bind string) (*leanPeer, error) {
-	ip, err := netip.ParseAddr(bind)
-	if err != nil || !ip.Is4() {
-		return nil, fmt.Errorf("bind %q: want an IPv4 address", bind)
-	}
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
-	if err != nil {
-		return nil, err
-	}
-	// Video arrives in bursts (a keyframe is tens of packets at once).
-	_ = conn.SetReadBuffer(1 << 20)
-	l := &leanPeer{p: p, tot: p.tot, conn: conn, cert: cert, log: slog.With("peer", p.ID, "lean", true),
+// newLeanPeer opens the peer's socket on bind (an IPv4 address), or takes
+// an address on sh when sh is not nil.
+func newLeanPeer(p *Peer, cert *LeanCert, bind string, sh *leanShared) (*leanPeer, error) {
+	l := &leanPeer{p: p, tot: p.tot, cert: cert, log: slog.With("peer", p.ID, "lean", true),
 		lufrag: lean.Token(8), lpwd: lean.Token(24), iceOK: make(chan struct{}),
 		closed: make(chan struct{}), done: make(chan struct{}),
 		dec: make([]byte, 1500), rtcpPlain: make([]byte, 0, 1500), rtcpOut: make([]byte, 1500)}
@@ -111,10 +102,37 @@ func newLeanPeer(p *Peer, cert *LeanCert, bind string) (*leanPeer, error) {
 	var s [4]byte
 	_, _ = rand.Read(s[:])
 	l.ssrc = binary.BigEndian.Uint32(s[:])
+	if sh != nil {
+		close(l.done) // no reader goroutine of its own
+		return l, sh.reserve(l)
+	}
+	ip, err := netip.ParseAddr(bind)
+	if err != nil || !ip.Is4() {
+		return nil, fmt.Errorf("bind %q: want an IPv4 address", bind)
+	}
+	if l.conn, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0))); err != nil {
+		return nil, err
+	}
+	// Video arrives in bursts (a keyframe is tens of packets at once).
+	_ = l.conn.SetReadBuffer(1 << 20)
 	return l, nil
 }
 
-func (l *leanPeer) local() netip.AddrPort { return l.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+func (l *leanPeer) local() netip.AddrPort {
+	if l.sh != nil {
+		return l.laddr
+	}
+	return l.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// send writes one datagram from the peer's address.
+func (l *leanPeer) send(b []byte, to netip.AddrPort) error {
+	if l.sh != nil {
+		return l.sh.send(b, l.laddr, to)
+	}
+	_, err := l.conn.WriteToUDPAddrPort(b, to)
+	return err
+}
 
 // Offer is the SDP offer for this peer.
 func (l *leanPeer) Offer() (string, error) {
@@ -133,10 +151,11 @@ func (l *leanPeer) Close() {
 		if l.dconn != nil {
 			_ = l.dconn.Close() // close_notify still goes out: the socket is open
 		}
-		if l.poller != nil {
-			l.poller.remove(l)
+		if l.sh != nil {
+			l.sh.remove(l)
+		} else {
+			_ = l.conn.Close()
 		}
-		_ = l.conn.Close()
 		if !l.started.Load() {
 			return
 		}
@@ -158,10 +177,14 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 		return err
 	}
 	l.ans, l.remote = a, a.remote
-	l.dtlsIn = lean.NewPacketConn(func(b []byte) (int, error) { return l.conn.WriteToUDPAddrPort(b, l.remote) },
-		l.conn.LocalAddr(), net.UDPAddrFromAddrPort(l.remote))
+	l.dtlsIn = lean.NewPacketConn(func(b []byte) (int, error) { return len(b), l.send(b, l.remote) },
+		net.UDPAddrFromAddrPort(l.local()), net.UDPAddrFromAddrPort(l.remote))
 	l.started.Store(true)
-	go l.read()
+	if l.sh != nil {
+		l.sh.activate(l)
+	} else {
+		go l.read()
+	}
 
 	// ICE: checks with USE-CANDIDATE (aggressive nomination) every 50 ms
 	// until our check has succeeded and the server has checked us, which is
@@ -216,16 +239,6 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	l.tx = tx
 	l.lastRR = time.Now()
 	l.rx.Store(rx) // publishes tx and lastRR to the reader
-	if l.poller != nil {
-		// Hand the socket over: stop read (a past deadline) and wait for it,
-		// so that one goroutine at a time handles the peer's packets; what
-		// arrives meanwhile waits in the socket.
-		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
-		<-l.done
-		if err := l.poller.add(l); err != nil {
-			return fmt.Errorf("lean poller: %w", err)
-		}
-	}
 	l.p.mark(&l.p.dtlsAt)
 	if l.p.up.CompareAndSwap(false, true) {
 		l.p.emit("webrtcup", nil)
@@ -248,8 +261,7 @@ func (l *leanPeer) sendCheck() error {
 	l.pending[l.npend%len(l.pending)] = m.TransactionID
 	l.npend++
 	l.pendMu.Unlock()
-	_, err = l.conn.WriteToUDPAddrPort(m.Raw, l.remote)
-	return err
+	return l.send(m.Raw, l.remote)
 }
 
 // read is the peer's only goroutine once set up.
@@ -313,7 +325,7 @@ func (l *leanPeer) onSTUN(b []byte, from netip.AddrPort) {
 		if err != nil {
 			return
 		}
-		_, _ = l.conn.WriteToUDPAddrPort(resp, from)
+		_ = l.send(resp, from)
 		if from == l.remote {
 			l.checked.Store(true)
 		}
@@ -453,20 +465,21 @@ func (l *leanPeer) sendRTCP(plain []byte) {
 		return
 	}
 	l.rtcpOut = out[:cap(out)]
-	_, _ = l.conn.WriteToUDPAddrPort(out, l.remote)
+	_ = l.send(out, l.remote)
 }
 
 // LeanRx is what a run's lean peers share: the certificate, the local
-// address and, when polling, the poller that reads every connected socket.
+// address and, when polling, the one socket every peer shares.
 type LeanRx struct {
 	Cert   *LeanCert
 	Bind   string
-	poller *leanPoller
+	shared *leanShared
 }
 
-// NewLeanRx sets up lean peers on bind. poll > 0 reads every connected
-// peer's socket from one goroutine every poll interval (see leanPoller); 0
-// gives each peer its own reader goroutine.
+// NewLeanRx sets up lean peers on bind. poll > 0 puts every peer on one
+// shared socket (its own loopback address each, bind must be loopback) that
+// one goroutine drains with recvmmsg every poll interval (see leanShared);
+// 0 gives each peer its own socket and reader goroutine.
 func NewLeanRx(bind string, poll time.Duration) (*LeanRx, error) {
 	if bind == "" {
 		bind = "127.0.0.1"
@@ -477,28 +490,27 @@ func NewLeanRx(bind string, poll time.Duration) (*LeanRx, error) {
 	}
 	lr := &LeanRx{Cert: cert, Bind: bind}
 	if poll > 0 {
-		if lr.poller, err = newLeanPoller(poll); err != nil {
+		if lr.shared, err = newLeanShared(bind, poll); err != nil {
 			return nil, err
 		}
 	}
 	return lr, nil
 }
 
-// Close stops the poller; every peer must be closed first.
+// Close stops the shared socket's reader; every peer must be closed first.
 func (lr *LeanRx) Close() {
-	if lr.poller != nil {
-		lr.poller.Close()
+	if lr.shared != nil {
+		lr.shared.Close()
 	}
 }
 
 // LeanWHEP plays from a WHEP endpoint with a lean peer (no Pion
 // PeerConnection): recvonly video and audio, counted into p.
 func LeanWHEP(ctx context.Context, lr *LeanRx, endpoint, token string, p *Peer) error {
-	l, err := newLeanPeer(p, lr.Cert, lr.Bind)
+	l, err := newLeanPeer(p, lr.Cert, lr.Bind, lr.shared)
 	if err != nil {
 		return err
 	}
-	l.poller = lr.poller
 	p.OnClose(l.Close) // runs after the WHEP DELETE postOffer adds (reverse order)
 	offer, err := l.Offer()
 	if err != nil {

@@ -43,7 +43,7 @@ func BenchmarkLeanReceive(b *testing.B) {
 	}
 	var tot Counters
 	p := NewPeer("bench", "subscriber", &tot)
-	l, err := newLeanPeer(p, cert, "127.0.0.1")
+	l, err := newLeanPeer(p, cert, "127.0.0.1", nil)
 	if err != nil {
 		b.Fatal(err)
 	}

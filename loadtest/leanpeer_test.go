@@ -13,7 +13,8 @@ import (
 
 // Twenty lean WHEP viewers (no Pion PeerConnection) watch a Petrel stream
 // published over WHIP and receive every packet of it.
-// Both ways of reading: a goroutine per peer, and one poller for all.
+// Both ways of reading: a socket and goroutine per peer, and one shared
+// socket drained with recvmmsg for all.
 func TestLeanWHEPViewers(t *testing.T) {
 	url := startPetrel(t)
 	for _, poll := range []time.Duration{0, time.Millisecond} {
@@ -68,14 +69,14 @@ func publishWHIP(t *testing.T, url, room string) {
 
 // leanViewer makes a lean peer, posts its offer and returns it with the
 // server's answer (not yet applied).
-func leanViewer(t *testing.T, ctx context.Context, url, room, id string, tot *Counters) (*leanPeer, *Peer, string) {
+func leanViewer(t *testing.T, ctx context.Context, url, room, id string, tot *Counters, sh *leanShared) (*leanPeer, *Peer, string) {
 	t.Helper()
 	cert, err := NewLeanCert()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := NewPeer(id, "subscriber", tot)
-	l, err := newLeanPeer(p, cert, "127.0.0.1")
+	l, err := newLeanPeer(p, cert, "127.0.0.1", sh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,17 +105,29 @@ func packetsOf(p *Peer) (n uint64) {
 }
 
 // A lean viewer keeps receiving while junk of every first-byte class lands
-// on its socket, and drops all of it; a viewer given an answer whose
-// fingerprint is not the server's certificate fails the DTLS handshake with an
-// error that says so.
+// on its socket (its own, or its address on the shared one), and drops all
+// of it; a viewer given an answer whose fingerprint is not the server's
+// certificate fails the DTLS handshake with an error that says so.
 func TestLeanPeerHostileInput(t *testing.T) {
 	url := startPetrel(t)
 	publishWHIP(t, url, "h")
+	t.Run("own socket", func(t *testing.T) { leanHostile(t, url, nil) })
+	t.Run("shared socket", func(t *testing.T) {
+		sh, err := newLeanShared("127.0.0.1", time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sh.Close()
+		leanHostile(t, url, sh)
+	})
+}
+
+func leanHostile(t *testing.T, url string, sh *leanShared) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	var tot Counters
-	l, p, answer := leanViewer(t, ctx, url, "h", "good", &tot)
+	l, p, answer := leanViewer(t, ctx, url, "h", "good", &tot, sh)
 	if err := l.Connect(ctx, answer); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +160,7 @@ func TestLeanPeerHostileInput(t *testing.T) {
 		t.Errorf("%d packets lost", tot.Lost.Load())
 	}
 
-	bad, bp, answer := leanViewer(t, ctx, url, "h", "badfp", &tot)
+	bad, bp, answer := leanViewer(t, ctx, url, "h", "badfp", &tot, sh)
 	fp := regexp.MustCompile(`(?m)^a=fingerprint:sha-256 ([0-9A-F]{2})`)
 	if !fp.MatchString(answer) {
 		t.Fatalf("answer has no sha-256 fingerprint:\n%s", answer)
