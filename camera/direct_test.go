@@ -13,6 +13,7 @@ import (
 	"github.com/petrel-sfu/petrel/camera/probe"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // A viewer asks a WebRTC camera for a direct session: the camera answers on a
@@ -85,6 +86,22 @@ func TestWebRTCCameraDirect(t *testing.T) {
 			t.Errorf("camera's steps lack %s: %v", k, steps)
 		}
 	}
+	// The server keeps a record of the session too, tagged direct.
+	var rec *sfu.SessionTimingInfo
+	for deadline := time.Now().Add(10 * time.Second); rec == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, x := range camera.Sessions(room) {
+			if x.Kind == "direct" && x.Identity == "direct-1" && x.Steps["first_rtp"] > 0 {
+				rec = &x
+			}
+		}
+	}
+	if rec == nil {
+		t.Fatalf("no direct session record with first_rtp: %+v", camera.Sessions(room))
+	}
+	if rec.Steps["answer_created"] <= 0 || rec.Steps["first_rtp"] < rec.Steps["answer_created"] || rec.Steps["dtls_connected"] > rec.Steps["first_rtp"] {
+		t.Fatalf("direct record's steps out of order: %v", rec.Steps)
+	}
+	t.Logf("server's record of the direct session: %v", rec.Steps)
 	v.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for cam.DirectSessions() != 0 && time.Now().Before(deadline) {

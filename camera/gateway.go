@@ -63,6 +63,8 @@ type Gateway struct {
 	cams     map[string]*Camera
 	handlers map[string]TopicHandler
 	closed   bool
+
+	direct directTimings // direct.go
 }
 
 // New makes a gateway with no cameras; Add them or call Start with the config.
@@ -75,6 +77,9 @@ func New(o Options) *Gateway {
 	}
 	g := &Gateway{o: o, log: o.Log.With("component", "camera"), cams: map[string]*Camera{}, handlers: map[string]TopicHandler{}}
 	registerDeviceTopics(g) // ptz, talk, http (ptz.go)
+	if o.Manager != nil {
+		o.Manager.SetRelayTap(g.onRelay)
+	}
 	return g
 }
 

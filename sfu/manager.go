@@ -29,7 +29,8 @@ type Manager struct {
 	mu    sync.Mutex
 	rooms map[string]*Room
 
-	dataTap dataTapPtr // cascade.go
+	dataTap  dataTapPtr  // cascade.go
+	relayTap relayTapPtr // relaytap.go
 
 	leanEgress atomic.Pointer[egress.Server] // lean.go; nil: WHEP viewers get a PeerConnection
 }

@@ -607,6 +607,9 @@ func (p *Participant) Relay(to string, data []byte) error {
 	if q == nil || q.hidden || q == p {
 		return protocol.Errorf(protocol.CodeNotFound, "no participant %q to relay to", to)
 	}
+	if tap := p.room.mgr.relayTap.Load(); tap != nil {
+		(*tap)(p, q, data)
+	}
 	q.send(protocol.Msg{"type": "relay", "from": p.sid, "data": json.RawMessage(data)})
 	return nil
 }

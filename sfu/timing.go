@@ -40,7 +40,7 @@ type SessionTiming struct {
 	Room     string
 	Identity string
 	Sid      string
-	Kind     string // "whep" or "room"
+	Kind     string // "whep", "room" or "direct"
 	Start    time.Time
 	marks    [numSteps]atomic.Int64
 }
@@ -50,7 +50,10 @@ func (t *SessionTiming) Mark(s Step) {
 	if t == nil {
 		return
 	}
-	d := max(int64(time.Since(t.Start)), 1)
+	t.mark(s, max(int64(time.Since(t.Start)), 1))
+}
+
+func (t *SessionTiming) mark(s Step, d int64) {
 	if !t.marks[s].CompareAndSwap(0, d) {
 		return
 	}
@@ -92,6 +95,8 @@ var timings struct {
 	mu     sync.Mutex
 	live   map[*Participant]*SessionTiming
 	recent []*SessionTiming
+	// detached are live records of sessions without a participant of their own (relaytap.go).
+	detached map[*SessionTiming]bool
 }
 
 const recentTimings = 200
@@ -136,6 +141,9 @@ func SessionTimings(room string) []SessionTimingInfo {
 		all = append(all, t)
 	}
 	for _, t := range timings.live {
+		all = append(all, t)
+	}
+	for t := range timings.detached {
 		all = append(all, t)
 	}
 	timings.mu.Unlock()

@@ -240,6 +240,9 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			p = nil
 			return
 		}
+		if req.Type == "relay" {
+			req.Data = s.directICE(r, p, req.To, req.Data) // direct.go
+		}
 		if reply, err := s.handle(p, req); err != nil {
 			if protocol.CodeOf(err) == protocol.CodeInternal {
 				log.Error("request failed", "type", req.Type, "err", err)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -12,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pion/webrtc/v4"
+
 	"github.com/petrel-sfu/petrel/camera/emulator"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 func init() {
@@ -86,6 +90,8 @@ func cameraWebRTC(args []string) int {
 	url := fs.String("url", "ws://127.0.0.1:7880/v1/rtc", "Petrel's WebSocket URL")
 	tok := fs.String("token", os.Getenv("PETREL_TOKEN"), "the camera's token (POST /v1/cameras/{id}/token)")
 	clipDir := fs.String("clip", filepath.Join(os.TempDir(), "petrel-clip"), "test clip directory (generated if missing)")
+	maxDirect := fs.Int("max-direct", emulator.DefaultMaxDirect, "direct sessions served at once (viewers beyond go through the SFU; 0: none)")
+	loopback := fs.Bool("loopback", false, "gather ICE candidates on 127.0.0.1 only (the server's and the direct sessions' connections)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -99,7 +105,18 @@ func cameraWebRTC(args []string) int {
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	cam, err := emulator.StartWebRTC(ctx, emulator.WebRTCOptions{URL: *url, Token: *tok, Clip: clip})
+	o := emulator.WebRTCOptions{URL: *url, Token: *tok, Clip: clip, MaxDirect: *maxDirect,
+		Log: func(msg string, args ...any) { slog.Info(msg, args...) }}
+	if o.MaxDirect == 0 {
+		o.MaxDirect = -1 // the flag's 0 means none; the option's 0 means the default
+	}
+	if *loopback {
+		o.Tune = func(se *webrtc.SettingEngine) {
+			rtc.OnlyAddress(se, net.IPv4(127, 0, 0, 1))
+			se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+		}
+	}
+	cam, err := emulator.StartWebRTC(ctx, o)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera webrtc:", err)

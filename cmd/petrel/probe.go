@@ -34,18 +34,19 @@ func probeMain(args []string) int {
 	interval := fs.Duration("interval", 300*time.Millisecond, "pause between sessions (let a cold camera go idle: more than its idle_after)")
 	timeout := fs.Duration("timeout", 15*time.Second, "give up on a session after")
 	httpLive := fs.Bool("http", false, "measure the HTTP live fallback (live.mp4) instead of WebRTC")
+	direct := fs.Bool("direct", false, "a direct session with a WebRTC camera (peer to peer, the server relaying signaling; with --relay through its TURN)")
 	loopback := fs.Bool("loopback", false, "gather ICE candidates on 127.0.0.1 only")
 	asJSON := fs.Bool("json", false, "print each run and the summary as JSON lines")
 	key := fs.String("api-key", os.Getenv("PETREL_API_KEY"), "API key (default: development key)")
 	secret := fs.String("api-secret", os.Getenv("PETREL_API_SECRET"), "API secret")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: petrel probe [flags] <camera-id | WHEP URL>")
+		fmt.Fprintln(os.Stderr, "usage: petrel probe [flags] <camera-id | WHEP URL>  (--direct: a camera id)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 || *runs < 1 {
+	if fs.NArg() != 1 || *runs < 1 || (*direct && (*httpLive || strings.Contains(fs.Arg(0), "://"))) {
 		fs.Usage()
 		return 2
 	}
@@ -99,7 +100,12 @@ func probeMain(args []string) int {
 			res, err = probe.HTTPLive(ctx, live, *tok)
 		} else {
 			var v *probe.Viewer
-			v, err = probe.Open(ctx, probe.Options{Endpoint: endpoint, Token: *tok, Relay: *relay, TURNTCP: *turnTCP, API: api})
+			if *direct {
+				ws := "ws" + strings.TrimPrefix(strings.TrimRight(*server, "/"), "http") + "/v1/rtc"
+				v, err = probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: *tok, Relay: *relay, API: api})
+			} else {
+				v, err = probe.Open(ctx, probe.Options{Endpoint: endpoint, Token: *tok, Relay: *relay, TURNTCP: *turnTCP, API: api})
+			}
 			if err == nil {
 				res, err = v.WaitFirstFrame(ctx)
 				v.Close()

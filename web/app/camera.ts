@@ -4,7 +4,7 @@
 // time-to-stream overlay: each WebRTC step as this browser saw it, up to the
 // first frame painted (requestVideoFrameCallback). ?http=1 plays the HTTP live
 // fallback (fragmented MP4 through Media Source Extensions) instead.
-import { Room, type RemoteParticipant } from '../sdk/index.js';
+import { Room, viewCamera, type RemoteParticipant } from '../sdk/index.js';
 
 const WALL_ROOM = 'cameras';
 
@@ -33,7 +33,7 @@ export interface Timings {
 
 declare global {
   interface Window {
-    petrelCamera?: { timings: Timings; frames: () => number; mode: string; pc?: RTCPeerConnection };
+    petrelCamera?: { timings: Timings; frames: () => number; mode: string; pc?: RTCPeerConnection; reason?: string; serverPc?: RTCPeerConnection };
   }
 }
 
@@ -167,7 +167,15 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   a.href = `?${other}`;
   const back = el('a', undefined, 'All cameras');
   back.href = '?cameras=1';
-  links.append(back, ' · ', a);
+  // ?direct=1: peer to peer with a WebRTC camera, the SFU as the fallback (viewDirect).
+  const direct = params.get('direct') === '1';
+  const otherDirect = new URLSearchParams(params);
+  if (direct) otherDirect.delete('direct');
+  else otherDirect.set('direct', '1');
+  otherDirect.delete('http');
+  const d = el('a', undefined, direct ? 'Through the server' : 'Direct (peer to peer)');
+  d.href = `?${otherDirect}`;
+  links.append(back, ' · ', a, ' · ', d);
   page.append(head, wrap, links);
 
   const room = `camera/${id}`;
@@ -187,8 +195,9 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
       ['DTLS connected', t.dtlsConnected],
       ['first frame', t.firstFrame],
     ];
+    const mode = http ? 'HTTP live (fMP4)' : direct ? `WebRTC ${window.petrelCamera?.mode ?? 'direct'}` : 'WebRTC';
     overlay.textContent =
-      `${http ? 'HTTP live (fMP4)' : 'WebRTC'} time-to-stream\n` +
+      `${mode} time-to-stream\n` +
       rows.filter(([, v]) => !http || v !== undefined).map(([k, v]) => `${k.padEnd(18)}${v === undefined ? '…' : `${v} ms`}`).join('\n');
     overlay.dataset.firstFrame = t.firstFrame === undefined ? '' : String(t.firstFrame);
   };
@@ -206,6 +215,11 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   if (http) {
     onFirstFrame();
     await playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => mark('answerArrived'));
+    return;
+  }
+  if (direct) {
+    await viewDirect(room, token, params, video, mark, onFirstFrame);
+    draw();
     return;
   }
   const pc = new RTCPeerConnection({ iceTransportPolicy: params.get('relay') === '1' ? 'relay' : 'all', iceServers: await iceServers(room, token) });
@@ -246,6 +260,40 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     const loc = res.headers.get('Location');
     if (loc) void fetch(loc, { method: 'DELETE', headers: { Authorization: `Bearer ${token}` }, keepalive: true });
     pc.close();
+  });
+}
+
+/**
+ * A direct session with a WebRTC camera (docs/cameras.md#direct-sessions): join
+ * the camera's room without subscribing, and let the SDK try peer to peer, then
+ * the SFU. The overlay's steps are the direct attempt's; mode says which path won.
+ */
+async function viewDirect(
+  room: string,
+  token: string,
+  params: URLSearchParams,
+  video: HTMLVideoElement,
+  mark: (k: keyof Timings) => void,
+  onFirstFrame: () => void,
+): Promise<void> {
+  const r = new Room();
+  const relay = params.get('relay') === '1';
+  await r.connect(location.origin, token, { name: 'viewer', autoSubscribe: false, p2p: false, iceTransportPolicy: relay ? 'relay' : 'all' });
+  const steps: Record<string, keyof Timings> = { pcCreated: 'pcCreated', offerCreated: 'offerCreated', answerArrived: 'answerArrived', iceConnected: 'iceConnected', dtlsConnected: 'dtlsConnected' };
+  const view = await viewCamera(r, { onStep: (s) => steps[s] && mark(steps[s]) });
+  const cam = window.petrelCamera;
+  if (cam) {
+    cam.mode = view.path;
+    cam.pc = view.pc ?? r.subscriberPc ?? undefined;
+    cam.reason = view.reason;
+    cam.serverPc = r.publisherPc ?? undefined; // the room's connection to the server, for comparison
+  }
+  video.srcObject = new MediaStream([view.video]);
+  onFirstFrame();
+  void video.play().catch(() => {});
+  addEventListener('pagehide', () => {
+    view.close();
+    void r.disconnect();
   });
 }
 

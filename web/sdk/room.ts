@@ -191,6 +191,8 @@ export interface RoomEvents {
   connectionStateChanged: (state: ConnectionState) => void;
   /** Camera and microphone moved to the direct connection ('p2p') or back to the server ('sfu'). */
   mediaPathChanged: (path: MediaPath, reason: string) => void;
+  /** A relay message from another participant (direct-session signaling, e.g. direct.ts). */
+  relayReceived: (fromSid: string, data: unknown) => void;
   reconnecting: () => void;
   reconnected: () => void;
   disconnected: (reason: string) => void;
@@ -288,6 +290,16 @@ export class Room extends Emitter<RoomEvents> {
   /** The direct peer connection of a 1:1 call, while one exists. */
   get directPc(): RTCPeerConnection | null {
     return this.direct?.pc ?? null;
+  }
+  /** The ICE configuration of this room's connections (the server's TURN included), for other peer connections. */
+  get rtcConfiguration(): RTCConfiguration {
+    return this.rtcConfig();
+  }
+
+  /** Sends `data` to participant `toSid` as a relay message (signaling of a direct connection). */
+  async relay(toSid: string, data: unknown): Promise<void> {
+    if (!this.signal) throw new Error('relay: not connected');
+    await this.signal.request({ type: 'relay', to: toSid, data });
   }
 
   /**
@@ -705,6 +717,7 @@ export class Room extends Emitter<RoomEvents> {
       }
       case 'relay':
         void this.onRelay(msg.from, msg.data as P2PSignal).catch((err) => console.warn('petrel: p2p signaling failed', err));
+        this.emit('relayReceived', msg.from, msg.data);
         break;
       case 'trackPublished': {
         const p = this.participants.get(msg.participantSid);
