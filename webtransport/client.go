@@ -48,6 +48,7 @@ type Client struct {
 	asmMu     sync.Mutex
 	asm       *moqt.Assembler
 	pending   atomic.Int32 // unanswered SUBSCRIBEs
+	fetches   map[uint64]chan fetchData
 
 	// Lost counts fragments dropped by DatagramLoss, Resent those sent again
 	// for NACKs.
@@ -195,6 +196,10 @@ func (c *Client) readUni(st *wt.ReceiveStream) {
 		}
 		close(c.setupCh)
 		_, _ = io.Copy(io.Discard, br)
+		return
+	}
+	if t == moqt.FetchHeaderType {
+		c.readFetch(st, br)
 		return
 	}
 	h, err := moqt.ReadSubgroupHeaderAfterType(br, t)
@@ -361,18 +366,28 @@ func (c *Client) AddTrack(name string, datagrams bool) *PubTrack {
 	return t
 }
 
+// AddObjectDatagramTrack is AddTrack sending each object as one MoQT
+// OBJECT_DATAGRAM (the draft's own datagrams: no fragments, no repair).
+func (c *Client) AddObjectDatagramTrack(name string) *PubTrack {
+	t := c.AddTrack(name, false)
+	t.objectDatagrams = true
+	return t
+}
+
 // PubTrack is a track the client publishes.
 type PubTrack struct {
-	c         *Client
-	name      string
-	datagrams bool
-	mu        sync.Mutex
-	subs      []*pubSub
-	group     uint64
-	obj       int64
-	started   bool
-	onKey     func()
-	cache     map[[2]uint64][]byte
+	c               *Client
+	name            string
+	datagrams       bool
+	objectDatagrams bool
+	mu              sync.Mutex
+	subs            []*pubSub
+	group           uint64
+	obj             int64
+	started         bool
+	onKey           func()
+	cache           map[[2]uint64][]byte
+	published       *wt.Stream // the PUBLISH request stream of a PUBLISHed track
 }
 
 type pubSub struct {
@@ -426,7 +441,11 @@ func (t *PubTrack) WriteFrame(m *moqt.Meta, newGroup bool, payload []byte) error
 	var firstErr error
 	for _, s := range t.subs {
 		var err error
-		if t.datagrams {
+		if t.objectDatagrams {
+			_, l, _ := moqt.ParseVI(ext) // the block's length prefix: the datagram codes its own
+			err = t.c.Session.SendDatagram(moqt.AppendObjectDatagram(nil, &moqt.ObjectDatagram{TrackAlias: s.alias, Group: t.group,
+				Object: uint64(t.obj), Extensions: ext[l:], Payload: payload}))
+		} else if t.datagrams {
 			data := append(ext, payload...)
 			if t.cache == nil {
 				t.cache = map[[2]uint64][]byte{}
@@ -492,9 +511,14 @@ type Object struct {
 
 // ClientSub is a subscription of the client.
 type ClientSub struct {
-	c       *Client
-	Alias   uint64
-	Objects chan Object
+	c         *Client
+	Alias     uint64
+	RequestID uint64
+	// Largest is SUBSCRIBE_OK's LARGEST_OBJECT: the relay's newest object when
+	// the subscription began (a joining FETCH ends there).
+	Largest    moqt.Location
+	HasLargest bool
+	Objects    chan Object
 	// Done is closed when the publisher ends the track (PUBLISH_DONE) or the
 	// request stream ends; Reason says why.
 	Done   chan struct{}
@@ -515,13 +539,28 @@ func (s *ClientSub) push(group, id uint64, ext, payload []byte) {
 
 // Subscribe subscribes to a track. datagrams asks for Petrel fragment datagrams.
 func (c *Client) Subscribe(ctx context.Context, ns []string, track string, datagrams bool) (*ClientSub, error) {
+	return c.SubscribeWith(ctx, ns, track, SubscribeOptions{Datagrams: datagrams})
+}
+
+// SubscribeOptions are the less common SUBSCRIBE choices.
+type SubscribeOptions struct {
+	Datagrams bool   // Petrel fragment datagrams
+	Filter    uint64 // moqt.FilterNextGroupStart or FilterLargestObject (0: none sent)
+}
+
+// SubscribeWith subscribes with options.
+func (c *Client) SubscribeWith(ctx context.Context, ns []string, track string, o SubscribeOptions) (*ClientSub, error) {
 	var params moqt.Pairs
-	if datagrams {
-		params = moqt.Pairs{{Key: moqt.ParamDelivery, Int: 1}}
+	if o.Datagrams {
+		params = append(params, moqt.Pair{Key: moqt.ParamDelivery, Int: 1})
+	}
+	if o.Filter != 0 {
+		params = append(params, moqt.FilterParam(moqt.Filter{Type: o.Filter}))
 	}
 	c.pending.Add(1)
 	defer c.pending.Add(-1)
-	st, br, resp, err := c.request(ctx, moqt.Subscribe{RequestID: c.allocReq(), Namespace: ns, Track: track, Params: params})
+	id := c.allocReq()
+	st, br, resp, err := c.request(ctx, moqt.Subscribe{RequestID: id, Namespace: ns, Track: track, Params: params})
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +569,8 @@ func (c *Client) Subscribe(ctx context.Context, ns []string, track string, datag
 		st.CancelRead(1)
 		return nil, fmt.Errorf("unexpected answer %T", resp)
 	}
-	s := &ClientSub{c: c, Alias: ok.TrackAlias, Objects: make(chan Object, 1024), Done: make(chan struct{}), st: st}
+	s := &ClientSub{c: c, Alias: ok.TrackAlias, RequestID: id, Objects: make(chan Object, 1024), Done: make(chan struct{}), st: st}
+	s.Largest, s.HasLargest = ok.Params.LargestObject()
 	c.mu.Lock()
 	c.subs[s.Alias] = s
 	c.mu.Unlock()
@@ -571,6 +611,19 @@ func (c *Client) readDatagrams() {
 		b, err := c.Session.ReceiveDatagram(c.ctx)
 		if err != nil {
 			return
+		}
+		if len(b) > 0 && moqt.IsObjectDatagram(b[0]) {
+			var od moqt.ObjectDatagram
+			if moqt.ParseObjectDatagram(b, &od) != nil || od.HasStatus {
+				continue
+			}
+			c.mu.Lock()
+			s := c.subs[od.TrackAlias]
+			c.mu.Unlock()
+			if s != nil {
+				s.push(od.Group, od.Object, od.Extensions, od.Payload)
+			}
+			continue
 		}
 		v, err := moqt.ParseDatagram(b)
 		if err != nil {

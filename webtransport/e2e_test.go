@@ -18,7 +18,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
-	"github.com/pion/webrtc/v4/pkg/media"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
@@ -128,6 +127,51 @@ func (e *env) join(room, identity string) *client.Client {
 	return c
 }
 
+// every calls fn(n) for n = 0, 1, … every interval until the test ends: the
+// frame clock of the test publishers.
+func every(t testing.TB, interval time.Duration, fn func(n int)) {
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		tk := time.NewTicker(interval)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			fn(n)
+		}
+	}()
+}
+
+// rtcPublisher joins room as a Pion WebRTC client publishing a camera track
+// of codec (VP8 or H.264), fed with frame(n) at 30 fps until the test ends.
+func (e *env) rtcPublisher(room, identity string, codec webrtc.RTPCodecCapability, frame func(n int) []byte) *client.Client {
+	e.t.Helper()
+	pc := e.join(room, identity)
+	track, err := webrtc.NewTrackLocalStaticRTP(codec, "v", "s")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, err := pc.Publish(context.Background(), track, "camera"); err != nil {
+		e.t.Fatal(err)
+	}
+	kind := "vp8"
+	if codec.MimeType == webrtc.MimeTypeH264 {
+		kind = "h264"
+	}
+	pk, err := webtransport.NewPacketizer(kind, 90000, 96, 0x5555, 1)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	every(e.t, 33*time.Millisecond, func(n int) {
+		pk.Packetize(uint64(n)*33333, frame(n), func(p *rtp.Packet) { _ = track.WriteRTP(p) })
+	})
+	return pc
+}
+
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -179,27 +223,16 @@ func TestWebTransportPublisherToWebRTCSubscriber(t *testing.T) {
 	}
 
 	sent := sync.Map{} // frame number -> bytes
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tk := time.NewTicker(33 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			key := n%60 == 0 || forceKey.Swap(false)
-			f := vp8Frame(n, key)
-			sent.Store(n, f)
-			m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1, WallclockMs: uint64(time.Now().UnixMilli())}
-			if key {
-				m.Codec, m.Width, m.Height = "vp8", 640, 360
-			}
-			_ = video.WriteFrame(&m, key, f)
+	every(t, 33*time.Millisecond, func(n int) {
+		key := n%60 == 0 || forceKey.Swap(false)
+		f := vp8Frame(n, key)
+		sent.Store(n, f)
+		m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1, WallclockMs: uint64(time.Now().UnixMilli())}
+		if key {
+			m.Codec, m.Width, m.Height = "vp8", 640, 360
 		}
-	}()
+		_ = video.WriteFrame(&m, key, f)
+	})
 
 	viewer := e.join("mix", "viewer")
 	var tr client.Track
@@ -324,35 +357,14 @@ func vp8Key(p []byte) bool {
 // (objects in groups, a group per keyframe), over streams and over datagrams.
 func TestWebRTCPublisherToWebTransportSubscriber(t *testing.T) {
 	e := start(t)
-	pc := e.join("mix2", "rtcpub")
-	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "v", "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := pc.Publish(context.Background(), track, "camera"); err != nil {
-		t.Fatal(err)
-	}
 	sent := sync.Map{}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		pk, _ := webtransport.NewPacketizer("vp8", 90000, 96, 0x5555, 1)
-		tk := time.NewTicker(33 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			f := vp8Frame(n, n%15 == 0)
-			sent.Store(n, f)
-			pk.Packetize(uint64(n)*33333, f, func(p *rtp.Packet) { _ = track.WriteRTP(p) })
-		}
-	}()
-	_ = media.Sample{}
-
+	pc := e.rtcPublisher("mix2", "rtcpub", webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, func(n int) []byte {
+		f := vp8Frame(n, n%15 == 0)
+		sent.Store(n, f)
+		return f
+	})
 	sub := e.dial("mix2", "wtsub")
+	var err error
 	ns := []string{"petrel", "mix2", "rtcpub"}
 	var s *webtransport.ClientSub
 	waitFor(t, "the WebRTC publisher's track", 30*time.Second, func() bool {
@@ -517,26 +529,15 @@ func TestWebTransportDatagramPublisher(t *testing.T) {
 	}
 	waitFor(t, "the server's subscription", 30*time.Second, func() bool { return video.Subscribers() > 0 })
 	var sentFrames atomic.Int64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tk := time.NewTicker(33 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			key := n%60 == 0 || forceKey.Swap(false)
-			m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1}
-			if key {
-				m.Codec = "vp8"
-			}
-			_ = video.WriteFrame(&m, key, vp8Frame(n, key))
-			sentFrames.Add(1)
+	every(t, 33*time.Millisecond, func(n int) {
+		key := n%60 == 0 || forceKey.Swap(false)
+		m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1}
+		if key {
+			m.Codec = "vp8"
 		}
-	}()
+		_ = video.WriteFrame(&m, key, vp8Frame(n, key))
+		sentFrames.Add(1)
+	})
 	viewer := e.join("dg", "viewer")
 	var tr client.Track
 	select {
@@ -736,35 +737,16 @@ func h264Frame(n int, key bool) []byte {
 // Annex B access units with the codec named as WebCodecs does.
 func TestWebRTCH264ToWebTransport(t *testing.T) {
 	e := start(t)
-	pc := e.join("h264", "rtcpub")
-	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
-		SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, "v", "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := pc.Publish(context.Background(), track, "camera"); err != nil {
-		t.Fatal(err)
-	}
 	sent := sync.Map{}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		pk, _ := webtransport.NewPacketizer("h264", 90000, 102, 0x7777, 1)
-		tk := time.NewTicker(33 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			f := h264Frame(n, n%15 == 0)
-			sent.Store(string(f[len(f)-10:len(f)-8]), f)
-			pk.Packetize(uint64(n)*33333, f, func(p *rtp.Packet) { _ = track.WriteRTP(p) })
-		}
-	}()
+	e.rtcPublisher("h264", "rtcpub", webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+		SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, func(n int) []byte {
+		f := h264Frame(n, n%15 == 0)
+		sent.Store(string(f[len(f)-10:len(f)-8]), f)
+		return f
+	})
 	sub := e.dial("h264", "wtsub")
 	var s *webtransport.ClientSub
+	var err error
 	waitFor(t, "the H.264 track", 30*time.Second, func() bool {
 		s, err = sub.Subscribe(context.Background(), []string{"petrel", "h264", "rtcpub"}, "video", false)
 		return err == nil

@@ -67,29 +67,18 @@ func TestMeasureWebTransport(t *testing.T) {
 	video.OnKeyframeRequest(func() { forceKey.Store(true) })
 	var mu sync.Mutex
 	sentAt := map[int]time.Time{}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tk := time.NewTicker(33 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			key := n%60 == 0 || forceKey.Swap(false)
-			f := vp8Frame(n, key)
-			mu.Lock()
-			sentAt[n] = time.Now()
-			mu.Unlock()
-			m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1}
-			if key {
-				m.Codec = "vp8"
-			}
-			_ = video.WriteFrame(&m, key, f)
+	every(t, 33*time.Millisecond, func(n int) {
+		key := n%60 == 0 || forceKey.Swap(false)
+		f := vp8Frame(n, key)
+		mu.Lock()
+		sentAt[n] = time.Now()
+		mu.Unlock()
+		m := moqt.Meta{TimestampUs: uint64(n) * 33333, Keyframe: key, AudioLevel: -1}
+		if key {
+			m.Codec = "vp8"
 		}
-	}()
+		_ = video.WriteFrame(&m, key, f)
+	})
 	lat := func(n int, at time.Time) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()

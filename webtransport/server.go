@@ -263,16 +263,30 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
-// publisherOf finds the live session of identity in room that announced ns.
-func (s *Server) publisherOf(room string, ns []string) *session {
+// publisherOf finds the live session in room that announced ns or PUBLISHed
+// track in it.
+func (s *Server) publisherOf(room string, ns []string, track string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for x := range s.sessions {
-		if x.room == room && x.announced(ns) {
+		if x.room == room && x.serves(ns, track) {
 			return x
 		}
 	}
 	return nil
+}
+
+// roomSessions lists the live sessions in room.
+func (s *Server) roomSessions(room string) []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*session
+	for x := range s.sessions {
+		if x.room == room {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // Close ends every session and the endpoint.

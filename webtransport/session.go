@@ -66,6 +66,11 @@ type session struct {
 	pendingSubs atomic.Int32
 	aliasWake   chan struct{}
 
+	nsWatch []chan struct{} // SUBSCRIBE_NAMESPACE requests to wake when namespaces change
+
+	badDgrams   atomic.Int64
+	badDgramLog atomic.Int64 // unix ns of the last log line about one
+
 	asmMu     sync.Mutex // the datagram reader and the NACK ticker share asm
 	asm       *moqt.Assembler
 	closeOnce sync.Once
@@ -143,8 +148,8 @@ func (s *session) cleanup() {
 	}
 }
 
-// announced reports whether the client announced ns.
-func (s *session) announced(ns []string) bool {
+// serves reports whether the client announced ns or PUBLISHed track in it.
+func (s *session) serves(ns []string, track string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.namespaces {
@@ -152,8 +157,11 @@ func (s *session) announced(ns []string) bool {
 			return true
 		}
 	}
-	return false
+	u := s.up[trackKey(ns, track)]
+	return u != nil && u.published
 }
+
+func trackKey(ns []string, name string) string { return strings.Join(ns, "/") + "\x00" + name }
 
 // --- control stream ---------------------------------------------------------
 
@@ -212,16 +220,10 @@ func (s *session) readControl(br *bufio.Reader) {
 			s.close(moqt.CloseNoError, "client sent GOAWAY")
 			return
 		default:
-			s.close(moqt.CloseProtocolViolation, fmt.Sprintf("unexpected control message 0x%x", msgType(m)))
+			s.close(moqt.CloseProtocolViolation, fmt.Sprintf("unexpected control message 0x%x", moqt.Type(m)))
 			return
 		}
 	}
-}
-
-func msgType(m moqt.Message) uint64 {
-	b, _ := moqt.AppendMessage(nil, m)
-	t, _, _ := moqt.ParseVI(b)
-	return t
 }
 
 // acceptUni takes the client's control stream and its data streams.
@@ -336,6 +338,13 @@ func (s *session) serveRequest(st *wt.Stream) {
 	_ = st.SetReadDeadline(time.Now().Add(requestTimeout))
 	m, err := moqt.ReadMessage(br)
 	if err != nil {
+		if streamEnded(err) {
+			// The requester reset or closed the stream (or let it idle) before
+			// its request was whole: that ends this request, not the session.
+			s.log.Info("request stream ended before its request", "err", err)
+			st.CancelWrite(0)
+			return
+		}
 		s.close(moqt.CloseProtocolViolation, "bad request: "+err.Error())
 		return
 	}
@@ -345,23 +354,35 @@ func (s *session) serveRequest(st *wt.Stream) {
 		s.handleSubscribe(st, br, m)
 	case moqt.PublishNamespace:
 		s.handleAnnounce(st, br, m)
+	case moqt.SubscribeNamespace:
+		s.handleSubscribeNamespace(st, br, m)
+	case moqt.Publish:
+		s.handlePublish(st, br, m)
+	case moqt.Fetch:
+		s.handleFetch(st, br, m)
+	case moqt.Unknown:
+		switch m.Type {
+		case moqt.TypeTrackStatus, moqt.TypeSubscribeTracks, moqt.TypeRequestUpdate:
+			s.log.Warn("unsupported request", "type", fmt.Sprintf("0x%x", m.Type))
+			s.reply(st, moqt.RequestError{Code: moqt.ErrCodeNotSupported, Reason: "not supported by petrel"})
+			st.CancelRead(0)
+			_ = st.Close()
+		default:
+			// Draft-18: an unknown message type is a protocol violation.
+			s.close(moqt.CloseProtocolViolation, fmt.Sprintf("unknown request type 0x%x", m.Type))
+		}
 	default:
-		s.log.Warn("unsupported request", "type", fmt.Sprintf("0x%x", msgType(m)))
-		id := requestID(m)
-		s.reply(st, moqt.RequestError{RequestID: id, Code: moqt.ErrCodeNotSupported, Reason: "not supported by petrel"})
-		st.CancelRead(0)
-		_ = st.Close()
+		s.close(moqt.CloseProtocolViolation, fmt.Sprintf("message 0x%x cannot start a request", moqt.Type(m)))
 	}
 }
 
-// requestID digs out the request id of a message Petrel does not implement
-// (its first field in every draft-18 request).
-func requestID(m moqt.Message) uint64 {
-	if u, ok := m.(moqt.Unknown); ok {
-		v, _, _ := moqt.ParseVI(u.Payload)
-		return v
-	}
-	return 0
+// streamEnded tells a stream that was reset, closed or timed out from one that
+// carried malformed bytes.
+func streamEnded(err error) bool {
+	var se *wt.StreamError
+	var ne interface{ Timeout() bool }
+	return errors.As(err, &se) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 func (s *session) reply(st *wt.Stream, m moqt.Message) bool {
@@ -383,7 +404,8 @@ func (s *session) waitEnd(st *wt.Stream, br *bufio.Reader) {
 		if err != nil {
 			return
 		}
-		if _, ok := m.(moqt.Unsubscribe); ok {
+		switch m.(type) {
+		case moqt.Unsubscribe, moqt.PublishNamespaceDone, moqt.PublishDone:
 			return
 		}
 	}
@@ -405,6 +427,7 @@ func (s *session) handleAnnounce(st *wt.Stream, br *bufio.Reader, m moqt.Publish
 		return
 	}
 	s.log.Info("namespace published", "namespace", strings.Join(m.Namespace, "/"))
+	s.srv.namespacesChanged(s.room)
 	if len(m.Namespace) == 3 {
 		// The participant's own namespace: bring its media into the room.
 		for _, name := range []string{"video", "audio", "data"} {
@@ -419,6 +442,7 @@ func (s *session) handleAnnounce(st *wt.Stream, br *bufio.Reader, m moqt.Publish
 	s.mu.Lock()
 	s.namespaces = slices.DeleteFunc(s.namespaces, func(a []string) bool { return slices.Equal(a, m.Namespace) })
 	s.mu.Unlock()
+	s.srv.namespacesChanged(s.room)
 }
 
 func (s *session) handleSubscribe(st *wt.Stream, br *bufio.Reader, m moqt.Subscribe) {
@@ -435,16 +459,25 @@ func (s *session) handleSubscribe(st *wt.Stream, br *bufio.Reader, m moqt.Subscr
 		fail(moqt.ErrCodeDoesNotExist, "namespace outside this session's room petrel/"+s.room)
 		return
 	}
+	filter, _, ferr := m.Params.Filter()
+	if ferr != nil {
+		s.close(moqt.CloseProtocolViolation, "SUBSCRIBE: "+ferr.Error())
+		return
+	}
+	if filter.Type == moqt.FilterAbsoluteStart || filter.Type == moqt.FilterAbsoluteRange {
+		fail(moqt.ErrCodeNotSupported, "absolute subscription filters are not supported: FETCH the past, SUBSCRIBE from the largest object")
+		return
+	}
 	d := s.newDown(st, m)
 	var err error
 	switch {
 	case len(ns) == 2 && m.Track == "events":
 		err = s.attachEvents(d)
 	case len(ns) >= 3:
-		if pub := s.srv.publisherOf(s.room, ns); pub != nil {
+		if pub := s.srv.publisherOf(s.room, ns, m.Track); pub != nil {
 			var u *upTrack
 			if u, err = pub.upstream(ns, m.Track, false); err == nil {
-				err = u.addSub(d)
+				err = u.addSub(d, filter)
 			}
 		} else if len(ns) == 3 {
 			err = s.attachRTP(d, ns[2], m.Track)
@@ -465,7 +498,11 @@ func (s *session) handleSubscribe(st *wt.Stream, br *bufio.Reader, m moqt.Subscr
 	s.mu.Lock()
 	s.down[d.alias] = d
 	s.mu.Unlock()
-	if !s.reply(st, moqt.SubscribeOK{RequestID: m.RequestID, TrackAlias: d.alias}) {
+	var okParams moqt.Pairs
+	if d.hasJoin {
+		okParams = moqt.Pairs{moqt.LargestObjectParam(d.joinAt)}
+	}
+	if !s.reply(st, moqt.SubscribeOK{RequestID: m.RequestID, TrackAlias: d.alias, Params: okParams}) {
 		d.stop()
 		return
 	}
@@ -484,7 +521,7 @@ var errNoTrack = errors.New("no such track")
 // upstream returns the server's subscription to one of this client's tracks,
 // subscribing on first use. bridge makes a media track a room track.
 func (s *session) upstream(ns []string, name string, bridge bool) (*upTrack, error) {
-	key := strings.Join(ns, "/") + "\x00" + name
+	key := trackKey(ns, name)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -529,9 +566,13 @@ func (s *session) readDatagrams() {
 		if err != nil {
 			return
 		}
+		if len(b) > 0 && moqt.IsObjectDatagram(b[0]) {
+			s.objectDatagram(b)
+			continue
+		}
 		v, err := moqt.ParseDatagram(b)
 		if err != nil {
-			s.log.Debug("bad datagram", "err", err)
+			s.badDatagram(err)
 			continue
 		}
 		now := time.Now()
@@ -581,6 +622,33 @@ func (s *session) readDatagrams() {
 				d.keyframe()
 			}
 		}
+	}
+}
+
+// objectDatagram takes a MoQT OBJECT_DATAGRAM: one whole object of a track
+// the client publishes.
+func (s *session) objectDatagram(b []byte) {
+	var od moqt.ObjectDatagram
+	if err := moqt.ParseObjectDatagram(b, &od); err != nil {
+		s.badDatagram(err)
+		return
+	}
+	s.mu.Lock()
+	u := s.upByAlias[od.TrackAlias]
+	s.mu.Unlock()
+	if u == nil || od.HasStatus {
+		return // unknown alias (late after the end, or garbage); status objects carry nothing to relay
+	}
+	u.deliver(od.Group, od.Object, od.Extensions, od.Payload, true)
+}
+
+// badDatagram logs a malformed datagram, at most once a second per session
+// (datagrams are per packet: a flood must not become a flood of log lines).
+func (s *session) badDatagram(err error) {
+	s.badDgrams.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.badDgramLog.Load(); now-last > int64(time.Second) && s.badDgramLog.CompareAndSwap(last, now) {
+		s.log.Warn("malformed datagram dropped", "err", err, "total", s.badDgrams.Load())
 	}
 }
 
@@ -643,12 +711,16 @@ func (e eventSender) Send(m protocol.Msg) {
 	}
 	e.s.pushEvent(b)
 	switch m["type"] {
+	case "participantJoined", "trackPublished":
+		e.s.pokeNamespaces()
 	case "trackUnpublished":
 		sid, _ := m["trackSid"].(string)
 		go e.s.endBridged(func(d *downSub) bool { return d.pubSid == sid }, "track unpublished")
+		e.s.pokeNamespaces()
 	case "participantLeft":
 		sid, _ := m["participantSid"].(string)
 		go e.s.endBridged(func(d *downSub) bool { return d.ownerSid == sid }, "publisher left")
+		e.s.pokeNamespaces()
 	}
 }
 

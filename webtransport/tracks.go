@@ -2,8 +2,10 @@ package webtransport
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +55,22 @@ type upTrack struct {
 	pendSince time.Time
 	lastKFReq time.Time
 	Frames    int
+
+	// The relay's cache of the last groups, for FETCH and for the largest
+	// location a SUBSCRIBE_OK names (oldest first by arrival).
+	cache      []outObj
+	cacheBytes int
+	largest    moqt.Location
+	hasLargest bool
+	published  bool // the client PUBLISHed it (no SUBSCRIBE of ours)
 }
+
+// Relay cache bounds per track: enough for a late joiner's current group (a
+// 10 s GOP at a few Mbit/s) without letting one publisher hold much memory.
+const (
+	cacheGroups   = 4
+	cacheMaxBytes = 8 << 20
+)
 
 type pendObj struct{ ext, payload []byte }
 
@@ -110,7 +127,7 @@ func (u *upTrack) subscribe() {
 		s.mu.Lock()
 		if _, dup := s.upByAlias[m.TrackAlias]; dup {
 			s.mu.Unlock()
-			s.close(moqt.CloseProtocolViolation, "publisher reused a track alias")
+			s.close(moqt.CloseDuplicateTrackAlias, "publisher reused a track alias")
 			fail(errors.New("duplicate track alias"))
 			return
 		}
@@ -175,14 +192,21 @@ func (u *upTrack) end(reason string) {
 	}
 }
 
-func (u *upTrack) addSub(d *downSub) error {
+// addSub adds a relayed subscription. Without a filter (or NextGroupStart) a
+// video subscriber starts at the next group; LargestObject starts right after
+// the largest object cached, which SUBSCRIBE_OK names, so a joining FETCH can
+// fill in what came before without a gap.
+func (u *upTrack) addSub(d *downSub, f moqt.Filter) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.ended {
 		return errNoTrack
 	}
 	u.subs = append(u.subs, d)
-	if u.name == "video" || u.name == "screen" || u.kind == "vp8" || u.kind == "h264" {
+	d.up = u
+	d.joinAt, d.hasJoin = u.largest, u.hasLargest
+	video := u.name == "video" || u.name == "screen" || u.kind == "vp8" || u.kind == "h264"
+	if f.Type == moqt.FilterNextGroupStart || f.Type == 0 && video {
 		// A decoder needs a group start: skip to the next one (asked for below).
 		d.dropping = true
 	}
@@ -226,27 +250,63 @@ func (u *upTrack) deliverDatagramObject(group, obj uint64, b []byte) {
 }
 
 // deliver takes one object of the track (ext and payload are only valid during
-// the call).
-func (u *upTrack) deliver(group, obj uint64, ext, payload []byte, _ bool) {
+// the call). dgram says it came as an OBJECT_DATAGRAM: the publisher's choice
+// of forwarding, which the relay keeps towards plain MoQT subscribers.
+func (u *upTrack) deliver(group, obj uint64, ext, payload []byte, dgram bool) {
 	if u.name == "data" && len(u.ns) == 3 {
 		u.s.publishData(payload)
 	}
+	// One copy, shared read-only by the cache and every subscriber's queue.
+	o := outObj{group: group, obj: obj, ext: append([]byte(nil), ext...), payload: append([]byte(nil), payload...), dgram: dgram}
 	u.mu.Lock()
 	subs := u.subs
-	bridge := u.bridge.Load() && len(u.ns) == 3 && u.name != "data"
-	var e, p []byte
-	if len(subs) > 0 || bridge {
-		// One copy, shared read-only by every subscriber's queue.
-		e = append([]byte(nil), ext...)
-		p = append([]byte(nil), payload...)
+	if u.bridge.Load() && len(u.ns) == 3 && u.name != "data" {
+		u.order(group, obj, o.ext, o.payload)
 	}
-	if bridge {
-		u.order(group, obj, e, p)
-	}
+	u.remember(o)
 	u.mu.Unlock()
 	for _, d := range subs {
-		d.enqueue(outObj{group: group, obj: obj, ext: e, payload: p})
+		d.enqueue(o)
 	}
+}
+
+// remember caches o and moves the largest location. Called with u.mu held.
+func (u *upTrack) remember(o outObj) {
+	l := moqt.Location{Group: o.group, Object: o.obj}
+	if !u.hasLargest || u.largest.Less(l) {
+		u.largest, u.hasLargest = l, true
+	}
+	u.cache = append(u.cache, o)
+	u.cacheBytes += len(o.ext) + len(o.payload)
+	drop := 0
+	for drop < len(u.cache)-1 && (u.cacheBytes > cacheMaxBytes || u.cache[drop].group+cacheGroups <= u.largest.Group) {
+		u.cacheBytes -= len(u.cache[drop].ext) + len(u.cache[drop].payload)
+		drop++
+	}
+	if drop > 0 {
+		u.cache = append(u.cache[:0], u.cache[drop:]...)
+	}
+}
+
+// cached returns the cached objects from start to end (inclusive) in
+// ascending order, each once.
+func (u *upTrack) cached(start, end moqt.Location) []outObj {
+	u.mu.Lock()
+	var out []outObj
+	for _, o := range u.cache {
+		l := moqt.Location{Group: o.group, Object: o.obj}
+		if !l.Less(start) && !end.Less(l) {
+			out = append(out, o)
+		}
+	}
+	u.mu.Unlock()
+	slices.SortFunc(out, func(a, b outObj) int {
+		if a.group != b.group {
+			return cmp.Compare(a.group, b.group)
+		}
+		return cmp.Compare(a.obj, b.obj)
+	})
+	return slices.CompactFunc(out, func(a, b outObj) bool { return a.group == b.group && a.obj == b.obj })
 }
 
 // order feeds the room in object order: datagram objects complete out of order
@@ -423,6 +483,7 @@ type outObj struct {
 	group, obj uint64
 	ext        []byte // extension block body
 	payload    []byte
+	dgram      bool // arrived as an OBJECT_DATAGRAM
 }
 
 // downSub is one subscription of a client to a track the server provides.
@@ -437,6 +498,13 @@ type downSub struct {
 	datagram         bool
 	perFrame         bool // a stream per object (audio, events)
 	priority         byte
+	reqID            uint64 // the SUBSCRIBE's Request ID (a joining FETCH names it)
+
+	// Relayed subscriptions: the track, and the largest location cached when
+	// the subscription began (its Joining Location).
+	up      *upTrack
+	joinAt  moqt.Location
+	hasJoin bool
 
 	q         chan outObj
 	enqMu     sync.Mutex
@@ -464,7 +532,7 @@ func (s *session) newDown(st *wt.Stream, m moqt.Subscribe) *downSub {
 	alias := s.nextAlias
 	s.nextAlias++
 	s.mu.Unlock()
-	d := &downSub{s: s, alias: alias, st: st, track: m.Track, q: make(chan outObj, 256), done: make(chan struct{}), priority: 1}
+	d := &downSub{s: s, alias: alias, st: st, track: m.Track, q: make(chan outObj, 256), done: make(chan struct{}), priority: 1, reqID: m.RequestID}
 	if p, ok := m.Params.Get(moqt.ParamDelivery); ok && p.Int == 1 && s.ext.Load() {
 		d.datagram = true
 	}
@@ -578,6 +646,9 @@ func (d *downSub) writeStreams() {
 			d.Dropped.Add(1)
 			continue
 		}
+		if o.dgram && d.sendObjectDatagram(o, buf) {
+			continue
+		}
 		if cur != nil && (o.group != curGroup || d.perFrame) {
 			finish(skipped && o.group != curGroup)
 			skipped = false
@@ -623,6 +694,22 @@ func (d *downSub) writeStreams() {
 		}
 		d.Sent.Add(1)
 	}
+}
+
+// sendObjectDatagram forwards an object that arrived as an OBJECT_DATAGRAM the
+// same way when it fits one datagram (else the caller sends it on a stream).
+func (d *downSub) sendObjectDatagram(o outObj, buf []byte) bool {
+	if len(o.ext)+len(o.payload)+40 > serverDatagramMax {
+		return false
+	}
+	b := moqt.AppendObjectDatagram(buf[:0], &moqt.ObjectDatagram{TrackAlias: d.alias, Group: o.group, Object: o.obj,
+		Priority: d.priority, Extensions: o.ext, Payload: o.payload})
+	if d.s.ws.SendDatagram(b) != nil {
+		d.Dropped.Add(1)
+	} else {
+		d.Sent.Add(1)
+	}
+	return true
 }
 
 // writeDatagrams fragments each object into datagrams, keeps it for NACKs and

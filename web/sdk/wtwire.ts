@@ -42,7 +42,7 @@ export const Loc = {
 
 export const Dgram = { FRAGMENT: 0x50, NACK: 0x51, KEYFRAME_REQUEST: 0x52, FEC: 0x53 } as const;
 export const SUBGROUP_HEADER = 0x15;
-export const RequestErrorCode = { INTERNAL: 0x0, UNAUTHORIZED: 0x1, NOT_SUPPORTED: 0x3, DOES_NOT_EXIST: 0x4 } as const;
+export const RequestErrorCode = { INTERNAL: 0x0, UNAUTHORIZED: 0x1, NOT_SUPPORTED: 0x3, DOES_NOT_EXIST: 0x10 } as const;
 /** Stream reset code for a group whose frames went stale. */
 export const RESET_STALE = 0x1;
 
