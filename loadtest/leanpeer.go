@@ -189,7 +189,8 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	// ICE: checks with USE-CANDIDATE (aggressive nomination) every 50 ms
 	// until our check has succeeded and the server has checked us, which is
 	// when a controlled agent accepts the nomination; a few more after that
-	// (a nomination can arrive before the server's own check succeeded).
+	// (a nomination can arrive before the server's own check succeeded). An
+	// ICE-lite server never checks: its answer to ours is enough.
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	extra := 0
@@ -206,7 +207,7 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 		}
 		select {
 		case <-l.iceOK:
-			if l.checked.Load() {
+			if l.checked.Load() || l.ans.lite {
 				extra++
 			}
 		default:
@@ -479,7 +480,8 @@ type LeanRx struct {
 // NewLeanRx sets up lean peers on bind. poll > 0 puts every peer on one
 // shared socket (its own loopback address each, bind must be loopback) that
 // one goroutine drains with recvmmsg every poll interval (see leanShared);
-// 0 gives each peer its own socket and reader goroutine.
+// 0, or a bind address off loopback, gives each peer its own socket and
+// reader goroutine.
 func NewLeanRx(bind string, poll time.Duration) (*LeanRx, error) {
 	if bind == "" {
 		bind = "127.0.0.1"
@@ -490,8 +492,10 @@ func NewLeanRx(bind string, poll time.Duration) (*LeanRx, error) {
 	}
 	lr := &LeanRx{Cert: cert, Bind: bind}
 	if poll > 0 {
+		// Off loopback (a namespace's veth toward Janus) peers cannot take
+		// addresses of their own: a socket each.
 		if lr.shared, err = newLeanShared(bind, poll); err != nil {
-			return nil, err
+			slog.Info("lean viewers: a socket and a reader per viewer", "why", err.Error())
 		}
 	}
 	return lr, nil

@@ -25,6 +25,7 @@ type leanAnswer struct {
 	fpAlg      string // "sha-256"
 	fp         []byte
 	setup      string
+	lite       bool // the server is ICE-lite: it answers checks, never sends any
 	remote     netip.AddrPort
 	pts        [128]leanPT
 	ssrcKind   map[uint32]string
@@ -91,6 +92,8 @@ func parseLeanAnswer(text string, family4 bool) (*leanAnswer, error) {
 				a.pwd = at.Value
 			case "setup":
 				a.setup = at.Value
+			case "ice-lite":
+				a.lite = true
 			case "fingerprint":
 				alg, fp, err := lean.ParseFingerprint(at.Value)
 				if err != nil {
