@@ -3,12 +3,12 @@
 // in out/; whatever happens, browsers and server are stopped.
 import { startServer } from './server.mjs';
 
-export async function scenario(name, fn, { dev = false } = {}) {
+export async function scenario(name, fn, { dev = false, args = [] } = {}) {
   const closers = [];
   const participants = [];
   let server;
   try {
-    server = await startServer(name, { dev });
+    server = await startServer(name, { dev, args });
     closers.push(() => server.stop());
     await fn({
       server,

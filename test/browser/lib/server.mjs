@@ -33,7 +33,8 @@ export async function freePort() {
 
 // Starts `petrel serve --loopback` and waits for /healthz. With dev: true no API
 // key is set, so the server runs in development mode (POST /v1/dev/token works).
-export async function startServer(name, { dev = false } = {}) {
+// args are extra flags for petrel serve (e.g. --lean-egress).
+export async function startServer(name, { dev = false, args: extraArgs = [] } = {}) {
   mkdirSync(outDir, { recursive: true });
   const [http, udp, tcp, turn] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const env = { ...process.env };
@@ -44,7 +45,7 @@ export async function startServer(name, { dev = false } = {}) {
     env.PETREL_API_SECRET = randomBytes(24).toString('hex');
   }
   const args = ['serve', '--loopback', '--http', `127.0.0.1:${http}`, '--rtc-udp-port', `${udp}`,
-    '--rtc-tcp-port', `${tcp}`, '--turn-port', `${turn}`];
+    '--rtc-tcp-port', `${tcp}`, '--turn-port', `${turn}`, ...extraArgs];
   const logPath = `${outDir}server-${name}.log`;
   const log = createWriteStream(logPath);
   const proc = spawn(bin, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });

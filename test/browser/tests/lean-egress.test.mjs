@@ -1,0 +1,112 @@
+// Chromium plays a WHEP stream through the lean egress (petrel serve
+// --lean-egress: ICE-lite, no PeerConnection per viewer) and decodes its video
+// and audio. The publisher is another Chromium page publishing its fake camera
+// and microphone over WHIP.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { scenario } from '../lib/scenario.mjs';
+
+// Runs in the page: WHIP publish of the fake devices. Returns when ICE is up.
+async function whipPublish({ base, token }) {
+  const stream = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 360 }, audio: true });
+  const pc = new RTCPeerConnection();
+  for (const t of stream.getTracks()) pc.addTransceiver(t, { direction: 'sendonly' });
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((r) => (pc.iceGatheringState === 'complete' ? r() : pc.addEventListener('icegatheringstatechange', () => pc.iceGatheringState === 'complete' && r())));
+  const res = await fetch(`${base}/whip/lean`, { method: 'POST', headers: { 'Content-Type': 'application/sdp', Authorization: `Bearer ${token}` }, body: pc.localDescription.sdp });
+  if (res.status !== 201) throw new Error(`WHIP ${res.status}: ${await res.text()}`);
+  await pc.setRemoteDescription({ type: 'answer', sdp: await res.text() });
+  window.__pub = pc;
+}
+
+// Runs in the page: WHEP playback, video and audio, into elements.
+async function whepPlay({ base, token }) {
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  pc.addTransceiver('audio', { direction: 'recvonly' });
+  const media = new MediaStream();
+  pc.ontrack = (e) => {
+    media.addTrack(e.track);
+    const el = document.createElement(e.track.kind);
+    el.autoplay = true;
+    el.muted = e.track.kind === 'video';
+    el.srcObject = new MediaStream([e.track]);
+    document.body.append(el);
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((r) => (pc.iceGatheringState === 'complete' ? r() : pc.addEventListener('icegatheringstatechange', () => pc.iceGatheringState === 'complete' && r())));
+  const res = await fetch(`${base}/whep/lean`, { method: 'POST', headers: { 'Content-Type': 'application/sdp', Authorization: `Bearer ${token}` }, body: pc.localDescription.sdp });
+  if (res.status !== 201) throw new Error(`WHEP ${res.status}: ${await res.text()}`);
+  const answer = await res.text();
+  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+  window.__view = pc;
+  window.__session = res.headers.get('Location');
+  window.__token = token;
+  return answer;
+}
+
+// What the viewer decoded so far.
+async function inbound() {
+  const out = { frames: 0, width: 0, audioPackets: 0, samples: 0, concealed: 0, state: window.__view.connectionState };
+  for (const s of (await window.__view.getStats()).values()) {
+    if (s.type !== 'inbound-rtp') continue;
+    if (s.kind === 'video') {
+      out.frames += s.framesDecoded ?? 0;
+      out.width = s.frameWidth ?? 0;
+    } else {
+      out.audioPackets += s.packetsReceived ?? 0;
+      out.samples += s.totalSamplesReceived ?? 0;
+      out.concealed += s.concealedSamples ?? 0;
+    }
+  }
+  return out;
+}
+
+test('Chromium plays WHEP through the lean egress and decodes video and audio', { timeout: 120_000 }, () =>
+  scenario('lean-egress', async ({ server, own }) => {
+    const chromium = own(await launchChromium());
+    const pub = await chromium.newPage();
+    await pub.goto(`${server.base}/healthz`);
+    await pub.evaluate(whipPublish, { base: server.base, token: await server.token('lean', 'camera') });
+
+    const viewer = await chromium.newPage();
+    await viewer.goto(`${server.base}/healthz`);
+    // The publication appears once WHIP's media arrives: retry WHEP until then.
+    let answer;
+    for (let i = 0; ; i++) {
+      try {
+        answer = await viewer.evaluate(whepPlay, { base: server.base, token: await server.token('lean', `viewer${i}`) });
+        break;
+      } catch (err) {
+        if (i > 40) throw err;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+    assert.match(answer, /a=ice-lite/, 'the answer comes from the lean egress');
+    assert.match(answer, /a=setup:passive/);
+
+    // Video frames decoded at the camera's size, audio decoded (samples that
+    // are not concealment).
+    const deadline = Date.now() + 30_000;
+    let s;
+    for (;;) {
+      s = await viewer.evaluate(inbound);
+      if (s.frames >= 30 && s.samples - s.concealed > 48_000) break;
+      if (Date.now() > deadline) assert.fail(`viewer decoded too little in 30 s: ${JSON.stringify(s)}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.equal(s.state, 'connected');
+    assert.equal(s.width, 640, `video at the camera's size: ${JSON.stringify(s)}`);
+
+    // DELETE ends the session: the server closes DTLS, the viewer's
+    // connection goes down.
+    const del = await viewer.evaluate(async (base) =>
+      (await fetch(base + window.__session, { method: 'DELETE', headers: { Authorization: `Bearer ${window.__token}` } })).status, server.base);
+    assert.equal(del, 200);
+    const end = Date.now() + 15_000;
+    while ((s = await viewer.evaluate(inbound)).state === 'connected') {
+      if (Date.now() > end) assert.fail('the viewer is still connected 15 s after DELETE');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }, { args: ['--lean-egress'] }));
