@@ -265,7 +265,7 @@ func (c *Client) serveRequest(st *wt.Stream) {
 	c.nextAlias++
 	c.mu.Unlock()
 	if t == nil {
-		b, _ := moqt.AppendMessage(nil, moqt.RequestError{RequestID: s.RequestID, Code: moqt.ErrCodeDoesNotExist, Reason: "no such track"})
+		b, _ := moqt.AppendMessage(nil, moqt.RequestError{Code: moqt.ErrCodeDoesNotExist, Reason: "no such track"})
 		_, _ = st.Write(b)
 		_ = st.Close()
 		return
@@ -274,7 +274,7 @@ func (c *Client) serveRequest(st *wt.Stream) {
 	t.mu.Lock()
 	t.subs = append(t.subs, sub)
 	t.mu.Unlock()
-	b, _ := moqt.AppendMessage(nil, moqt.SubscribeOK{RequestID: s.RequestID, TrackAlias: alias})
+	b, _ := moqt.AppendMessage(nil, moqt.SubscribeOK{TrackAlias: alias})
 	if _, err := st.Write(b); err != nil {
 		return
 	}

@@ -415,7 +415,7 @@ func (s *session) handleAnnounce(st *wt.Stream, br *bufio.Reader, m moqt.Publish
 	own := []string{"petrel", s.room, s.identity}
 	if !s.claims.Grants.Publish || len(m.Namespace) < 3 || !slices.Equal(m.Namespace[:3], own) {
 		s.log.Warn("namespace refused", "namespace", strings.Join(m.Namespace, "/"))
-		s.reply(st, moqt.RequestError{RequestID: m.RequestID, Code: moqt.ErrCodeUnauthorized,
+		s.reply(st, moqt.RequestError{Code: moqt.ErrCodeUnauthorized,
 			Reason: "may only publish in " + strings.Join(own, "/")})
 		_ = st.Close()
 		return
@@ -423,7 +423,7 @@ func (s *session) handleAnnounce(st *wt.Stream, br *bufio.Reader, m moqt.Publish
 	s.mu.Lock()
 	s.namespaces = append(s.namespaces, slices.Clone(m.Namespace))
 	s.mu.Unlock()
-	if !s.reply(st, moqt.RequestOK{RequestID: m.RequestID}) {
+	if !s.reply(st, moqt.RequestOK{}) {
 		return
 	}
 	s.log.Info("namespace published", "namespace", strings.Join(m.Namespace, "/"))
@@ -447,7 +447,7 @@ func (s *session) handleAnnounce(st *wt.Stream, br *bufio.Reader, m moqt.Publish
 
 func (s *session) handleSubscribe(st *wt.Stream, br *bufio.Reader, m moqt.Subscribe) {
 	fail := func(code uint64, reason string) {
-		s.reply(st, moqt.RequestError{RequestID: m.RequestID, Code: code, Reason: reason})
+		s.reply(st, moqt.RequestError{Code: code, Reason: reason})
 		_ = st.Close()
 	}
 	if !s.claims.Grants.Subscribe {
@@ -502,7 +502,7 @@ func (s *session) handleSubscribe(st *wt.Stream, br *bufio.Reader, m moqt.Subscr
 	if d.hasJoin {
 		okParams = moqt.Pairs{moqt.LargestObjectParam(d.joinAt)}
 	}
-	if !s.reply(st, moqt.SubscribeOK{RequestID: m.RequestID, TrackAlias: d.alias, Params: okParams}) {
+	if !s.reply(st, moqt.SubscribeOK{TrackAlias: d.alias, Params: okParams}) {
 		d.stop()
 		return
 	}

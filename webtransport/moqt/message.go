@@ -190,9 +190,10 @@ func readPairsToEnd(r *Reader) Pairs {
 }
 
 // Message is a decoded control message. Draft-18 sends every response
-// (SUBSCRIBE_OK, REQUEST_OK, REQUEST_ERROR, PUBLISH_DONE) and UNSUBSCRIBE on the
-// request's own bidirectional stream and without the Request ID: the stream
-// names the request. Their RequestID fields are therefore never on the wire.
+// (SUBSCRIBE_OK, REQUEST_OK, REQUEST_ERROR, PUBLISH_OK, FETCH_OK, NAMESPACE…)
+// and the follow-ups (UNSUBSCRIBE, PUBLISH_DONE, PUBLISH_NAMESPACE_DONE) on the
+// request's own bidirectional stream and without a Request ID: the stream names
+// the request. Only the messages that start a request carry one.
 type Message interface{ msgType() uint64 }
 
 // Setup is draft-18's unified SETUP (version is agreed by ALPN / WT-Protocol).
@@ -208,7 +209,6 @@ type Subscribe struct {
 
 // SubscribeOK accepts a subscription and names the alias data will carry.
 type SubscribeOK struct {
-	RequestID  uint64
 	TrackAlias uint64
 	Params     Pairs
 	Extensions Pairs
@@ -216,7 +216,6 @@ type SubscribeOK struct {
 
 // RequestError refuses a request.
 type RequestError struct {
-	RequestID     uint64
 	Code          uint64
 	RetryInterval uint64
 	Reason        string
@@ -224,8 +223,7 @@ type RequestError struct {
 
 // RequestOK accepts a request that has no other answer (PUBLISH_NAMESPACE).
 type RequestOK struct {
-	RequestID uint64
-	Params    Pairs
+	Params Pairs
 }
 
 // PublishNamespace announces a namespace the sender publishes in.
@@ -236,11 +234,10 @@ type PublishNamespace struct {
 }
 
 // Unsubscribe ends a subscription.
-type Unsubscribe struct{ RequestID uint64 }
+type Unsubscribe struct{}
 
 // PublishDone tells a subscriber the publisher finished the track.
 type PublishDone struct {
-	RequestID   uint64
 	Status      uint64
 	StreamCount uint64
 	Reason      string

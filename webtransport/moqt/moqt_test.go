@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,11 +47,24 @@ func TestMessagesRoundTrip(t *testing.T) {
 			Params: Pairs{{Key: ParamForward, Int: 1}, {Key: ParamSubPriority, Int: 7}, {Key: ParamDelivery, Int: 1}}},
 		SubscribeOK{TrackAlias: 9, Params: Pairs{{Key: ParamGroupOrder, Int: 1}}, Extensions: Pairs{{Key: 0x2, Int: 1000}}},
 		RequestError{Code: ErrCodeDoesNotExist, RetryInterval: 0, Reason: "no such track"},
-		RequestOK{RequestID: 0},
+		RequestOK{},
 		PublishNamespace{RequestID: 2, Namespace: []string{"petrel", "r", "bob"}},
 		Unsubscribe{},
 		PublishDone{Status: 2, StreamCount: 3, Reason: "bye"},
 		GoAway{URI: "https://x/"},
+		SubscribeNamespace{RequestID: 6, Prefix: []string{"petrel", "r"}},
+		SubscribeNamespace{RequestID: 8, Prefix: []string{}},
+		Namespace{Suffix: []string{"alice"}},
+		NamespaceDone{Suffix: []string{"bob", "clock"}},
+		PublishNamespaceDone{},
+		Publish{RequestID: 10, Namespace: []string{"petrel", "r", "a"}, Track: "now", TrackAlias: 77,
+			Params: Pairs{{Key: ParamForward, Int: 1}}, Extensions: Pairs{{Key: 0x4, Int: 5}}},
+		PublishOK{Params: Pairs{{Key: ParamForward, Int: 1}}},
+		Fetch{RequestID: 12, Type: FetchStandalone, Namespace: []string{"petrel", "r", "a"}, Track: "now",
+			Start: Location{3, 0}, End: Location{5, 7}, Params: Pairs{{Key: ParamGroupOrder, Int: 1}}},
+		Fetch{RequestID: 14, Type: FetchRelativeJoining, JoiningRequestID: 4, JoiningStart: 2},
+		Fetch{RequestID: 16, Type: FetchAbsoluteJoining, JoiningRequestID: 4, JoiningStart: 1 << 40},
+		FetchOK{EndOfTrack: true, End: Location{9, 3}, Params: Pairs{LargestObjectParam(Location{9, 2})}},
 	}
 	var wire []byte
 	for _, m := range msgs {
@@ -75,7 +90,8 @@ func TestGarbageMessages(t *testing.T) {
 	for i := 0; i < 5000; i++ {
 		b := make([]byte, rng.Intn(40))
 		rng.Read(b)
-		for _, typ := range []uint64{TypeSetup, TypeSubscribe, TypeSubscribeOK, TypeRequestError, TypeRequestOK, TypePublishNamespace, TypePublishDone} {
+		for _, typ := range []uint64{TypeSetup, TypeSubscribe, TypeSubscribeOK, TypeRequestError, TypeRequestOK, TypePublishNamespace, TypePublishDone,
+			TypeSubscribeNamespace, TypeNamespace, TypeNamespaceDone, TypePublish, TypePublishOK, TypeFetch, TypeFetchOK} {
 			_, _ = ParseMessage(typ, b) // must not panic
 		}
 		_, _ = ParseDatagram(b)
@@ -286,5 +302,138 @@ func TestDocumentedExample(t *testing.T) {
 	}
 	if b, _ := AppendMessage(nil, SubscribeOK{TrackAlias: 1}); !bytes.Equal(b, []byte{0x04, 0x00, 0x02, 0x01, 0x00}) {
 		t.Fatalf("SUBSCRIBE_OK example: % x", b)
+	}
+}
+
+// Every proper prefix of a request that starts a FETCH, PUBLISH or
+// SUBSCRIBE_NAMESPACE is an error, never a panic or a shorter message.
+func TestNewMessagesTruncated(t *testing.T) {
+	for _, m := range []Message{
+		SubscribeNamespace{RequestID: 6, Prefix: []string{"petrel", "r"}},
+		Publish{RequestID: 10, Namespace: []string{"petrel", "r", "a"}, Track: "now", TrackAlias: 77},
+		Fetch{RequestID: 12, Type: FetchStandalone, Namespace: []string{"petrel", "r"}, Track: "now", End: Location{5, 7}},
+		Fetch{RequestID: 14, Type: FetchRelativeJoining, JoiningRequestID: 4, JoiningStart: 2},
+		FetchOK{End: Location{9, 3}},
+	} {
+		b, _ := AppendMessage(nil, m)
+		_, n, _ := ParseVI(b)
+		payload := b[n+2:]
+		for i := range payload {
+			if _, err := ParseMessage(Type(m), payload[:i]); err == nil {
+				t.Fatalf("%T cut to %d of %d bytes parsed", m, i, len(payload))
+			}
+		}
+	}
+	if _, err := ParseMessage(TypeFetch, []byte{0, 9, 0}); err == nil || !strings.Contains(err.Error(), "fetch type 0x9") {
+		t.Fatalf("unknown fetch type: %v", err)
+	}
+	if _, err := ParseMessage(TypeFetchOK, []byte{2, 0, 0, 0}); err == nil {
+		t.Fatal("end-of-track 2 accepted")
+	}
+}
+
+// FETCH records: deltas across objects and groups, subgroups carried over or
+// explicit, priorities carried over, extensions; the decoder reads back what
+// the encoder wrote and refuses a truncated stream.
+func TestFetchRecords(t *testing.T) {
+	type rec struct {
+		l    Location
+		sub  uint64
+		prio byte
+		ext  []byte
+		pl   string
+	}
+	recs := []rec{{Location{3, 0}, 0, 1, AppendExtensions(nil, &Meta{TimestampUs: 5, AudioLevel: -1})[1:], "a"},
+		{Location{3, 1}, 0, 1, nil, "b"}, {Location{3, 4}, 0, 2, nil, "c"}, {Location{5, 0}, 7, 2, nil, "d"},
+		{Location{5, 1}, 7, 2, nil, "e"}, {Location{5, 2}, 8, 2, nil, ""}, {Location{9, 3}, 2, 0, nil, "f"}}
+	var enc FetchEncoder
+	wire := AppendFetchHeader(nil, 42)
+	boundary := map[int]bool{len(wire): true}
+	for _, r := range recs {
+		var err error
+		if wire, err = enc.Append(wire, r.l, r.sub, r.prio, r.ext, []byte(r.pl)); err != nil {
+			t.Fatal(err)
+		}
+		boundary[len(wire)] = true
+	}
+	if _, err := enc.Append(nil, Location{2, 0}, 0, 0, nil, nil); err == nil {
+		t.Fatal("a record before the previous one was encoded")
+	}
+	br := bufio.NewReader(bytes.NewReader(wire))
+	if typ, _ := ReadVI(br); typ != FetchHeaderType {
+		t.Fatalf("type 0x%x", typ)
+	}
+	if id, err := ReadFetchHeader(br); err != nil || id != 42 {
+		t.Fatalf("request id %d %v", id, err)
+	}
+	dec := NewFetchDecoder(br, 1<<20)
+	for i, r := range recs {
+		var o FetchObject
+		if err := dec.Next(&o); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if o.Location != r.l || o.Subgroup != r.sub || o.Priority != r.prio || !bytes.Equal(o.Extensions, r.ext) || string(o.Payload) != r.pl {
+			t.Fatalf("record %d: %+v, want %+v", i, o, r)
+		}
+	}
+	var o FetchObject
+	if err := dec.Next(&o); err != io.EOF {
+		t.Fatalf("after the last record: %v", err)
+	}
+	for cut := 2; cut < len(wire); cut++ {
+		br := bufio.NewReader(bytes.NewReader(wire[:cut]))
+		_, _ = ReadVI(br)
+		_, _ = ReadFetchHeader(br)
+		dec := NewFetchDecoder(br, 1<<20)
+		var err error
+		for err == nil {
+			err = dec.Next(&o)
+		}
+		// A cut at a record boundary is a clean end; anywhere else is not.
+		if (err == io.EOF) != boundary[cut] {
+			t.Fatalf("stream cut at %d of %d: %v", cut, len(wire), err)
+		}
+	}
+}
+
+// OBJECT_DATAGRAMs: the forms Petrel writes read back; every malformed form
+// (bad type, empty extension block, no payload, trailing bytes after a status,
+// truncation) is an error.
+func TestObjectDatagrams(t *testing.T) {
+	for _, d := range []ObjectDatagram{
+		{TrackAlias: 1, Group: 2, Object: 0, Priority: 3, Payload: []byte("x")},
+		{TrackAlias: 1, Group: 2, Object: 5, Priority: 3, Payload: []byte("xy"), EndOfGroup: true},
+		{TrackAlias: 9, Group: 1 << 40, Object: 1, Priority: 0, Extensions: []byte{0x02, 0x05}, Payload: []byte("z")},
+		{TrackAlias: 1, Group: 2, Object: 3, Priority: 3, HasStatus: true, Status: 3},
+	} {
+		b := AppendObjectDatagram(nil, &d)
+		if !IsObjectDatagram(b[0]) {
+			t.Fatalf("type 0x%x", b[0])
+		}
+		var got ObjectDatagram
+		if err := ParseObjectDatagram(b, &got); err != nil || !reflect.DeepEqual(got, d) {
+			t.Fatalf("%+v: got %+v %v", d, got, err)
+		}
+		for i := 1; i < len(b)-1; i++ {
+			if err := ParseObjectDatagram(b[:i], &got); err == nil && !d.HasStatus && i < len(b)-len(d.Payload) {
+				t.Fatalf("%+v cut to %d accepted", d, i)
+			}
+		}
+	}
+	// moq-clock's datagram: type 0x04 (object 0, priority given), priority 127.
+	var got ObjectDatagram
+	if err := ParseObjectDatagram([]byte{0x04, 0x01, 0x1e, 0x7f, '1', '2'}, &got); err != nil || got.Group != 30 || got.Priority != 127 || string(got.Payload) != "12" {
+		t.Fatalf("moq-clock datagram: %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{{0x01, 0x01, 0x00, 0x00, 0x80, 0x00, 'x'}, {0x00, 0x01, 0x00, 0x00, 0x80}, {0x20, 0x01, 0x00, 0x01, 0x80, 0x00, 0x00},
+		{0x50, 0x01}, {0x22, 1, 1, 1, 1, 0}, {0x10, 1, 1, 1, 1, 'x'}} {
+		if IsObjectDatagram(bad[0]) && ParseObjectDatagram(bad, &got) == nil {
+			t.Fatalf("% x accepted", bad)
+		}
+	}
+	for _, t2 := range []byte{0x50, 0x51, 0x52, 0x53, 0x10, 0x22, 0x30} {
+		if IsObjectDatagram(t2) {
+			t.Fatalf("0x%x taken for an OBJECT_DATAGRAM", t2)
+		}
 	}
 }
