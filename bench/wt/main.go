@@ -194,15 +194,16 @@ func main() {
 				saved = one
 				continue
 			}
-			// A re-run of some cells (an A/B run after a change) replaces those
-			// cells of the earlier file rather than mixing with them.
-			redone := map[string]bool{}
+			// A re-run of some cells and paths (an A/B run after a change)
+			// replaces those of the earlier file rather than mixing with them.
+			redone, cells := map[string]bool{}, map[string]bool{}
 			for _, r := range one.Runs {
-				redone[r.Cond.Exp+"|"+r.Cond.Name] = true
+				redone[r.Cond.Exp+"|"+r.Cond.Name+"|"+r.Result.Path] = true
+				cells[r.Cond.Name] = true
 			}
-			saved.Runs = slices.DeleteFunc(saved.Runs, func(r Run) bool { return redone[r.Cond.Exp+"|"+r.Cond.Name] })
+			saved.Runs = slices.DeleteFunc(saved.Runs, func(r Run) bool { return redone[r.Cond.Exp+"|"+r.Cond.Name+"|"+r.Result.Path] })
 			saved.Runs = append(saved.Runs, one.Runs...)
-			saved.Note += fmt.Sprintf("; cells %s re-run %s (%d repetitions)", strings.Join(slices.Sorted(maps.Keys(redone)), ", "), one.Started.Format("2006-01-02 15:04 UTC"), one.Repeat)
+			saved.Note += fmt.Sprintf("; %s re-run %s (%d repetitions)", strings.Join(slices.Sorted(maps.Keys(cells)), "; "), one.Started.Format("2006-01-02 15:04 UTC"), one.Repeat)
 		}
 	} else {
 		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
