@@ -37,6 +37,62 @@ export function codecString(c: VideoCodecName): string {
   return c === 'h264' ? 'avc1.42e01f' : 'vp8';
 }
 
+const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
+
+/**
+ * The read loop both sources share: frames from the track's processor, each
+ * handed to `handle` and closed after it, errors reported, until closed.
+ */
+abstract class TrackSource<T extends VideoFrame | AudioData> {
+  private reader?: ReadableStreamDefaultReader<T>;
+  private closed = false;
+
+  constructor(
+    readonly track: MediaStreamTrack,
+    protected readonly onError: (e: Error) => void,
+  ) {}
+
+  start(): void {
+    const processor = new MediaStreamTrackProcessor<T>({ track: this.track });
+    this.reader = processor.readable.getReader();
+    void this.pump();
+  }
+
+  /** Encodes (or skips) one captured frame; the frame is closed after. */
+  protected abstract handle(frame: T): void;
+  protected abstract get encoder(): { close(): void } | undefined;
+
+  private async pump(): Promise<void> {
+    const reader = this.reader!;
+    while (!this.closed) {
+      let r: ReadableStreamReadResult<T>;
+      try {
+        r = await reader.read();
+      } catch {
+        return;
+      }
+      if (r.done) return;
+      try {
+        this.handle(r.value);
+      } catch (e) {
+        this.onError(asError(e));
+      } finally {
+        r.value.close();
+      }
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    void this.reader?.cancel().catch(() => {});
+    try {
+      this.encoder?.close();
+    } catch {
+      /* already closed */
+    }
+  }
+}
+
 export interface VideoEncodeOptions {
   codec?: VideoCodecName;
   bitrate?: number;
@@ -50,9 +106,8 @@ export interface VideoEncodeOptions {
  * Frames are skipped rather than queued when the encoder falls behind (a slow
  * CPU), so latency stays bounded and the frame rate drops instead.
  */
-export class VideoSource {
-  private encoder?: VideoEncoder;
-  private reader?: ReadableStreamDefaultReader<VideoFrame>;
+export class VideoSource extends TrackSource<VideoFrame> {
+  private enc?: VideoEncoder;
   private keyRequested = true;
   private lastKey = 0;
   private width = 0;
@@ -62,16 +117,16 @@ export class VideoSource {
   private readonly codec: VideoCodecName;
   private readonly framerate: number;
   private readonly keyInterval: number;
-  private closed = false;
   /** Frames captured, encoded, and skipped because the encoder was behind. */
   readonly counters = { captured: 0, encoded: 0, skipped: 0, bytes: 0 };
 
   constructor(
-    readonly track: MediaStreamTrack,
+    track: MediaStreamTrack,
     private readonly onFrame: (f: EncodedMediaFrame) => void,
     o: VideoEncodeOptions = {},
-    private readonly onError: (e: Error) => void = () => {},
+    onError: (e: Error) => void = () => {},
   ) {
+    super(track, onError);
     this.codec = o.codec ?? 'h264';
     this.bitrate = o.bitrate ?? 800_000;
     this.framerate = o.framerate ?? 30;
@@ -86,10 +141,8 @@ export class VideoSource {
     return { width: this.width, height: this.height };
   }
 
-  start(): void {
-    const processor = new MediaStreamTrackProcessor<VideoFrame>({ track: this.track });
-    this.reader = processor.readable.getReader();
-    void this.pump();
+  protected get encoder(): VideoEncoder | undefined {
+    return this.enc;
   }
 
   /** The next frame is encoded as a keyframe (a subscriber lost one or joined). */
@@ -107,7 +160,7 @@ export class VideoSource {
     this.lastConfigure = now;
     this.bitrate = bitrate;
     this.scale = scale;
-    if (this.encoder && this.width) this.configure(this.srcW, this.srcH);
+    if (this.enc && this.width) this.configure(this.srcW, this.srcH);
   }
 
   private srcW = 0;
@@ -130,8 +183,8 @@ export class VideoSource {
     };
     // Annex B: the server packetizes H.264 into RTP (RFC 6184) from start codes.
     if (this.codec === 'h264') (cfg as VideoEncoderConfig & { avc: { format: string } }).avc = { format: 'annexb' };
-    if (!this.encoder) {
-      this.encoder = new VideoEncoder({
+    if (!this.enc) {
+      this.enc = new VideoEncoder({
         output: (chunk) => {
           const data = new Uint8Array(chunk.byteLength);
           chunk.copyTo(data);
@@ -139,128 +192,72 @@ export class VideoSource {
           this.counters.bytes += data.byteLength;
           this.onFrame({ key: chunk.type === 'key', tsMs: Math.round(chunk.timestamp / 1000), data });
         },
-        error: (e) => this.onError(e instanceof Error ? e : new Error(String(e))),
+        error: (e) => this.onError(asError(e)),
       });
     }
     const resized = w !== this.width || h !== this.height;
-    this.encoder.configure(cfg);
+    this.enc.configure(cfg);
     this.width = w;
     this.height = h;
     // A reconfigured encoder starts a new stream: its next frame must be a keyframe.
     if (resized) this.keyRequested = true;
   }
 
-  private async pump(): Promise<void> {
-    const reader = this.reader!;
-    while (!this.closed) {
-      let r: ReadableStreamReadResult<VideoFrame>;
-      try {
-        r = await reader.read();
-      } catch {
-        return;
-      }
-      if (r.done) return;
-      const frame = r.value;
-      this.counters.captured++;
-      try {
-        if (frame.displayWidth !== this.srcW || frame.displayHeight !== this.srcH || !this.encoder) {
-          this.configure(frame.displayWidth, frame.displayHeight);
-        }
-        const enc = this.encoder!;
-        // One frame in the encoder at most: a queue there is pure latency.
-        if (enc.state !== 'configured' || enc.encodeQueueSize > 1) {
-          this.counters.skipped++;
-          continue;
-        }
-        const now = performance.now();
-        const key = this.keyRequested || now - this.lastKey > this.keyInterval;
-        if (key) {
-          this.keyRequested = false;
-          this.lastKey = now;
-        }
-        enc.encode(frame, { keyFrame: key });
-      } catch (e) {
-        this.onError(e instanceof Error ? e : new Error(String(e)));
-      } finally {
-        frame.close();
-      }
+  protected handle(frame: VideoFrame): void {
+    this.counters.captured++;
+    if (frame.displayWidth !== this.srcW || frame.displayHeight !== this.srcH || !this.enc) {
+      this.configure(frame.displayWidth, frame.displayHeight);
     }
-  }
-
-  close(): void {
-    this.closed = true;
-    void this.reader?.cancel().catch(() => {});
-    try {
-      this.encoder?.close();
-    } catch {
-      /* already closed */
+    const enc = this.enc!;
+    // One frame in the encoder at most: a queue there is pure latency.
+    if (enc.state !== 'configured' || enc.encodeQueueSize > 1) {
+      this.counters.skipped++;
+      return;
     }
+    const now = performance.now();
+    const key = this.keyRequested || now - this.lastKey > this.keyInterval;
+    if (key) {
+      this.keyRequested = false;
+      this.lastKey = now;
+    }
+    enc.encode(frame, { keyFrame: key });
   }
 }
 
 /** Reads a microphone track and encodes it as Opus, 20 ms per frame. */
-export class AudioSource {
-  private encoder?: AudioEncoder;
-  private reader?: ReadableStreamDefaultReader<AudioData>;
-  private closed = false;
+export class AudioSource extends TrackSource<AudioData> {
+  private enc?: AudioEncoder;
   readonly counters = { encoded: 0, bytes: 0 };
 
   constructor(
-    readonly track: MediaStreamTrack,
+    track: MediaStreamTrack,
     private readonly onFrame: (f: EncodedMediaFrame) => void,
     private readonly bitrate = 32_000,
-    private readonly onError: (e: Error) => void = () => {},
-  ) {}
-
-  start(): void {
-    const processor = new MediaStreamTrackProcessor<AudioData>({ track: this.track });
-    this.reader = processor.readable.getReader();
-    void this.pump();
+    onError: (e: Error) => void = () => {},
+  ) {
+    super(track, onError);
   }
 
-  private async pump(): Promise<void> {
-    const reader = this.reader!;
-    while (!this.closed) {
-      let r: ReadableStreamReadResult<AudioData>;
-      try {
-        r = await reader.read();
-      } catch {
-        return;
-      }
-      if (r.done) return;
-      const data = r.value;
-      try {
-        if (!this.encoder) {
-          this.encoder = new AudioEncoder({
-            output: (chunk) => {
-              const b = new Uint8Array(chunk.byteLength);
-              chunk.copyTo(b);
-              this.counters.encoded++;
-              this.counters.bytes += b.byteLength;
-              this.onFrame({ key: true, tsMs: Math.round(chunk.timestamp / 1000), data: b });
-            },
-            error: (e) => this.onError(e instanceof Error ? e : new Error(String(e))),
-          });
-          // The server's RTP side speaks Opus at 48 kHz; Opus resamples anything else.
-          this.encoder.configure({ codec: 'opus', sampleRate: data.sampleRate, numberOfChannels: Math.min(2, data.numberOfChannels), bitrate: this.bitrate });
-        }
-        if (this.encoder.state === 'configured') this.encoder.encode(data);
-      } catch (e) {
-        this.onError(e instanceof Error ? e : new Error(String(e)));
-      } finally {
-        data.close();
-      }
-    }
+  protected get encoder(): AudioEncoder | undefined {
+    return this.enc;
   }
 
-  close(): void {
-    this.closed = true;
-    void this.reader?.cancel().catch(() => {});
-    try {
-      this.encoder?.close();
-    } catch {
-      /* already closed */
+  protected handle(data: AudioData): void {
+    if (!this.enc) {
+      this.enc = new AudioEncoder({
+        output: (chunk) => {
+          const b = new Uint8Array(chunk.byteLength);
+          chunk.copyTo(b);
+          this.counters.encoded++;
+          this.counters.bytes += b.byteLength;
+          this.onFrame({ key: true, tsMs: Math.round(chunk.timestamp / 1000), data: b });
+        },
+        error: (e) => this.onError(asError(e)),
+      });
+      // The server's RTP side speaks Opus at 48 kHz; Opus resamples anything else.
+      this.enc.configure({ codec: 'opus', sampleRate: data.sampleRate, numberOfChannels: Math.min(2, data.numberOfChannels), bitrate: this.bitrate });
     }
+    if (this.enc.state === 'configured') this.enc.encode(data);
   }
 }
 
