@@ -43,8 +43,9 @@ type Config struct {
 	// Peer is how WHEP viewers are built: "lean" (own socket, ICE, DTLS and
 	// SRTP without a Pion PeerConnection; see leanPeer) or "pion".
 	Peer string `json:"peer"`
-	// LeanPoll > 0 reads every lean peer's socket from one goroutine at this
-	// interval instead of a goroutine per peer (see leanPoller).
+	// LeanPoll > 0 puts lean viewers on one shared loopback socket drained
+	// by one goroutine at this interval (see leanShared); 0 (or a bind off
+	// loopback) gives each its own socket and reader goroutine.
 	LeanPoll time.Duration `json:"leanPoll,omitempty"`
 	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
 	// mountpoint fed by the generator) instead of VideoRoom.

@@ -43,7 +43,7 @@ func loadMain(args []string) int {
 	fs.BoolVar(&c.JanusStreaming, "janus-streaming", false, "janus stream: use the Streaming plugin (an RTP mountpoint the generator creates and feeds) instead of VideoRoom")
 	fs.BoolVar(&c.PionRead, "pion-read", false, "receive through Pion's track reader goroutines instead of counting packets inside the SRTP session (slower; for comparison)")
 	fs.StringVar(&c.Peer, "peer", "lean", "WHEP viewers: lean (own socket, hand-made ICE, DTLS and SRTP; no Pion PeerConnection) or pion")
-	fs.DurationVar(&c.LeanPoll, "lean-poll", 0, "lean viewers: put every viewer on one shared loopback socket (an address of 127/8 each) drained with recvmmsg(2) by one goroutine at this interval (adds up to it to the delay; needs a loopback -bind and CAP_NET_RAW); 0: a socket and a reader goroutine per viewer")
+	fs.DurationVar(&c.LeanPoll, "lean-poll", time.Millisecond, "lean viewers: put every viewer on one shared loopback socket (an address of 127/8 each) drained with recvmmsg(2) by one goroutine at this interval, which it adds to the delay at most (a loopback -bind only; elsewhere, and with 0, a socket and a reader goroutine per viewer)")
 	fs.StringVar(&c.Bind, "bind", "127.0.0.1", "local address peers gather on")
 	jsonOut := fs.String("json", "", "write results as JSON to this file")
 	report := fs.String("report", "", "write report.md, samples and PNG plots into this directory")
