@@ -103,11 +103,11 @@ func (p *Participant) allocate() {
 		held := int(d.allocLayer.Load())
 		grant := -1
 		for i := want; i >= 0; i-- {
-			l := d.pub.layer(int8(i))
-			if l == nil {
+			rate, ok := d.pub.layerRate(i) // svc.go: a simulcast encoding or a spatial layer
+			if !ok {
 				continue
 			}
-			if fits(l.rate(), budget, i <= held) || grant == -1 && i == 0 {
+			if fits(rate, budget, i <= held) || grant == -1 && i == 0 {
 				grant = i
 				break
 			}
@@ -117,16 +117,16 @@ func (p *Participant) allocate() {
 		}
 		// What the subscriber would take and does not get.
 		for i := want; i > grant; i-- {
-			if l := d.pub.layer(int8(i)); l != nil {
-				shortfall = l.rate() - budget
+			if rate, ok := d.pub.layerRate(i); ok {
+				shortfall = rate - budget
 				if probeVia == nil {
 					probeVia = d
 				}
 				break
 			}
 		}
-		if l := d.pub.layer(int8(grant)); l != nil {
-			budget -= l.rate()
+		if rate, ok := d.pub.layerRate(grant); ok {
+			budget -= rate
 		}
 		if int(d.allocLayer.Swap(int32(grant))) != grant {
 			d.chooseLayer()
@@ -222,6 +222,9 @@ func (d *DownTrack) padBurst(k int) bool {
 	h.SSRC = d.ssrc
 	h.Timestamp = o.lastTS
 	start := o.lastSeq + 1
+	if d.svc != nil {
+		defer func() { d.svc.off += o.lastSeq + 1 - start }() // media continues after the padding
+	}
 	for i := 0; i < k; i++ {
 		h.SequenceNumber = o.lastSeq + 1
 		var tw [2]byte

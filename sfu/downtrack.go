@@ -64,6 +64,10 @@ type DownTrack struct {
 	nsegs   int
 	hdr     rtp.Header
 	scratch []byte
+	// svc filters the layers of a VP9/AV1 scalable stream (svc.go); ddID is the
+	// subscriber's dependency descriptor extension id (0: not negotiated).
+	svc  *svcDown
+	ddID uint8
 
 	// For sender reports (read by the participant's report loop).
 	lastOutTS atomic.Uint32
@@ -119,6 +123,9 @@ func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 	d.allocLayer.Store(maxLayers - 1)
 	d.target.Store(-1)
 	d.needSync.Store(true)
+	if pub.kind == webrtc.RTPCodecTypeVideo && (pub.ck == codecVP9 || pub.ck == codecAV1) {
+		d.svc = newSVCDown()
+	}
 	d.chooseLayer()
 	return d
 }
@@ -161,6 +168,9 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 	for _, x := range ctx.HeaderExtensions() {
 		if x.URI == rtc.ExtTransportCC && d.sub != nil && d.sub.bwe != nil {
 			d.twccID = uint8(x.ID)
+		}
+		if x.URI == rtc.ExtDependencyDes {
+			d.ddID = uint8(x.ID)
 		}
 	}
 	d.writer = ctx.WriteStream()
@@ -268,7 +278,7 @@ func (d *DownTrack) retryKeyframe() {
 	}
 	target := int8(d.target.Load())
 	d.mu.Lock()
-	waiting := d.current != target || d.needSync.Load()
+	waiting := d.current != target || d.needSync.Load() || d.svc != nil && d.svc.asked >= 0
 	d.mu.Unlock()
 	if waiting {
 		if l := d.pub.layer(target); l != nil {
@@ -335,22 +345,36 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 		}
 		d.current = p.Layer
 		d.sync(p)
+		if d.svc != nil {
+			d.svc.restart(p, d.out.seqOffset, d.svcWant())
+		}
 	case int16(p.Header.SequenceNumber-d.out.syncSeq) < 0:
 		return false // older than this segment
 	}
 	o := &d.out
 	h := &d.hdr
+	h.SequenceNumber = p.Header.SequenceNumber + o.seqOffset
+	h.Marker = p.Header.Marker
+	if d.svc != nil && p.SVC.layered {
+		var ok bool
+		if h.SequenceNumber, h.Marker, ok = d.svcFilter(p); !ok {
+			return false
+		}
+	}
 	h.Version = 2
 	h.Padding = p.Header.Padding
 	h.PaddingSize = p.Header.PaddingSize
-	h.Marker = p.Header.Marker
 	h.PayloadType = d.pt
-	h.SequenceNumber = p.Header.SequenceNumber + o.seqOffset
 	h.Timestamp = p.Header.Timestamp + o.tsOffset
 	h.SSRC = d.ssrc
 	h.CSRC = h.CSRC[:0]
 	h.Extension = false
 	h.Extensions = h.Extensions[:0]
+	if d.ddID != 0 && p.SVC.hasDD {
+		// Before transport-cc: a descriptor with a structure needs the
+		// two-byte header form, which Pion picks from the first extension.
+		_ = h.SetExtension(d.ddID, d.svc.descriptor(&p.SVC))
+	}
 	var twSeq uint16
 	if d.twccID != 0 {
 		twSeq = d.stampTWCC(h, d.twccBuf[:])
@@ -510,7 +534,18 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	if l == nil {
 		return
 	}
-	n := l.cache.Get(outSeq-seg.seqOffset, buf)
+	inSeq, marker := outSeq-seg.seqOffset, false
+	if d.svc != nil {
+		// Layers dropped for this subscriber moved its numbering: the ring knows.
+		d.mu.Lock()
+		in, m, ok := d.svc.source(outSeq)
+		d.mu.Unlock()
+		if !ok {
+			return
+		}
+		inSeq, marker = in, m
+	}
+	n := l.cache.Get(inSeq, buf)
 	if n == 0 {
 		metrics.CacheMiss.Inc()
 		return
@@ -534,9 +569,18 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	hdr.PayloadType = pt
 	hdr.SequenceNumber = outSeq
 	hdr.Timestamp += seg.tsOffset
+	var ddb [64]byte
+	var desc []byte
+	if d.svc != nil {
+		hdr.Marker = hdr.Marker || marker
+		desc = d.svcRetransmitDD(l, hdr, ddb[:0])
+	}
 	hdr.Extension = false
 	hdr.Extensions = hdr.Extensions[:0]
 	hdr.CSRC = hdr.CSRC[:0]
+	if desc != nil {
+		_ = hdr.SetExtension(d.ddID, desc)
+	}
 	var tw [2]byte
 	var twSeq uint16
 	if d.twccID != 0 {

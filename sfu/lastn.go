@@ -56,6 +56,7 @@ func (r *Room) measureLayers() {
 					l.measure(decisionInterval)
 				}
 			}
+			t.svc.measure(decisionInterval)
 		}
 	}
 }

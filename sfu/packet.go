@@ -16,6 +16,8 @@ type Packet struct {
 	Layer int8
 	// VP8 is the parsed VP8 payload descriptor (zero for other codecs).
 	VP8 vp8Descriptor
+	// SVC is the packet's spatial/temporal layer in a scalable stream (svc.go).
+	SVC svcInfo
 	// Arrival is the monotonic arrival time in nanoseconds (see now()).
 	Arrival int64
 }
@@ -137,8 +139,7 @@ func isKeyframe(c codecKind, p []byte) bool {
 	case codecVP8:
 		return vp8Keyframe(p)
 	case codecVP9:
-		// I|P|L|F|B|E|V|Z: not inter-predicted (P=0) and the start of a frame (B=1).
-		return len(p) > 0 && p[0]&0x40 == 0 && p[0]&0x08 != 0
+		return vp9Keyframe(p)
 	case codecH264:
 		return h264Keyframe(p)
 	case codecAV1:
@@ -186,6 +187,30 @@ func vp8Keyframe(p []byte) bool {
 	}
 	// Frame tag: bit 0 is the inverse key frame flag.
 	return len(p) > i && p[i]&0x01 == 0
+}
+
+// vp9Keyframe: I|P|L|F|B|E|V|Z not inter-predicted (P=0), the start of a frame
+// (B=1) and, in a stream with spatial layers, of the base layer: upper layers
+// of a key picture are not inter-predicted either, but a stream cannot start
+// with them.
+func vp9Keyframe(p []byte) bool {
+	if len(p) == 0 || p[0]&0x40 != 0 || p[0]&0x08 == 0 {
+		return false
+	}
+	if p[0]&0x20 == 0 { // no layer indices
+		return true
+	}
+	i := 1
+	if p[0]&0x80 != 0 { // picture ID, 7 or 15 bits
+		if len(p) < 2 {
+			return false
+		}
+		i = 2
+		if p[1]&0x80 != 0 {
+			i = 3
+		}
+	}
+	return len(p) > i && (p[i]>>1)&0x07 == 0
 }
 
 func h264Keyframe(p []byte) bool {

@@ -437,6 +437,13 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 			}
 		}
 	}
+	if t.kind == webrtc.RTPCodecTypeVideo {
+		for _, x := range receiver.GetParameters().HeaderExtensions {
+			if x.URI == rtc.ExtDependencyDes {
+				t.layer(layerOf(remote.RID())).svc.ddExt = uint8(x.ID)
+			}
+		}
+	}
 	p.published[t.sid] = t
 	p.mu.Unlock()
 

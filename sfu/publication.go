@@ -51,6 +51,8 @@ type Publication struct {
 
 	packets atomic.Uint64
 	bytes   atomic.Uint64
+
+	svc svcPub // scalable video in one stream (svc.go)
 }
 
 // maxLayers is the number of simulcast encodings a track may have.
@@ -81,6 +83,8 @@ type layer struct {
 	srAt  atomic.Int64
 
 	gop gopIndex // where the last keyframe begins (gop.go)
+
+	svc svcLayer // VP9/AV1 layer parsing (svc.go)
 }
 
 // minKeyframeInterval aggregates keyframe requests: every subscriber asking within
@@ -387,6 +391,9 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	pkt.VP8 = vp8Descriptor{}
 	if l.pub.ck == codecVP8 {
 		pkt.VP8 = parseVP8(pkt.Payload)
+	}
+	if (l.pub.ck == codecVP9 || l.pub.ck == codecAV1) && !l.parseSVC(pkt) {
+		return false
 	}
 	pkt.Arrival = now()
 	if l.levelExt != 0 {
