@@ -601,25 +601,14 @@ func TestWebTransportAudioAndSpeaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the server's subscription", 30*time.Second, func() bool { return audio.Subscribers() > 0 })
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tk := time.NewTicker(20 * time.Millisecond)
-		defer tk.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			frame := []byte{0xfc, byte(n), byte(n >> 8), 1, 2, 3} // an Opus TOC byte and a body
-			level := 35 + n%10                                    // speech, -dBov, with a pause every 300 ms
-			if n%15 < 3 {
-				level = 95
-			}
-			_ = audio.WriteFrame(&moqt.Meta{TimestampUs: uint64(n) * 20000, Keyframe: true, Codec: "opus", AudioLevel: level}, true, frame)
+	every(t, 20*time.Millisecond, func(n int) {
+		frame := []byte{0xfc, byte(n), byte(n >> 8), 1, 2, 3} // an Opus TOC byte and a body
+		level := 35 + n%10                                    // speech, -dBov, with a pause every 300 ms
+		if n%15 < 3 {
+			level = 95
 		}
-	}()
+		_ = audio.WriteFrame(&moqt.Meta{TimestampUs: uint64(n) * 20000, Keyframe: true, Codec: "opus", AudioLevel: level}, true, frame)
+	})
 	var tr client.Track
 	select {
 	case tr = <-viewer.Tracks:
