@@ -115,12 +115,18 @@ func (c *Camera) Room() string { return RoomOf(c.cfg.ID) }
 // Participant is the camera's local participant (nil for a WebRTC camera).
 func (c *Camera) Participant() *sfu.Participant { return c.part }
 
-// Reply sends a data message from the camera to one viewer.
+// Reply sends a data message from the camera to one viewer. A WebRTC
+// camera's replies go out in its name, as if it had sent them.
 func (c *Camera) Reply(to, topic string, payload []byte) {
-	if c.part == nil {
+	p := c.part
+	if p == nil {
+		p = c.webrtcParticipant()
+	}
+	if p == nil {
+		c.log.Info("reply dropped: the camera is not in its room", "topic", topic, "to", to)
 		return
 	}
-	c.part.PublishData(true, topic, []string{to}, payload)
+	p.PublishData(true, topic, []string{to}, payload)
 }
 
 func (c *Camera) kind() string {
@@ -167,8 +173,9 @@ func (c *Camera) setState(s State, err error) {
 func (c *Camera) start() error {
 	if c.cfg.WebRTC {
 		c.setState(StateWaiting, nil)
-		c.done.Add(1)
+		c.done.Add(2)
 		go c.watchWebRTC()
+		go c.dispatch() // topics the gateway serves for the camera (direct.go)
 		return nil
 	}
 	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: c.Room(), Identity: Identity, Name: c.cfg.Name})

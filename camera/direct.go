@@ -113,3 +113,39 @@ func (g *Gateway) onRelay(from, to *sfu.Participant, data []byte) {
 		}
 	}
 }
+
+// filterData is the manager's data filter: data messages addressed to a
+// WebRTC camera with a topic the gateway serves for it reach the gateway's
+// handler instead of the camera (which would not know what to do with them).
+// It runs on the sender's goroutine: queue, never block.
+func (g *Gateway) filterData(from *sfu.Participant, reliable bool, h sfu.DataHeader, to []string, payload []byte) bool {
+	if len(to) != 1 || to[0] != Identity || h.Topic == "" || from.Identity() == Identity {
+		return false
+	}
+	id, ok := strings.CutPrefix(from.Room().Name(), "camera/")
+	if !ok {
+		return false
+	}
+	c := g.Camera(id)
+	if c == nil || !c.cfg.WebRTC || !c.servesTopic(h.Topic) {
+		return false
+	}
+	c.onData(reliable, h, payload)
+	return true
+}
+
+// servesTopic reports whether the gateway, not the WebRTC camera itself,
+// answers topic: talk-back (the gateway subscribes the camera to the talker's
+// microphone), PTZ and the web interface when the camera is declared with
+// ONVIF or HTTP settings, and the server's own topics (playback).
+func (c *Camera) servesTopic(topic string) bool {
+	switch topic {
+	case "talk":
+		return true
+	case "ptz":
+		return c.cfg.ONVIF.URL != ""
+	case "http":
+		return c.cfg.HTTP.Base != ""
+	}
+	return c.g.handler(topic) != nil
+}

@@ -2,12 +2,17 @@ package camera_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media"
+
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/camera/emulator"
 	"github.com/petrel-sfu/petrel/camera/probe"
@@ -134,5 +139,110 @@ func waitTalk(t *testing.T, s *emulator.TalkStats, n int64, path string) {
 	}
 	if s.Opus.Load() < n || s.BadOpus.Load() != 0 {
 		t.Fatalf("talk (%s): %d packets, %d good Opus, %d bad, %d other codec", path, s.Packets.Load(), s.Opus.Load(), s.BadOpus.Load(), s.Other.Load())
+	}
+}
+
+// Through the server, a WebRTC camera gets what the gateway serves RTSP
+// cameras: topic talk subscribes the camera to the talker's microphone (the
+// camera joins without auto-subscription, so nothing else would), and topic
+// http reaches its web interface through the gateway's tunnel; the gateway's
+// replies come from identity camera.
+func TestWebRTCCameraTalkAndTunnelThroughSFU(t *testing.T) {
+	web := emulator.NewONVIF("admin", "pw")
+	u, err := web.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer web.Close()
+	base := strings.TrimSuffix(u, "/onvif/device_service")
+	srv := startServer(t, config.Camera{ID: "yard", WebRTC: true,
+		HTTP: config.HTTPTo{Base: base, Allow: []string{"/axis-cgi/param.cgi"}, User: "admin", Password: "pw"}})
+	tok, err := srv.Cameras.Token("yard", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clip, err := emulator.LoadClip(clipDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ws := "ws://" + srv.HTTPAddr + "/v1/rtc"
+	cam, err := emulator.StartWebRTC(ctx, emulator.WebRTCOptions{URL: ws, Token: tok, Clip: clip, Tune: loopbackOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cam.Close()
+	waitStatus(t, srv, "yard", "streaming", func(s camera.Status) bool { return s.State == camera.StateStreaming })
+
+	c := auth.Claims{Room: camera.RoomOf("yard"), Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, PTZ: true}}
+	c.Subject = "talker"
+	vtok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, c, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	v, err := client.Join(ctx, ws, vtok, client.Options{API: client.LoopbackAPI(), AutoSubscribe: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	ask := func(topic, req string) map[string]any {
+		t.Helper()
+		if err := v.SendDataRaw(sfu.EncodeData(sfu.DataHeader{To: []string{camera.Identity}, Topic: topic, Text: true}, []byte(req))); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case d := <-v.DataIn:
+				var m map[string]any
+				if d.Header.Topic != topic || json.Unmarshal(d.Payload, &m) != nil || m["id"] == nil {
+					continue
+				}
+				if d.Header.From != camera.Identity {
+					t.Fatalf("%s reply from %q, want the camera", topic, d.Header.From)
+				}
+				return m
+			case <-ctx.Done():
+				t.Fatalf("no %s reply to %s", topic, req)
+			}
+		}
+	}
+
+	// The web interface through the tunnel, and its allow-list.
+	if r := ask("http", `{"id":1,"method":"GET","path":"/axis-cgi/param.cgi?action=list"}`); r["status"] != float64(200) {
+		t.Fatalf("tunnelled GET: %v", r)
+	}
+	if r := ask("http", `{"id":2,"method":"GET","path":"/axis-cgi/admin/restart.cgi"}`); r["status"] != float64(403) {
+		t.Fatalf("a path off the allow-list: %v", r)
+	}
+
+	// Talk: the floor, then the microphone reaches the camera through the SFU.
+	if r := ask("talk", `{"id":3,"op":"start"}`); r["error"] != nil {
+		t.Fatalf("talk start: %v", r)
+	}
+	mic, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, "mic", "talker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := v.Publish(ctx, mic, "microphone"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ctx.Err() == nil; i++ {
+			<-tick.C
+			if mic.WriteSample(media.Sample{Data: clip.Opus[i%len(clip.Opus)], Duration: 20 * time.Millisecond}) != nil {
+				return
+			}
+		}
+	}()
+	waitTalk(t, &cam.TalkSFU, 25, "through the SFU")
+	if n := cam.TalkDirect.Packets.Load(); n != 0 {
+		t.Fatalf("%d packets on a direct path nobody opened", n)
+	}
+	if r := ask("talk", `{"id":4,"op":"stop"}`); r["error"] != nil {
+		t.Fatalf("talk stop: %v", r)
 	}
 }

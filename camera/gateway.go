@@ -79,6 +79,7 @@ func New(o Options) *Gateway {
 	registerDeviceTopics(g) // ptz, talk, http (ptz.go)
 	if o.Manager != nil {
 		o.Manager.SetRelayTap(g.onRelay)
+		o.Manager.SetDataFilter(g.filterData)
 	}
 	return g
 }

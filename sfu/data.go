@@ -217,6 +217,9 @@ func (p *Participant) onData(label string, b []byte) {
 	h.To = nil
 	h.From = p.identity
 	h.FromSid = p.sid
+	if f := p.room.mgr.dataFilter.Load(); f != nil && (*f)(p, label == labelReliable, h, to, payload) {
+		return // consumed by a server component (relaytap.go)
+	}
 	frame := EncodeData(h, payload)
 	if tap := p.room.mgr.dataTap.Load(); tap != nil {
 		(*tap)(p, label == labelReliable, h, to, payload)

@@ -31,6 +31,8 @@ type Manager struct {
 
 	dataTap  dataTapPtr  // cascade.go
 	relayTap relayTapPtr // relaytap.go
+	// dataFilter may take a data message before delivery (relaytap.go).
+	dataFilter atomic.Pointer[DataFilter]
 
 	leanEgress atomic.Pointer[egress.Server] // lean.go; nil: WHEP viewers get a PeerConnection
 }

@@ -57,3 +57,18 @@ func (t *SessionTiming) Finish() {
 		timings.recent = timings.recent[len(timings.recent)-recentTimings:]
 	}
 }
+
+// DataFilter may take a room data message before it is delivered: true means
+// consumed (the camera gateway serves some topics addressed to a WebRTC
+// camera itself: talk-back, its ONVIF PTZ, its web interface). It runs on the
+// sender's goroutine and must not block; payload is only valid during the call.
+type DataFilter func(from *Participant, reliable bool, h DataHeader, to []string, payload []byte) bool
+
+// SetDataFilter installs fn for every room of m (nil removes it).
+func (m *Manager) SetDataFilter(fn DataFilter) {
+	if fn == nil {
+		m.dataFilter.Store(nil)
+		return
+	}
+	m.dataFilter.Store(&fn)
+}

@@ -111,7 +111,10 @@ func StartWebRTC(ctx context.Context, o WebRTCOptions) (*WebRTCCamera, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := client.Join(ctx, o.URL, o.Token, client.Options{Name: "WebRTC camera", API: api})
+	// No auto-subscription: the camera hears a viewer only while the gateway
+	// gives it the floor (topic talk subscribes it to the talker's microphone).
+	no := false
+	cl, err := client.Join(ctx, o.URL, o.Token, client.Options{Name: "WebRTC camera", API: api, AutoSubscribe: &no})
 	if err != nil {
 		return nil, fmt.Errorf("webrtc camera: join: %w", err)
 	}
