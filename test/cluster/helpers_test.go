@@ -38,24 +38,24 @@ var apiSecret = strings.Repeat("c", 40)
 // startRedis runs redis-server on a free loopback port for the test.
 func startRedis(t *testing.T) string {
 	t.Helper()
-	return startRedisWith(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
+	return startRedisWith(t, "127.0.0.1", func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
 }
 
 // startRedisWith runs redis-server with the listening arguments args gives
-// for a free loopback port (--port, or --tls-port and certificates).
-func startRedisWith(t *testing.T, args func(port int) []string) string {
+// for a free port on host (--port, or --tls-port and certificates).
+func startRedisWith(t *testing.T, host string, args func(port int) []string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server is not installed (scripts/install-deps.sh installs Debian's redis-server)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, append(args(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	cmd := exec.Command(bin, append(args(port), "--bind", host, "--save", "", "--appendonly", "no",
 		"--dir", t.TempDir(), "--loglevel", "warning")...)
 	// Its output goes to a file in the test directory (startup banners are noise).
 	logf, err := os.Create(t.TempDir() + "/redis.log")
@@ -67,7 +67,7 @@ func startRedisWith(t *testing.T, args func(port int) []string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	for i := 0; i < 100; i++ {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -177,7 +177,9 @@ func join(t *testing.T, ws, room, identity string) *client.Client {
 }
 
 // video is a synthetic VP8 source: 30 frames/s, a keyframe every 30 frames or
-// on request, the frame number in the last payload byte of each frame.
+// on request, the frame number in the last payload byte of each frame and the
+// first letter of its id before it (a receiver on another node, where track
+// ids differ, tells sources apart by it).
 type video struct {
 	track    *webrtc.TrackLocalStaticSample
 	stop     chan struct{}
@@ -206,6 +208,7 @@ func newVideo(t *testing.T, id string) *video {
 				frame[0] = 0x00
 			}
 			frame[len(frame)-1] = byte(n)
+			frame[len(frame)-2] = id[0]
 			_ = tr.WriteSample(media.Sample{Data: frame, Duration: 33 * time.Millisecond})
 		}
 	}()
@@ -243,6 +246,7 @@ type frames struct {
 	mu    sync.Mutex
 	at    []time.Time
 	nums  []byte
+	tag   []byte // the source's tag (newVideo): who published the frame
 	track []string
 }
 
@@ -264,6 +268,7 @@ func watch(c *client.Client) *frames {
 						f.mu.Lock()
 						f.at = append(f.at, time.Now())
 						f.nums = append(f.nums, p.Payload[len(p.Payload)-1])
+						f.tag = append(f.tag, p.Payload[max(len(p.Payload)-2, 0)])
 						f.track = append(f.track, tr.TrackSid)
 						f.mu.Unlock()
 					}

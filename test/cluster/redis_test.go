@@ -84,7 +84,7 @@ func (s *syncBuffer) String() string {
 func TestRedisPasswordTLS(t *testing.T) {
 	const password = "s3cret-redis-pass-7f2a"
 	cert, key := selfSigned(t)
-	addr := startRedisWith(t, func(port int) []string {
+	addr := startRedisWith(t, "127.0.0.1", func(port int) []string {
 		return []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", cert, "--tls-key-file", key,
 			"--tls-ca-cert-file", cert, "--tls-auth-clients", "no", "--requirepass", password}
 	})

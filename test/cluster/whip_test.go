@@ -117,6 +117,7 @@ func TestWHIPToWHEPAcrossNodes(t *testing.T) {
 				f.mu.Lock()
 				f.at = append(f.at, time.Now())
 				f.nums = append(f.nums, p.Payload[len(p.Payload)-1])
+				f.tag = append(f.tag, p.Payload[max(len(p.Payload)-2, 0)])
 				f.track = append(f.track, tr.ID())
 				f.mu.Unlock()
 			}
