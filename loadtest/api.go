@@ -7,7 +7,7 @@ import (
 
 	"github.com/pion/interceptor"
 	"github.com/pion/logging"
-	"github.com/pion/transport/v4/packetio"
+	"github.com/pion/transport/v5/packetio"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/rtc"
@@ -68,7 +68,7 @@ func NewLean(o APIOptions) (*Lean, error) {
 		} else {
 			b.SetLimitSize(o.RTPBuffer)
 		}
-		return b
+		return rtc.PacketBuffer{Buffer: b}
 	}
 	m := &webrtc.MediaEngine{}
 	if err := rtc.RegisterCodecs(m); err != nil {
@@ -104,7 +104,7 @@ func (l *Lean) For(p *Peer) *webrtc.API {
 		if t == packetio.RTCPBufferPacket {
 			b := packetio.NewBuffer()
 			b.SetLimitSize(rtcpLimit)
-			return b
+			return rtc.PacketBuffer{Buffer: b}
 		}
 		return p.newInlineStream(ssrc)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/pion/interceptor/pkg/nack"
 	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/interceptor/pkg/twcc"
-	"github.com/pion/transport/v4/packetio"
+	"github.com/pion/transport/v5/packetio"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/config"
@@ -148,7 +148,7 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 		} else {
 			b.SetLimitSize(100 << 10)
 		}
-		return b
+		return PacketBuffer{b}
 	}
 	// Lite would be enough for a server with public addresses, but full ICE lets
 	// the server work behind NAT and with ICE-TCP active candidates.
