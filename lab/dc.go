@@ -11,18 +11,28 @@ import (
 
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
 	"github.com/pion/ice/v4"
+	"github.com/pion/transport/v5/stdnet"
 	"github.com/pion/webrtc/v4"
 )
 
 // newAPI builds a Pion API whose ICE uses only this host's lab address:
 // no mDNS, no STUN, no other interface.
-func newAPI(local net.IP, t sctptune.Tuning) *webrtc.API {
+func newAPI(local net.IP, t sctptune.Tuning, v variant) *webrtc.API {
 	var se webrtc.SettingEngine
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 	se.SetIPFilter(func(ip net.IP) bool { return ip.Equal(local) })
 	t.Apply(&se)
-	if t.SocketBuffer > 0 {
+	if v.detach {
+		se.DetachDataChannels()
+	}
+	if v.noMux && t.SocketBuffer > 0 {
+		// ICE's own socket per candidate, read by the candidate's goroutine:
+		// one goroutine hand-off fewer per packet than the UDP mux.
+		if n, err := stdnet.NewNet(); err == nil {
+			se.SetNet(bufNet{n, t.SocketBuffer})
+		}
+	} else if t.SocketBuffer > 0 {
 		// One socket for all of ICE, with big buffers; it lives as long
 		// as this peer process.
 		if c, err := sctptune.ListenUDP(&net.UDPAddr{IP: local}, t.SocketBuffer); err == nil {
@@ -32,7 +42,28 @@ func newAPI(local net.IP, t sctptune.Tuning) *webrtc.API {
 	return webrtc.NewAPI(webrtc.WithSettingEngine(se))
 }
 
-func tuningFor(c PeerConfig) sctptune.Tuning {
+// bufNet is the standard network whose UDP sockets get big kernel buffers.
+type bufNet struct {
+	*stdnet.Net
+	size int
+}
+
+func (n bufNet) ListenPacket(network, address string) (net.PacketConn, error) {
+	c, err := n.Net.ListenPacket(network, address)
+	if uc, ok := c.(*net.UDPConn); ok {
+		sctptune.SetSocketBuffers(uc, n.size)
+	}
+	return c, err
+}
+
+// variant is how the lab peer itself runs, beside the SCTP tuning: knobs
+// for experiments on the receive pipeline (`-tune detach=1,nomux=1`).
+type variant struct {
+	detach bool // read detached data channels with one big buffer
+	noMux  bool // no ICE UDP mux: a socket (with SocketBuffer) per candidate
+}
+
+func tuningFor(c PeerConfig) (sctptune.Tuning, variant) {
 	t := sctptune.Default
 	if c.Tuned {
 		t = sctptune.Petrel
@@ -40,14 +71,21 @@ func tuningFor(c PeerConfig) sctptune.Tuning {
 	if c.MsgSize > 0 {
 		t.MessageSize = c.MsgSize
 	}
+	var v variant
 	for _, kv := range strings.Split(c.Tune, ",") {
-		if kv != "" {
+		switch {
+		case kv == "", strings.HasPrefix(kv, "procs="): // procs: PeerMain
+		case kv == "detach=1":
+			v.detach = true
+		case kv == "nomux=1":
+			v.noMux = true
+		default:
 			if err := t.Set(kv); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 			}
 		}
 	}
-	return t
+	return t, v
 }
 
 func probeInit(mode string) *webrtc.DataChannelInit {
@@ -86,18 +124,39 @@ func dcAnswer(c PeerConfig) (Result, error) {
 	defer sig.Close()
 	m := newMeter(c.Duration)
 	local := sig.LocalAddr().(*net.TCPAddr).IP
-	pc, err := newAPI(local, tuningFor(c)).NewPeerConnection(webrtc.Configuration{})
+	t, v := tuningFor(c)
+	pc, err := newAPI(local, t, v).NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return Result{}, err
 	}
-	defer pc.Close()
+	defer closeWithin(pc, 5*time.Second)
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-		switch dc.Label() {
-		case "bulk":
-			dc.OnMessage(func(msg webrtc.DataChannelMessage) { m.bulk(len(msg.Data)) })
-		case "probe":
-			dc.OnMessage(func(msg webrtc.DataChannelMessage) { m.probe(msg.Data) })
+		deliver := m.bulk
+		if dc.Label() == "probe" {
+			deliver = func(n int, b []byte) { m.probe(b[:n]) }
+		} else if dc.Label() != "bulk" {
+			return
 		}
+		if !v.detach {
+			dc.OnMessage(func(msg webrtc.DataChannelMessage) { deliver(len(msg.Data), msg.Data) })
+			return
+		}
+		dc.OnOpen(func() {
+			rw, err := dc.Detach()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "detach:", err)
+				return
+			}
+			// One buffer for the channel's life: no copy per message.
+			buf := make([]byte, max(t.MessageSize, 64<<10))
+			for {
+				n, err := rw.Read(buf)
+				if err != nil {
+					return
+				}
+				deliver(n, buf)
+			}
+		})
 	})
 	r := bufio.NewReader(sig)
 	var offer webrtc.SessionDescription
@@ -146,13 +205,14 @@ func dcOffer(c PeerConfig) error {
 		return err
 	}
 	defer sig.Close()
-	t := tuningFor(c)
+	t, v := tuningFor(c)
+	v.detach = false // senders use the channel's own API
 	local := sig.LocalAddr().(*net.TCPAddr).IP
-	pc, err := newAPI(local, t).NewPeerConnection(webrtc.Configuration{})
+	pc, err := newAPI(local, t, v).NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return err
 	}
-	defer pc.Close()
+	defer closeWithin(pc, 5*time.Second)
 	bulk, err := pc.CreateDataChannel("bulk", nil)
 	if err != nil {
 		return err
@@ -244,13 +304,14 @@ func dcAnswerSend(c PeerConfig) error {
 		return err
 	}
 	defer sig.Close()
-	t := tuningFor(c)
+	t, v := tuningFor(c)
+	v.detach = false // senders use the channel's own API
 	local := sig.LocalAddr().(*net.TCPAddr).IP
-	pc, err := newAPI(local, t).NewPeerConnection(webrtc.Configuration{})
+	pc, err := newAPI(local, t, v).NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return err
 	}
-	defer pc.Close()
+	defer closeWithin(pc, 5*time.Second)
 	stop := make(chan struct{})
 	defer close(stop)
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
@@ -285,4 +346,19 @@ func dcAnswerSend(c PeerConfig) error {
 	var done string
 	readJSON(r, &done)
 	return nil
+}
+
+// closeWithin closes a peer connection but waits for it at most d. A peer
+// whose association was still busy has hung in Close (seen on
+// long-100mbit, with both Pion versions) and was killed before it printed
+// its result; the stacks of a hung Close go to stderr.
+func closeWithin(pc *webrtc.PeerConnection, d time.Duration) {
+	done := make(chan struct{})
+	go func() { pc.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		fmt.Fprintf(os.Stderr, "peer connection Close did not return within %v\n", d)
+		dumpStacks("close")
+	}
 }

@@ -68,13 +68,19 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	if rs.Probe == "" {
 		rs.Probe = "ordered"
 	}
+	// A variant of a stack ("pion-tuned:detach=1+procs=1") runs the
+	// stack's peers with those -tune overrides.
+	stack, tune, _ := strings.Cut(rs.Stack, ":")
 	recvRole, sendRole := "dc-answer", "dc-offer"
-	if rs.Stack == "tcp" {
+	if stack == "tcp" {
 		recvRole, sendRole = "tcp-recv", "tcp-send"
 	}
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
-		"-tuned=" + strconv.FormatBool(rs.Stack == "pion-tuned" || IsBrowser(rs.Stack) || IsToBrowser(rs.Stack))}
+		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || IsBrowser(stack) || IsToBrowser(stack))}
+	if tune != "" {
+		common = append(common, "-tune", strings.ReplaceAll(tune, "+", ","))
+	}
 	if rs.MsgSize > 0 {
 		common = append(common, "-msgsize", strconv.Itoa(rs.MsgSize))
 	}
@@ -109,13 +115,13 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		cmd.Stderr = stderr
 		return &execCmd{cmd}
 	}
-	if IsToBrowser(rs.Stack) {
+	if IsToBrowser(stack) {
 		// Petrel in b sends; the browser in a measures and prints the Result.
 		send := start(l.B, "dc-answer-send")
 		if err := send.Start(); err != nil {
 			return Result{}, err
 		}
-		recv := browserCmd(strings.TrimPrefix(rs.Stack, "to-"), "--reverse", "true")
+		recv := browserCmd(strings.TrimPrefix(stack, "to-"), "--reverse", "true")
 		var out bytes.Buffer
 		recv.Stdout = &out
 		if err := recv.Start(); err != nil {
@@ -144,8 +150,8 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		return Result{}, err
 	}
 	var send *execCmd
-	if IsBrowser(rs.Stack) {
-		send = browserCmd(rs.Stack)
+	if IsBrowser(stack) {
+		send = browserCmd(stack)
 	} else {
 		send = start(l.A, sendRole)
 	}
@@ -295,7 +301,8 @@ func ParseCases(s string) ([][2]string, error) {
 		if !ok {
 			pr = "ordered"
 		}
-		switch st {
+		base, _, _ := strings.Cut(st, ":") // a variant: "pion-tuned:detach=1+procs=1"
+		switch base {
 		case "tcp", "pion", "pion-tuned", "chromium", "firefox", "to-chromium", "to-firefox":
 		default:
 			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, chromium, firefox, to-chromium, to-firefox)", st)

@@ -128,7 +128,10 @@ func TestParseCasesAndTuning(t *testing.T) {
 	if err != nil || len(cs) != 3 || cs[1] != [2]string{"pion-tuned", "partial"} || cs[2][1] != "ordered" {
 		t.Fatalf("ParseCases = %v, %v", cs, err)
 	}
-	for _, bad := range []string{"quic", "tcp/sometimes"} {
+	if cs, err := ParseCases("pion-tuned:detach=1+procs=1/ordered"); err != nil || cs[0][0] != "pion-tuned:detach=1+procs=1" {
+		t.Errorf("ParseCases(variant) = %v, %v", cs, err)
+	}
+	for _, bad := range []string{"quic", "tcp/sometimes", "quic:detach=1"} {
 		if _, err := ParseCases(bad); err == nil {
 			t.Errorf("ParseCases(%q) succeeded", bad)
 		}

@@ -14,8 +14,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +69,7 @@ func newMeter(dur time.Duration) *meter {
 	return &meter{dur: dur, done: make(chan struct{}), series: make([]int64, int(dur/seriesStep)+1), created: time.Now()}
 }
 
-func (m *meter) bulk(n int) {
+func (m *meter) bulk(n int, _ []byte) {
 	now := time.Now().UnixNano()
 	s := m.start.Load()
 	if s == 0 {
@@ -166,10 +170,15 @@ func PeerMain(args []string) int {
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
 	fs.BoolVar(&c.Tuned, "tuned", false, "apply Petrel's SCTP tuning")
 	fs.IntVar(&c.MsgSize, "msgsize", 0, "bulk message size (data channels; 0: the tuning's)")
-	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, mincwnd, fastrtxwnd, castep (name=bytes,...)")
+	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, replay, mincwnd, fastrtxwnd, castep (name=bytes,...); detach=1, nomux=1, procs=N (GOMAXPROCS)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this peer")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	// The harness starts the peers itself; this environment variable gets
+	// their profiles without a flag per run (one file per role, the last run's).
+	if d := os.Getenv("PETREL_LAB_PROFILE"); *cpuprofile == "" && d != "" {
+		*cpuprofile = filepath.Join(d, c.Role+".prof")
 	}
 	if *cpuprofile != "" {
 		if f, err := os.Create(*cpuprofile); err == nil {
@@ -177,6 +186,17 @@ func PeerMain(args []string) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	for _, kv := range strings.Split(c.Tune, ",") {
+		if v, ok := strings.CutPrefix(kv, "procs="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				runtime.GOMAXPROCS(n)
+			}
+		}
+	}
+	// A peer that outlives its run by far is stuck: say where before the
+	// harness kills it.
+	watchdog := time.AfterFunc(2*c.Duration+90*time.Second, func() { dumpStacks(c.Role) })
+	defer watchdog.Stop()
 	var err error
 	var res Result
 	switch c.Role {
@@ -245,7 +265,7 @@ func tcpRecv(c PeerConfig) (Result, error) {
 		for {
 			n, err := bulk.Read(buf)
 			if n > 0 {
-				m.bulk(n)
+				m.bulk(n, nil)
 			}
 			if err != nil {
 				return
@@ -301,4 +321,17 @@ func readJSON(r *bufio.Reader, v any) error {
 		return err
 	}
 	return json.Unmarshal(line, v)
+}
+
+// dumpStacks writes every goroutine's stack to PETREL_LAB_PROFILE/<name>-stacks.txt,
+// or to stderr.
+func dumpStacks(name string) {
+	w := io.Writer(os.Stderr)
+	if d := os.Getenv("PETREL_LAB_PROFILE"); d != "" {
+		if f, err := os.Create(filepath.Join(d, name+"-stacks.txt")); err == nil {
+			defer f.Close()
+			w = f
+		}
+	}
+	pprof.Lookup("goroutine").WriteTo(w, 2)
 }
