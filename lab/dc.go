@@ -74,7 +74,7 @@ func tuningFor(c PeerConfig) (sctptune.Tuning, variant) {
 	var v variant
 	for _, kv := range strings.Split(c.Tune, ",") {
 		switch {
-		case kv == "", strings.HasPrefix(kv, "procs="): // procs: PeerMain
+		case kv == "", strings.HasPrefix(kv, "procs="), strings.HasPrefix(kv, "env."): // PeerMain's
 		case kv == "detach=1":
 			v.detach = true
 		case kv == "nomux=1":

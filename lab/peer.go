@@ -170,7 +170,7 @@ func PeerMain(args []string) int {
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
 	fs.BoolVar(&c.Tuned, "tuned", false, "apply Petrel's SCTP tuning")
 	fs.IntVar(&c.MsgSize, "msgsize", 0, "bulk message size (data channels; 0: the tuning's)")
-	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, replay, mincwnd, fastrtxwnd, castep (name=bytes,...); detach=1, nomux=1, procs=N (GOMAXPROCS)")
+	fs.StringVar(&c.Tune, "tune", "", "tuning overrides: rcvbuf, high, low, msgsize, sockbuf, replay, mincwnd, fastrtxwnd, castep (name=bytes,...); detach=1, nomux=1, procs=N (GOMAXPROCS), env.NAME=VALUE")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this peer")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -190,6 +190,14 @@ func PeerMain(args []string) int {
 		if v, ok := strings.CutPrefix(kv, "procs="); ok {
 			if n, err := strconv.Atoi(v); err == nil && n > 0 {
 				runtime.GOMAXPROCS(n)
+			}
+		}
+		// env.NAME=VALUE: for experiments with a patched library (a
+		// `replace` in a scratch go.mod) that reads its knobs from the
+		// environment, or PIONS_LOG_TRACE, per case of one bench.
+		if kv, ok := strings.CutPrefix(kv, "env."); ok {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				os.Setenv(k, v)
 			}
 		}
 	}
