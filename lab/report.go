@@ -2,11 +2,13 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -33,6 +35,32 @@ type Report struct {
 	// LinkDir is how the Markdown refers to PlotDir (default: relative
 	// to docs/).
 	LinkDir string
+	// Pion names the Pion versions the runs used (PionVersions() of the
+	// binary that measured; saved with the results).
+	Pion string
+}
+
+// PionVersions names the webrtc and sctp modules this binary was built
+// with, for reports.
+func PionVersions() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown versions)"
+	}
+	var webrtc, sctp string
+	for _, d := range bi.Deps {
+		v := d.Version
+		if d.Replace != nil {
+			v = d.Replace.Version
+		}
+		switch d.Path {
+		case "github.com/pion/webrtc/v4":
+			webrtc = v
+		case "github.com/pion/sctp":
+			sctp = v
+		}
+	}
+	return fmt.Sprintf("webrtc/v4 %s, sctp %s", webrtc, sctp)
 }
 
 func (r *Report) find(profile, stack, probe string) *Row {
@@ -92,7 +120,7 @@ func (r *Report) Markdown() (string, error) {
 		"cases interleaved within each repetition. Data channels: Pion %s on both sides (one process per "+
 		"namespace, DTLS+SCTP over UDP, signaling over TCP across the emulated link), reliable ordered "+
 		"channel, 64 KiB messages. Goodput is payload bytes at the receiver.\n\n",
-		time.Now().UTC().Format("2006-01-02"), host, ncpu, cc, r.Duration, r.Repeat, "webrtc/v4 v4.2.20, sctp v1.11.1")
+		time.Now().UTC().Format("2006-01-02"), host, ncpu, cc, r.Duration, r.Repeat, cmp.Or(r.Pion, PionVersions()))
 	b.WriteString("Profiles:\n\n")
 	for _, p := range r.profiles() {
 		if pr, err := netem.LookupProfile(p); err == nil {

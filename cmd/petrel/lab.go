@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -53,7 +54,7 @@ func labMain(args []string) int {
 				return 1
 			}
 			if i == 0 {
-				saved.Duration, saved.Repeat = one.Duration, one.Repeat
+				saved.Duration, saved.Repeat, saved.Pion = one.Duration, one.Repeat, cmp.Or(one.Pion, "(versions not recorded in "+f+")")
 			}
 			saved.Rows = append(saved.Rows, one.Rows...)
 		}
@@ -78,7 +79,7 @@ func labMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel lab:", err)
 		return 1
 	}
-	saved := savedBench{Rows: rows, Duration: *dur, Repeat: *repeat}
+	saved := savedBench{Rows: rows, Duration: *dur, Repeat: *repeat, Pion: lab.PionVersions()}
 	if *save != "" {
 		b, _ := json.MarshalIndent(saved, "", " ")
 		if err := os.WriteFile(*save, b, 0o644); err != nil {
@@ -92,10 +93,11 @@ type savedBench struct {
 	Rows     []lab.Row
 	Duration time.Duration
 	Repeat   int
+	Pion     string // versions that measured (older files: none)
 }
 
 func labReport(saved savedBench, plots, out string) int {
-	rep := lab.Report{Rows: saved.Rows, Duration: saved.Duration, Repeat: saved.Repeat, PlotDir: plots}
+	rep := lab.Report{Rows: saved.Rows, Duration: saved.Duration, Repeat: saved.Repeat, PlotDir: plots, Pion: saved.Pion}
 	md, err := rep.Markdown()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel lab: plots:", err)
