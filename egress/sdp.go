@@ -39,13 +39,14 @@ type offer struct {
 }
 
 type section struct {
-	kind, mid string
-	port      int
-	protos    []string
-	formats   []string
-	recv      bool // the viewer can receive here (recvonly or sendrecv)
-	rsize     bool
-	codecs    []offeredCodec
+	kind, mid  string
+	port       int
+	protos     []string
+	formats    []string
+	recv       bool // the viewer can receive here (recvonly or sendrecv)
+	bundleOnly bool
+	rsize      bool
+	codecs     []offeredCodec
 }
 
 type offeredCodec struct {
@@ -68,16 +69,28 @@ func parseOffer(text string) (*offer, error) {
 	}
 	o := &offer{}
 	setup := ""
+	// The first credentials and fingerprint win: with BUNDLE the first
+	// section's transport carries everything, and some offerers (aiortc)
+	// write different ICE credentials into every section.
 	common := func(attrs []sdp.Attribute) error {
 		for _, a := range attrs {
 			switch a.Key {
 			case "ice-ufrag":
-				o.ufrag = a.Value
+				if o.ufrag == "" {
+					o.ufrag = a.Value
+				}
 			case "ice-pwd":
-				o.pwd = a.Value
+				if o.pwd == "" {
+					o.pwd = a.Value
+				}
 			case "setup":
-				setup = a.Value
+				if setup == "" {
+					setup = a.Value
+				}
 			case "fingerprint":
+				if o.fp != nil {
+					continue
+				}
 				alg, fp, err := lean.ParseFingerprint(a.Value)
 				if err != nil {
 					return fmt.Errorf("offer: %w", err)
@@ -104,6 +117,10 @@ func parseOffer(text string) (*offer, error) {
 				sec.recv = false
 			case "rtcp-rsize":
 				sec.rsize = true
+			case "bundle-only":
+				// Port 0 with bundle-only is a section offered inside the
+				// BUNDLE group, not a rejected one (RFC 8843 7.2).
+				sec.bundleOnly = true
 			case "rtpmap":
 				pt, rest, ok := cutPT(a.Value)
 				if !ok {
@@ -161,21 +178,31 @@ func cutPT(v string) (uint8, string, bool) {
 	return uint8(n), strings.TrimSpace(rest), true
 }
 
-// match finds the offered codec for t: the same name and clock rate, for
-// H.264 the same profile and packetization mode; an identical fmtp wins.
+// match finds the offered codec for t: the same name and clock rate; among
+// those an identical fmtp wins, then (H.264) the same packetization mode and
+// profile, then the same packetization mode, as DownTrack.Bind chooses for a
+// PeerConnection (a constrained-baseline viewer plays a baseline stream).
 func (sec *section) match(t Track) *offeredCodec {
 	_, name, _ := strings.Cut(t.MimeType, "/")
+	h264 := strings.EqualFold(name, "h264")
 	var best *offeredCodec
+	bestScore := -1
 	for i := range sec.codecs {
 		c := &sec.codecs[i]
 		if !strings.EqualFold(c.name, name) || c.clock != t.ClockRate {
 			continue
 		}
-		if strings.EqualFold(name, "h264") && !h264Compatible(c.fmtp, t.Fmtp) {
-			continue
+		score := 0
+		switch {
+		case c.fmtp == t.Fmtp:
+			score = 3
+		case h264 && h264Mode(c.fmtp) == h264Mode(t.Fmtp) && h264Profile(c.fmtp) == h264Profile(t.Fmtp):
+			score = 2
+		case h264 && h264Mode(c.fmtp) == h264Mode(t.Fmtp):
+			score = 1
 		}
-		if best == nil || c.fmtp == t.Fmtp {
-			best = c
+		if score > bestScore {
+			best, bestScore = c, score
 		}
 	}
 	return best
@@ -190,15 +217,18 @@ func fmtpParam(fmtp, key string) string {
 	return ""
 }
 
-func h264Compatible(a, b string) bool {
-	pm := func(s string) string {
-		if v := fmtpParam(s, "packetization-mode"); v != "" {
-			return v
-		}
-		return "0"
+func h264Mode(fmtp string) string {
+	if v := fmtpParam(fmtp, "packetization-mode"); v != "" {
+		return v
 	}
-	prof := func(s string) string { v := fmtpParam(s, "profile-level-id"); return v[:min(4, len(v))] }
-	return pm(a) == pm(b) && prof(a) == prof(b)
+	return "0"
+}
+
+// h264Profile is profile_idc and the constraint flags of profile-level-id
+// (the level does not have to match: RFC 6184 8.2.2).
+func h264Profile(fmtp string) string {
+	v := fmtpParam(fmtp, "profile-level-id")
+	return v[:min(4, len(v))]
 }
 
 // answerParams is what the answer says besides the negotiation.
@@ -223,7 +253,7 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 		found := false
 		for si := range o.sections {
 			sec := &o.sections[si]
-			if assigned[si] != 0 || sec.kind != t.Kind || sec.port == 0 || !sec.recv || sec.mid == "" {
+			if assigned[si] != 0 || sec.kind != t.Kind || (sec.port == 0 && !sec.bundleOnly) || !sec.recv || sec.mid == "" {
 				continue
 			}
 			if c := sec.match(t); c != nil {
@@ -242,9 +272,16 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 		SessionName:      "-",
 		TimeDescriptions: []sdp.TimeDescription{{Timing: sdp.Timing{}}},
 	}
+	// Audio and video sections nothing is sent in stay in the BUNDLE group,
+	// inactive: a viewer offering video and audio of an audio-only
+	// publication keeps its first section (the BUNDLE tag, which carries the
+	// transport). Other sections (data channels) are rejected.
+	inBundle := make([]bool, len(o.sections))
 	var mids []string
 	for si, sec := range o.sections {
-		if assigned[si] != 0 {
+		media := (sec.kind == "audio" || sec.kind == "video") && len(sec.codecs) > 0
+		if assigned[si] != 0 || (media && sec.mid != "" && (sec.port != 0 || sec.bundleOnly)) {
+			inBundle[si] = true
 			mids = append(mids, sec.mid)
 		}
 	}
@@ -259,7 +296,7 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 			MediaName:             sdp.MediaName{Media: sec.kind, Port: sdp.RangedPort{Value: 9}, Protos: protos},
 			ConnectionInformation: &sdp.ConnectionInformation{NetworkType: "IN", AddressType: "IP4", Address: &sdp.Address{Address: "0.0.0.0"}},
 		}
-		if assigned[si] == 0 {
+		if !inBundle[si] {
 			m.MediaName.Port.Value = 0
 			m.MediaName.Formats = sec.formats
 			if len(m.MediaName.Formats) == 0 {
@@ -271,13 +308,17 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 			s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("inactive"))
 			continue
 		}
-		t, snd, c := tracks[assigned[si]-1], senders[assigned[si]-1], chosen[si]
+		direction := "inactive"
+		c := &sec.codecs[0]
+		if assigned[si] != 0 {
+			direction, c = "sendonly", chosen[si]
+		}
 		m.MediaName.Formats = []string{strconv.Itoa(int(c.pt))}
 		m = m.WithValueAttribute("mid", sec.mid).
 			WithICECredentials(p.ufrag, p.pwd).
 			WithFingerprint("sha-256", p.fingerprint).
 			WithValueAttribute("setup", "passive").
-			WithPropertyAttribute("sendonly").
+			WithPropertyAttribute(direction).
 			WithPropertyAttribute("rtcp-mux")
 		if sec.rsize {
 			m = m.WithPropertyAttribute("rtcp-rsize")
@@ -292,10 +333,13 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 				m = m.WithValueAttribute("rtcp-fb", fmt.Sprintf("%d %s", c.pt, fb))
 			}
 		}
-		msid := t.StreamID + " " + t.ID
-		m = m.WithValueAttribute("msid", msid).
-			WithValueAttribute("ssrc", fmt.Sprintf("%d cname:%s", snd.SSRC, p.cname)).
-			WithValueAttribute("ssrc", fmt.Sprintf("%d msid:%s", snd.SSRC, msid))
+		if assigned[si] != 0 {
+			t, snd := tracks[assigned[si]-1], senders[assigned[si]-1]
+			msid := t.StreamID + " " + t.ID
+			m = m.WithValueAttribute("msid", msid).
+				WithValueAttribute("ssrc", fmt.Sprintf("%d cname:%s", snd.SSRC, p.cname)).
+				WithValueAttribute("ssrc", fmt.Sprintf("%d msid:%s", snd.SSRC, msid))
+		}
 		for i, ip := range p.ips {
 			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, p.port))
 		}
@@ -303,4 +347,27 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 	}
 	b, err := s.Marshal()
 	return string(b), senders, err
+}
+
+// Serves reports whether the lean egress can serve an offer. It has no
+// ICE-TCP: an offer whose candidates are all TCP (a viewer that cannot use
+// UDP) is left to a PeerConnection. An offer without candidates (trickled
+// later) is served: most viewers have UDP.
+func Serves(offer string) bool {
+	udp, tcp := false, false
+	for _, l := range strings.Split(offer, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=candidate:")
+		if !ok {
+			continue
+		}
+		if f := strings.Fields(v); len(f) > 2 {
+			switch strings.ToLower(f[2]) {
+			case "udp":
+				udp = true
+			case "tcp":
+				tcp = true
+			}
+		}
+	}
+	return udp || !tcp
 }

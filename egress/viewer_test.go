@@ -388,4 +388,22 @@ func TestBadOffers(t *testing.T) {
 	if s.Viewers() != 0 {
 		t.Errorf("%d viewers after refused offers", s.Viewers())
 	}
+	if !Serves(good) || Serves(strings.ReplaceAll(good, " udp ", " tcp ")) || !Serves(strings.ReplaceAll(good, "a=candidate:", "a=x-")) {
+		t.Error("Serves: want UDP and candidate-less offers, not TCP-only ones")
+	}
+}
+
+// TestAudioOnly: a viewer offering video and audio of an audio-only
+// publication keeps its video section (the BUNDLE tag) inactive in the group.
+func TestAudioOnly(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t)
+	v, answer, err := s.NewViewer(c.offer(), testTracks[1:], newEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(answer, "a=group:BUNDLE 0 1\r\n") || !strings.Contains(answer, "m=video 9 ") || !strings.Contains(answer, "a=inactive") ||
+		len(v.Senders) != 1 || v.Senders[0].Mid != "1" {
+		t.Errorf("senders %+v, answer:\n%s", v.Senders, answer)
+	}
 }

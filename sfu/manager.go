@@ -288,7 +288,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}
 	start := time.Now()
-	if srv := m.leanEgress.Load(); srv != nil {
+	if srv := m.leanEgress.Load(); srv != nil && egress.Serves(offer) {
 		return m.playLean(srv, c, offer, tracks, start)
 	}
 	p, err := m.newParticipant(c, true)

@@ -5,6 +5,8 @@
 #
 #   test/interop/run.sh [pytest args…]
 #
+# PETREL_SERVE_ARGS adds flags to petrel serve (PETREL_SERVE_ARGS=--lean-egress
+# runs the suite against the lean egress).
 # Needs what install.sh installs. PETREL_BIN=/path/to/petrel skips the build. PYTHON (default python3) must import aiortc
 # and pytest; GST_PYTHON (default /usr/bin/python3) must import gi (python3-gi).
 set -euo pipefail
@@ -84,7 +86,7 @@ for attempt in 1 2 3; do
   export PETREL_INTEROP_URL="http://127.0.0.1:$http_port"
   "$PETREL_BIN" serve --loopback --http "127.0.0.1:$http_port" \
     --rtc-udp-port "$udp_port" --rtc-tcp-port "$tcp_port" --turn-port "$turn_port" \
-    >"$work/server.log" 2>&1 &
+    ${PETREL_SERVE_ARGS:-} >"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
     if healthy || ! kill -0 "$server_pid" 2>/dev/null; then break; fi
