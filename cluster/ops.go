@@ -147,8 +147,9 @@ func (s *shedder) maxUseful(n *Node) int {
 	return m
 }
 
-// probeLoop measures the HTTP round trip to nodes this one has no link to,
-// so that placement knows the distances before any room is shared.
+// probeLoop measures the HTTP round trip to every other node (best of three
+// every 5 s), so that placement knows the distances before any room is
+// shared, and has an estimate free of the link's queueing once one is.
 func (n *Node) probeLoop() {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
