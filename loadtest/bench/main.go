@@ -47,7 +47,7 @@ func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
 	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores)")
-	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run")
+	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (WHEP through --lean-egress), janus, janus-loops, janus-streaming, janus-streaming-loops")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
 	rate := flag.Float64("rate", 25, "peers per second")
@@ -140,7 +140,7 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 	for rep := 1; rep <= max(repeat, 1); rep++ {
 		for _, j := range jobs {
 			for _, srv := range strings.Split(servers, ",") {
-				if strings.HasPrefix(srv, "janus-streaming") && j.scenario != "stream" {
+				if (strings.HasPrefix(srv, "janus-streaming") || strings.HasPrefix(srv, "petrel-")) && j.scenario != "stream" {
 					continue
 				}
 				r, err := one(bin, ns, srv, j.scenario, j.n, j.p, duration, warmup, rate, loadtest.Config{})
@@ -174,8 +174,15 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	cfg := loadtest.Config{Scenario: scenario, Peers: n, Publishers: p, Rate: rate, Duration: duration, Warmup: warmup,
 		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Proto: extra.Proto, Parallel: 8}
 	switch srv {
-	case "petrel":
-		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret)
+	case "petrel", "petrel-whep", "petrel-lean":
+		var args []string
+		if srv == "petrel-lean" {
+			args = append(args, "--lean-egress")
+		}
+		if srv != "petrel" {
+			cfg.Proto = "whip" // WHEP viewers (the generator's lean peers)
+		}
+		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret, args...)
 		cfg.Target, cfg.APIKey, cfg.Secret = "petrel", apiKey, apiSecret
 	case "janus":
 		s, err = loadtest.StartJanus(ns, 0)
@@ -234,7 +241,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	return &run{server: srv, scenario: scenario, n: n, res: res, threads: th}, nil
 }
 
-var fileRE = regexp.MustCompile(`^(petrel|janus|janus-loops|janus-streaming|janus-streaming-loops|hold)-?(stream|room)?-(\d+)(-r\d+)?\.json$`)
+var fileRE = regexp.MustCompile(`^(petrel-lean|petrel-whep|petrel|janus-streaming-loops|janus-streaming|janus-loops|janus|hold)-?(stream|room)?-(\d+)(-r\d+)?\.json$`)
 
 func load(dir string) []*run {
 	ents, _ := os.ReadDir(dir)
@@ -256,7 +263,7 @@ func load(dir string) []*run {
 		}
 		runs = append(runs, r)
 	}
-	order := map[string]int{"petrel": 0, "janus": 1, "janus-loops": 2, "janus-streaming": 3, "janus-streaming-loops": 4}
+	order := map[string]int{"petrel": 0, "petrel-whep": 1, "petrel-lean": 2, "janus": 3, "janus-loops": 4, "janus-streaming": 5, "janus-streaming-loops": 6}
 	slices.SortFunc(runs, func(a, b *run) int {
 		if a.scenario != b.scenario {
 			return strings.Compare(b.scenario, a.scenario)
@@ -323,7 +330,8 @@ func render(all []*run, out string) (string, string) {
 	b.WriteString("Written by `go run ./loadtest/bench` (see its flags; `-report-only` re-renders from `loadtest/results/*.json`). " +
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
-		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol, " +
+		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
+		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md); " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +
@@ -363,31 +371,11 @@ func render(all []*run, out string) (string, string) {
 		by[k][r.server] = r
 	}
 	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
-	b.WriteString("| scenario | receivers | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | delay p99 ratio |\n|---|---:|---|---:|---:|---:|\n")
+	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|\n")
 	for _, k := range keys {
-		m := by[k]
-		p := m["petrel"]
-		var best *run
-		for _, srv := range []string{"janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
-			if r := m[srv]; r != nil && r.res.Summary.TargetCPUusPerPkt > 0 && (best == nil || r.res.Summary.TargetCPUusPerPkt < best.res.Summary.TargetCPUusPerPkt) {
-				best = r
-			}
+		for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
+			ratioRow(&b, k.scenario, k.n, mode, by[k])
 		}
-		if p == nil || best == nil {
-			continue
-		}
-		ps, js := p.res.Summary, best.res.Summary
-		rss := func(r *run) float64 {
-			s := r.res.Summary
-			return (s.TargetRSSMiB - s.TargetRSSStartMiB) / float64(receivers(r))
-		}
-		ratio := func(a, b float64) string {
-			if b <= 0 || stalled(ps.PPS) || stalled(js.PPS) {
-				return "–"
-			}
-			return fmt.Sprintf("%.2f", a/b)
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", k.scenario, k.n, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), ratio(ps.DelayMs.P99, js.DelayMs.P99))
 	}
 	if notes, err := os.ReadFile(filepath.Join(out, "notes.md")); err == nil {
 		// Hand-written reading of the figures, kept beside them.
@@ -413,11 +401,11 @@ func render(all []*run, out string) (string, string) {
 	}
 	g.WriteString("| run | peers connected | packets/s received | generator CPU % | CPU-µs/received packet | × floor | RSS at end MiB | RSS growth/peer KiB | setup p50 / p95 (DTLS, ms) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range runs {
-		if r.server != "petrel" {
+		if !strings.HasPrefix(r.server, "petrel") {
 			continue
 		}
 		s := r.res.Summary
-		name := fmt.Sprintf("%s %d vs Petrel", r.scenario, r.n)
+		name := fmt.Sprintf("%s %d vs %s", r.scenario, r.n, r.server)
 		if r.label == "hold" {
 			name = fmt.Sprintf("capacity: %d audio-only WHEP viewers", r.n)
 		}
@@ -441,7 +429,7 @@ func plot(runs []*run, out string) error {
 	}
 	var cmds []string
 	var plotsCPU, plotsRSS []string
-	for _, srv := range []string{"petrel", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
+	for _, srv := range []string{"petrel", "petrel-whep", "petrel-lean", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
 		var dat strings.Builder
 		for _, r := range runs {
 			if r.server != srv || r.scenario != "stream" || r.label == "hold" {
@@ -497,6 +485,7 @@ func rewrite(file, heading, body string) error {
 		if j := strings.Index(s[start+len(heading):], "\n## "); j >= 0 {
 			end = start + len(heading) + j + 1
 		}
+		body = keepSubsections(s[start:end], body)
 		sep := ""
 		if end < len(s) {
 			sep = "\n"
@@ -594,4 +583,47 @@ func perPkt(v, pps float64) string {
 		return "stalled"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// ratioRow writes the ratios of one Petrel mode against Janus's best mode
+// (lowest CPU per packet) at one size, if both ran.
+func ratioRow(b *strings.Builder, scenario string, n int, mode string, m map[string]*run) {
+	p := m[mode]
+	var best *run
+	for _, srv := range []string{"janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
+		if r := m[srv]; r != nil && r.res.Summary.TargetCPUusPerPkt > 0 && (best == nil || r.res.Summary.TargetCPUusPerPkt < best.res.Summary.TargetCPUusPerPkt) {
+			best = r
+		}
+	}
+	if p == nil || best == nil {
+		return
+	}
+	ps, js := p.res.Summary, best.res.Summary
+	rss := func(r *run) float64 {
+		s := r.res.Summary
+		return (s.TargetRSSMiB - s.TargetRSSStartMiB) / float64(receivers(r))
+	}
+	ratio := func(a, b float64) string {
+		if b <= 0 || stalled(ps.PPS) || stalled(js.PPS) {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), ratio(ps.DelayMs.P99, js.DelayMs.P99))
+}
+
+// keepSubsections appends to body the "### " subsections of the old section
+// that body does not write itself: hand-written parts of a generated section
+// (the "Lean WHEP viewers" measurements under "Load generator") survive a
+// new run.
+func keepSubsections(old, body string) string {
+	parts := strings.Split(old, "\n### ")
+	for _, p := range parts[1:] {
+		head, _, _ := strings.Cut(p, "\n")
+		if strings.Contains(body, "\n### "+head+"\n") {
+			continue
+		}
+		body = strings.TrimRight(body, "\n") + "\n\n### " + strings.TrimRight(p, "\n") + "\n"
+	}
+	return body
 }

@@ -29,3 +29,22 @@ func TestRewrite(t *testing.T) {
 		t.Fatalf("got\n%q\nwant\n%q", b, want)
 	}
 }
+
+// TestRewriteKeepsHandWrittenSubsections: a "### " subsection the generator
+// does not write (the hand-written lean viewer measurements under "Load
+// generator") survives a new run; one it writes is replaced.
+func TestRewriteKeepsHandWrittenSubsections(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "b.md")
+	orig := "# Benchmarks\n\n## Load generator\n\nold table\n\n### Generated\n\nold gen\n\n### Lean WHEP viewers\n\nhand figures\n\n## C\n\nc text\n"
+	if err := os.WriteFile(f, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rewrite(f, "## Load generator", "## Load generator\n\nnew table\n\n### Generated\n\nnew gen\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(f)
+	want := "# Benchmarks\n\n## Load generator\n\nnew table\n\n### Generated\n\nnew gen\n\n### Lean WHEP viewers\n\nhand figures\n\n## C\n\nc text\n"
+	if string(b) != want {
+		t.Fatalf("got\n%q\nwant\n%q", b, want)
+	}
+}
