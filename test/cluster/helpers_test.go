@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
 
@@ -264,19 +265,25 @@ func watch(c *client.Client) *frames {
 					if err != nil {
 						return
 					}
-					if p.Marker && len(p.Payload) > 0 {
-						f.mu.Lock()
-						f.at = append(f.at, time.Now())
-						f.nums = append(f.nums, p.Payload[len(p.Payload)-1])
-						f.tag = append(f.tag, p.Payload[max(len(p.Payload)-2, 0)])
-						f.track = append(f.track, tr.TrackSid)
-						f.mu.Unlock()
-					}
+					f.record(p, tr.TrackSid)
 				}
 			}(tr)
 		}
 	}()
 	return f
+}
+
+// record notes a frame if p completes one (marker bit).
+func (f *frames) record(p *rtp.Packet, track string) {
+	if !p.Marker || len(p.Payload) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = append(f.at, time.Now())
+	f.nums = append(f.nums, p.Payload[len(p.Payload)-1])
+	f.tag = append(f.tag, p.Payload[max(len(p.Payload)-2, 0)])
+	f.track = append(f.track, track)
 }
 
 func drainTrack(tr *webrtc.TrackRemote) {

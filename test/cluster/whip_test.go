@@ -77,18 +77,6 @@ func TestWHIPToWHEPAcrossNodes(t *testing.T) {
 		}
 	}()
 	whipExchange(t, pub, a.url+"/whip/studio", token(t, "studio", "encoder"))
-	waitFor(t, 10*time.Second, "the WHIP publisher's track is on node a", func() bool {
-		r := a.srv.Manager.Room("studio")
-		if r == nil {
-			return false
-		}
-		for _, p := range r.Participants() {
-			if len(p.Publications()) > 0 {
-				return true
-			}
-		}
-		return false
-	})
 	waitFor(t, 5*time.Second, "node b sees the room in Redis", func() bool {
 		for _, n := range b.srv.Cluster.Nodes() {
 			if n.ID == "a" && len(n.Rooms["studio"]) > 0 {
@@ -113,14 +101,7 @@ func TestWHIPToWHEPAcrossNodes(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if p.Marker && len(p.Payload) > 0 {
-				f.mu.Lock()
-				f.at = append(f.at, time.Now())
-				f.nums = append(f.nums, p.Payload[len(p.Payload)-1])
-				f.tag = append(f.tag, p.Payload[max(len(p.Payload)-2, 0)])
-				f.track = append(f.track, tr.ID())
-				f.mu.Unlock()
-			}
+			f.record(p, tr.ID())
 		}
 	})
 	viewTok := token(t, "studio", "viewer")
