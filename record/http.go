@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -126,26 +127,68 @@ func (s *Store) planExport(id string, from, to uint64) (*export, error) {
 	}
 	ex.parts = append(ex.parts, exportPart{p.seg.Path, 0, initSize})
 	ex.size = initSize
+	// The audio track goes along when the first segment's init declares it
+	// (its audio fragments say so): from the first video sample exported to
+	// the end of the range, in file order with the video.
+	c.mu.Lock()
+	audio := len(p.seg.Audio) > 0
+	c.mu.Unlock()
+	var start uint64
+	var frags []exportPart
+	var segs []*Segment
 	for {
 		fr := c.frag(p)
 		if fr.T > to {
 			break
 		}
 		if fr.End() > from {
-			last := &ex.parts[len(ex.parts)-1]
-			if last.path == p.seg.Path && last.off+last.size == fr.Off {
-				last.size += fr.Size // contiguous: one read
-			} else {
-				ex.parts = append(ex.parts, exportPart{p.seg.Path, fr.Off, fr.Size})
+			if len(frags) == 0 {
+				start = fr.T
 			}
-			ex.size += fr.Size
+			if len(segs) == 0 || segs[len(segs)-1] != p.seg {
+				segs = append(segs, p.seg)
+			}
+			frags = append(frags, exportPart{p.seg.Path, fr.Off, fr.Size})
 		}
 		if p, ok = c.next(p); !ok {
 			break
 		}
 	}
-	if len(ex.parts) == 1 {
+	if len(frags) == 0 {
 		return nil, errors.New("nothing recorded in that range")
+	}
+	if audio {
+		lo, hi := start*audioClock/clock, to*audioClock/clock
+		c.mu.Lock()
+		var add []exportPart
+		for _, seg := range segs {
+			for _, fr := range seg.Audio {
+				if fr.End() > lo && fr.T <= hi {
+					add = append(add, exportPart{seg.Path, fr.Off, fr.Size})
+				}
+			}
+		}
+		c.mu.Unlock()
+		frags = append(frags, add...)
+		order := map[string]int{}
+		for i, seg := range segs {
+			order[seg.Path] = i
+		}
+		sort.SliceStable(frags, func(i, j int) bool {
+			if frags[i].path != frags[j].path {
+				return order[frags[i].path] < order[frags[j].path]
+			}
+			return frags[i].off < frags[j].off
+		})
+	}
+	for _, fr := range frags {
+		last := &ex.parts[len(ex.parts)-1]
+		if last.path == fr.path && last.off+last.size == fr.off {
+			last.size += fr.size // contiguous: one read
+		} else {
+			ex.parts = append(ex.parts, fr)
+		}
+		ex.size += fr.size
 	}
 	return ex, nil
 }

@@ -44,6 +44,8 @@ type Recorder struct {
 type recTrack struct {
 	rec    *trackRec
 	remove func()
+	// removeAudio detaches the camera's audio (nil: none attached).
+	removeAudio func()
 }
 
 // New opens the store (repairing what a crash left) and starts watching.
@@ -98,6 +100,9 @@ func (r *Recorder) Close() {
 	r.mu.Lock()
 	for pub, t := range r.tracks {
 		t.remove()
+		if t.removeAudio != nil {
+			t.removeAudio()
+		}
 		t.rec.stop()
 		delete(r.tracks, pub)
 	}
@@ -138,16 +143,31 @@ func (r *Recorder) scan() {
 		if p == nil {
 			continue
 		}
+		var opus *sfu.Publication
+		for _, pub := range p.Publications() {
+			if pub.Kind() == webrtc.RTPCodecTypeAudio && strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeOpus) {
+				opus = pub
+			}
+		}
 		for _, pub := range p.Publications() {
 			if pub.Kind() != webrtc.RTPCodecTypeVideo || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
 				continue
 			}
 			seen[pub] = true
 			r.mu.Lock()
-			_, have := r.tracks[pub]
+			t, have := r.tracks[pub]
 			r.mu.Unlock()
 			if !have {
-				r.start(id, pub)
+				t = r.start(id, pub)
+			}
+			// The camera's Opus goes into the same segments (audio.go); G.711
+			// and AAC are not recorded (docs/recording.md).
+			if opus != nil && t.removeAudio == nil {
+				rm := t.rec.attachAudio(opus)
+				r.mu.Lock()
+				t.removeAudio = rm
+				r.mu.Unlock()
+				r.log.Info("recording audio", "camera", id, "track", opus.Sid())
 			}
 		}
 	}
@@ -162,12 +182,15 @@ func (r *Recorder) scan() {
 	r.mu.Unlock()
 	for _, t := range gone {
 		t.remove()
+		if t.removeAudio != nil {
+			t.removeAudio()
+		}
 		t.rec.stop()
 		r.log.Info("recording stopped", "track", t.rec.pub.Sid())
 	}
 }
 
-func (r *Recorder) start(id string, pub *sfu.Publication) {
+func (r *Recorder) start(id string, pub *sfu.Publication) *recTrack {
 	rec := newTrackRec(r.store.cam(id), pub, r.cfg.Segment, r.log.With("camera", id, "track", pub.Sid()))
 	go rec.run()
 	t := &recTrack{rec: rec}
@@ -176,6 +199,7 @@ func (r *Recorder) start(id string, pub *sfu.Publication) {
 	r.mu.Unlock()
 	t.remove = pub.AddSink(rec)
 	r.log.Info("recording started", "camera", id, "track", pub.Sid(), "codec", pub.Codec().MimeType)
+	return t
 }
 
 // Ranges lists a camera's recorded ranges (Unix ms).

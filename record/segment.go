@@ -25,6 +25,14 @@ import (
 // clock is the video timescale; decode times are Unix time in these units.
 const clock = 90000
 
+// The audio track: Opus ("Encapsulation of Opus in ISO Base Media File Format",
+// sample entry Opus with a dOps box), 48 kHz, track 2 of a segment whose init
+// declares it. G.711 and AAC cameras are recorded without audio (docs/recording.md).
+const (
+	audioTrackID = 2
+	audioClock   = 48000
+)
+
 // Frag indexes one fragment of a segment.
 type Frag struct {
 	T    uint64 `json:"t"`  // decode time of the first sample (90 kHz Unix time)
@@ -45,6 +53,10 @@ type Segment struct {
 	Start uint64 `json:"start"`
 	Size  int64  `json:"size"`
 	Frags []Frag `json:"frags"`
+	// Audio indexes the audio fragments (track 2, Opus, decode times in 48 kHz
+	// Unix time), interleaved in the file with the video ones. Playback reads
+	// Frags only; exports copy both.
+	Audio []Frag `json:"audio,omitempty"`
 	// open is true while the recorder still appends to it.
 	open bool
 }
@@ -162,10 +174,14 @@ func scanSegment(path string) (s *Segment, good int64, err error) {
 			}
 			fr := fragFromMoof(moof)
 			fr.Off, fr.Size = moofOff, off+bsize-moofOff
-			if len(s.Frags) == 0 {
-				s.Start = fr.T
+			if moof.Traf.Tfhd != nil && moof.Traf.Tfhd.TrackID == audioTrackID {
+				s.Audio = append(s.Audio, fr)
+			} else {
+				if len(s.Frags) == 0 {
+					s.Start = fr.T
+				}
+				s.Frags = append(s.Frags, fr)
 			}
-			s.Frags = append(s.Frags, fr)
 			moof = nil
 		default:
 			s.Size = good
@@ -205,12 +221,20 @@ type segWriter struct {
 	init *mp4.InitSegment
 }
 
-func createSegment(dir string, start uint64, sps, pps []byte, width, height int) (*segWriter, error) {
+func createSegment(dir string, start uint64, sps, pps []byte, width, height int, opus bool) (*segWriter, error) {
 	init := mp4.CreateEmptyInit()
 	init.AddEmptyTrack(clock, "video", "und")
 	trak := init.Moov.Trak
 	if err := trak.SetAVCDescriptor("avc1", [][]byte{sps}, [][]byte{pps}, true); err != nil {
 		return nil, fmt.Errorf("avc descriptor: %w", err)
+	}
+	if opus {
+		init.AddEmptyTrack(audioClock, "audio", "und")
+		entry, err := opusSampleEntry()
+		if err != nil {
+			return nil, err
+		}
+		init.Moov.Traks[1].Mdia.Minf.Stbl.Stsd.AddChild(entry)
 	}
 	path := filepath.Join(dir, segmentName(start))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -237,6 +261,27 @@ func createSegment(dir string, start uint64, sps, pps []byte, width, height int)
 	return w, nil
 }
 
+// opusSampleEntry is the Opus sample entry with its dOps box (Opus in
+// ISO-BMFF, section 4.3): mp4ff v0.47.0 knows neither, so dOps is built from
+// its bytes and carried as a box mp4ff does not interpret. Stereo, as WebRTC's
+// opus/48000/2 is declared; pre-skip 312 (libopus' usual), no gain, mapping
+// family 0.
+func opusSampleEntry() (mp4.Box, error) {
+	dops := []byte{0, 0, 0, 19, 'd', 'O', 'p', 's',
+		0,       // version
+		2,       // output channel count
+		1, 0x38, // pre-skip 312
+		0, 0, 0xbb, 0x80, // input sample rate 48000
+		0, 0, // output gain
+		0, // channel mapping family
+	}
+	box, err := mp4.DecodeBox(0, bytes.NewReader(dops))
+	if err != nil {
+		return nil, fmt.Errorf("dOps: %w", err)
+	}
+	return mp4.CreateAudioSampleEntryBox("Opus", 2, 16, audioClock, box), nil
+}
+
 // sample is one access unit on its way to a fragment.
 type sample struct {
 	t    uint64 // decode time, 90 kHz Unix
@@ -246,9 +291,12 @@ type sample struct {
 }
 
 // writeFragment writes samples as one moof+mdat with a single write and indexes it.
-func (w *segWriter) writeFragment(ss []sample) (Frag, error) {
+func (w *segWriter) writeFragment(ss []sample) (Frag, error) { return w.writeTrack(1, ss) }
+
+// writeTrack writes samples of track id as one moof+mdat.
+func (w *segWriter) writeTrack(id uint32, ss []sample) (Frag, error) {
 	w.seq++
-	frag, err := mp4.CreateFragment(w.seq, 1)
+	frag, err := mp4.CreateFragment(w.seq, id)
 	if err != nil {
 		return Frag{}, err
 	}

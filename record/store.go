@@ -133,6 +133,14 @@ func (c *camStore) appendFrag(seg *Segment, fr Frag) {
 	c.mu.Unlock()
 }
 
+// appendAudio publishes a written audio fragment.
+func (c *camStore) appendAudio(seg *Segment, fr Frag) {
+	c.mu.Lock()
+	seg.Audio = append(seg.Audio, fr)
+	seg.Size = fr.Off + fr.Size
+	c.mu.Unlock()
+}
+
 func (c *camStore) closeSeg(seg *Segment) {
 	c.mu.Lock()
 	seg.open = false

@@ -44,6 +44,14 @@ type trackRec struct {
 	seg        *segWriter
 	lastKeyReq time.Time
 	loggedSPS  bool
+
+	// Audio (audio.go): the camera's Opus, into the same segments as track 2.
+	aq     chan *qpkt
+	opus   atomic.Bool // an audio sink is attached: new segments declare the track
+	aclk   wallClock
+	aheld  *sample
+	afrag  []sample
+	hasAud bool // the open segment declares the audio track
 }
 
 type qpkt struct {
@@ -58,7 +66,7 @@ const recQueue = 2048
 
 func newTrackRec(cam *camStore, pub *sfu.Publication, segDur time.Duration, log *slog.Logger) *trackRec {
 	r := &trackRec{cam: cam, pub: pub, segDur: uint64(segDur.Seconds() * clock), log: log,
-		q: make(chan *qpkt, recQueue), done: make(chan struct{}), stopped: make(chan struct{}), waitKey: true, now: time.Now}
+		q: make(chan *qpkt, recQueue), aq: make(chan *qpkt, audioQueue), aclk: wallClock{rate: audioClock}, done: make(chan struct{}), stopped: make(chan struct{}), waitKey: true, now: time.Now}
 	r.pool.New = func() any { return new(qpkt) }
 	// Cameras that send SPS/PPS only out of band put them in the fmtp line.
 	r.asm.sps, r.asm.pps = spropParameterSets(pub.Codec().SDPFmtpLine)
@@ -122,6 +130,9 @@ func (r *trackRec) run() {
 		select {
 		case q := <-r.q:
 			r.packet(q)
+			r.pool.Put(q)
+		case q := <-r.aq:
+			r.audioPacket(q)
 			r.pool.Put(q)
 		case <-tick.C:
 			// A publisher that stops sending leaves its last GOP in memory; after a
@@ -249,11 +260,12 @@ func (r *trackRec) openSegment(t uint64) error {
 	if err := os.MkdirAll(r.cam.dir, 0o755); err != nil {
 		return err
 	}
-	w, err := createSegment(r.cam.dir, t, r.asm.sps, r.asm.pps, 0, 0)
+	opus := r.opus.Load()
+	w, err := createSegment(r.cam.dir, t, r.asm.sps, r.asm.pps, 0, 0, opus)
 	if err != nil {
 		return err
 	}
-	r.seg = w
+	r.seg, r.hasAud = w, opus
 	r.cam.add(w.seg)
 	return nil
 }
@@ -274,6 +286,7 @@ func (r *trackRec) writeFragment() {
 	if r.onWrite != nil {
 		r.onWrite(fr)
 	}
+	r.writeAudio()
 }
 
 func (r *trackRec) closeSegment() {
@@ -324,13 +337,20 @@ type wallClock struct {
 	baseTS   uint32
 	ext      int64 // unwrapped ticks since baseTS
 	lastTS   uint32
-	base     uint64 // Unix 90 kHz at baseTS
+	base     uint64 // Unix time in ticks at baseTS
 	lastWall time.Time
+	rate     uint64 // ticks per second (0: the video clock)
 }
 
 func (c *wallClock) at(ts uint32, now time.Time) uint64 {
 	c.lastWall = now
-	nowT := uint64(now.UnixNano()) / 1000 * 9 / 100 // 90 kHz
+	rate := c.rate
+	if rate == 0 {
+		rate = clock
+	}
+	// Milliseconds, then the rest in microseconds: Unix µs times 90000 overflows.
+	us := uint64(now.UnixNano()) / 1000
+	nowT := us/1000*rate/1000 + us%1000*rate/1000000
 	if !c.init {
 		c.init, c.baseTS, c.lastTS, c.ext, c.base = true, ts, ts, 0, nowT
 		return nowT
@@ -338,7 +358,7 @@ func (c *wallClock) at(ts uint32, now time.Time) uint64 {
 	c.ext += int64(int32(ts - c.lastTS))
 	c.lastTS = ts
 	t := int64(c.base) + c.ext
-	if d := t - int64(nowT); d > clock || d < -clock {
+	if d := t - int64(nowT); d > int64(rate) || d < -int64(rate) {
 		c.baseTS, c.ext, c.base = ts, 0, nowT
 		return nowT
 	}

@@ -69,7 +69,7 @@ func LoadClip(dir string) (*Clip, error) {
 		c.ULaw = u
 	}
 	if f, err := os.Open(filepath.Join(dir, "clip.opus")); err == nil {
-		c.Opus, err = readOggOpus(f)
+		c.Opus, err = ReadOggOpus(f)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("test clip: clip.opus: %w", err)
@@ -103,9 +103,9 @@ func splitAnnexB(b []byte) [][]byte {
 	return out
 }
 
-// readOggOpus returns the Opus packets of an Ogg stream (RFC 3533 pages; a
+// ReadOggOpus returns the Opus packets of an Ogg stream (RFC 3533 pages; a
 // packet ends at a lacing value under 255), without the two header packets.
-func readOggOpus(r io.Reader) ([][]byte, error) {
+func ReadOggOpus(r io.Reader) ([][]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, 16<<20))
 	if err != nil {
 		return nil, err
