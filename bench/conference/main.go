@@ -43,7 +43,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/pion/ice/v4"
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
@@ -51,7 +50,7 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
-	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bench/internal/benchkit"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/loadtest"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -59,8 +58,8 @@ import (
 )
 
 const (
-	apiKey    = "benchkey"
-	apiSecret = "bench-secret-bench-secret-bench-secret-0123"
+	apiKey    = benchkit.APIKey
+	apiSecret = benchkit.APISecret
 	mtu       = 1100
 )
 
@@ -138,7 +137,7 @@ func lastN(n int) error {
 	peers := make([]*client.Client, *nPeers)
 	defer closeAll(peers)
 	pubAPI := publisherAPI()
-	err = parallel(*nPeers, func(i int) error {
+	err = benchkit.Parallel(*nPeers, func(i int) error {
 		c, err := join(s, room, fmt.Sprintf("p%02d", i), pubAPI)
 		if err != nil {
 			return err
@@ -204,7 +203,7 @@ func simulcast(sc bool) error {
 	defer closeAll(peers)
 	api := publisherAPI()
 	sids := make([]string, *nPeers)
-	err = parallel(*nPeers, func(i int) error {
+	err = benchkit.Parallel(*nPeers, func(i int) error {
 		c, err := join(s, room, fmt.Sprintf("p%02d", i), api)
 		if err != nil {
 			return err
@@ -235,7 +234,7 @@ func simulcast(sc bool) error {
 	// single-layer room, where the server cannot act on them.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = parallel(*nPeers, func(i int) error {
+	err = benchkit.Parallel(*nPeers, func(i int) error {
 		stage := 0
 		if i == 0 {
 			stage = 1
@@ -300,7 +299,7 @@ func switchDelay() error {
 	var mu sync.Mutex
 	var delays []float64
 	var keyWaits []float64
-	err = parallel(*receivers, func(i int) error {
+	err = benchkit.Parallel(*receivers, func(i int) error {
 		c, err := join(s, room, fmt.Sprintf("r%02d", i), leanAPI())
 		if err != nil {
 			return err
@@ -780,30 +779,6 @@ func publisherAPI() *webrtc.API {
 	return webrtc.NewAPI(webrtc.WithSettingEngine(baseSettings()), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(&interceptor.Registry{}))
 }
 
-func parallel(n int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := f(i); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
-}
-
 type server struct {
 	cmd  *exec.Cmd
 	http string
@@ -874,31 +849,9 @@ func (s *server) stop() {
 }
 
 func (s *server) metric(name, dir string) (float64, error) {
-	conn, err := net.Dial("tcp", s.http)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	_, _ = fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", s.http)
-	b, err := io.ReadAll(conn)
-	if err != nil {
-		return 0, err
-	}
-	prefix := name + `{direction="` + dir + `"} `
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, prefix); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, nil
+	return benchkit.Metric(s.http, name, dir)
 }
 
 func (s *server) token(room, identity string) string {
-	c := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
-	c.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
-	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, c, time.Hour)
-	if err != nil {
-		panic(err)
-	}
-	return tok
+	return benchkit.Token(room, identity, true)
 }

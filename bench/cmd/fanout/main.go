@@ -38,20 +38,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/pion/interceptor"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
 
-	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bench/internal/benchkit"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
 )
 
 const (
-	apiKey    = "benchkey"
-	apiSecret = "bench-secret-bench-secret-bench-secret-0123"
+	apiKey    = benchkit.APIKey
+	apiSecret = benchkit.APISecret
 	clkTck    = 100 // USER_HZ on Linux
 )
 
@@ -288,32 +287,11 @@ func (s *server) rss() (float64, error) {
 
 // metric reads name{direction="dir"} from /metrics.
 func (s *server) metric(name, dir string) (float64, error) {
-	resp, err := http.Get("http://" + s.http + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	prefix := name + `{direction="` + dir + `"} `
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, prefix); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, nil // not yet incremented
+	return benchkit.Metric(s.http, name, dir)
 }
 
 func (s *server) token(room, identity string, publish bool) string {
-	c := auth.Claims{Room: room, Grants: auth.Grants{Publish: publish, Subscribe: true, PublishData: true}}
-	c.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
-	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, c, time.Hour)
-	if err != nil {
-		panic(err)
-	}
-	return tok
+	return benchkit.Token(room, identity, publish)
 }
 
 // forwarded is the exact number of packets the server has written to the
@@ -322,12 +300,7 @@ func (s *server) token(room, identity string, publish bool) string {
 // publication adds to it once per 128 packets received, that is about every 2 s
 // here, so a 20 s window could be off by ±10%.
 func (s *server) forwarded(room string, ids []string) (float64, error) {
-	admin := auth.Claims{Grants: auth.Grants{Admin: true}}
-	admin.RegisteredClaims = jwt.RegisteredClaims{Subject: "bench-admin"}
-	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, admin, time.Hour)
-	if err != nil {
-		return 0, err
-	}
+	tok := benchkit.AdminToken()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(ids))
@@ -373,12 +346,7 @@ func (s *server) forwarded(room string, ids []string) (float64, error) {
 
 // published is the number of packets the server received from identity.
 func (s *server) published(room, identity string) (float64, error) {
-	admin := auth.Claims{Grants: auth.Grants{Admin: true}}
-	admin.RegisteredClaims = jwt.RegisteredClaims{Subject: "bench-admin"}
-	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, admin, time.Hour)
-	if err != nil {
-		return 0, err
-	}
+	tok := benchkit.AdminToken()
 	req, _ := http.NewRequest("GET", "http://"+s.http+"/v1/admin/rooms/"+room+"/participants/"+identity, nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
@@ -496,7 +464,7 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, subPubl
 	// in client.Join: a server offer that arrives before the client's
 	// subscriber connection exists panics (nil PeerConnection in
 	// answerSubscriber).
-	if err := parallel(n, func(i int) error {
+	if err := benchkit.Parallel(n, func(i int) error {
 		jctx, jcancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer jcancel()
 		c, err := client.Join(jctx, ws, s.token(room, ids[i], subPublish), client.Options{Name: ids[i], API: api, AutoSubscribe: &no})
@@ -528,7 +496,7 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, subPubl
 	}
 
 	// Phase 3: everyone subscribes to the video and the audio.
-	if err := parallel(n, func(i int) error {
+	if err := benchkit.Parallel(n, func(i int) error {
 		jctx, jcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer jcancel()
 		_, err := subs[i].Request(jctx, protocol.Msg{"type": "subscribe", "trackSids": sids, "subscribe": true})
@@ -633,31 +601,6 @@ func (s *server) cpuOver(d time.Duration) (float64, error) {
 		return 0, err
 	}
 	return float64(c1-c0) / clkTck / time.Since(t0).Seconds(), nil
-}
-
-// parallel runs f(0..n-1), eight at a time, and returns the first error.
-func parallel(n int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 8)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := f(i); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
 }
 
 func fetchProfile(addr string, d time.Duration, file string) error {
