@@ -97,7 +97,8 @@ if os.path.exists(rfile) and os.path.exists(rmeta):
         "its send time (`loadtest.Synthetic`) and receives everyone; the delay is taken at the receiver "
         "per frame, all processes sharing one clock. *Nearest*: each client joins its region's node. "
         "*RTT*: each client measures its round trip to every node's `/healthz` (best of three), asks its "
-        "region's node `POST /v1/cluster/place` and joins the node named. Participants join one after "
+        "region's node `POST /v1/cluster/place` and joins the node named (load plays no part: the nodes run "
+        "with `max_cpu: 0`, as the shared machine's load is not theirs). Participants join one after "
         f"another in the order listed. {rm.get('WINDOW')} windows, medians of {rm.get('RUNS')} runs.\n"
     )
     out.append("| room (joining order) | placement | one-way delay p50 (ms) | p90 (ms) | where the participants went |")
@@ -108,6 +109,21 @@ if os.path.exists(rfile) and os.path.exists(rmeta):
                 f"| {desc} | {'nearest node' if mode == 'nearest' else 'by measured RTT'} | "
                 f"{rmed(shape, mode, 'p50'):.1f} | {rmed(shape, mode, 'p90'):.1f} | {places(shape, mode)} |"
             )
+    def per_run(shape, mode):
+        return ", ".join(f"{r['p50']:.0f}" for r in rr if r["shape"] == shape and r["mode"] == mode)
+
+    out.append("")
+    out.append(
+        "p50 per run (ms): call nearest " + per_run("call", "nearest") + "; call RTT " + per_run("call", "rtt")
+        + "; room nearest " + per_run("room6", "nearest") + "; room RTT " + per_run("room6", "rtt") + ". "
+        "A run where RTT placement left the call split (`c@c`) is one where the second participant asked "
+        "before the first one's node had published its membership (joins 1.5 s apart). With every "
+        "participant of the room on node a, that one node forwards all 30 streams while the others idle: "
+        "on this loaded machine one such run saturated it (seconds of delay), which inflates the room's "
+        "RTT figures beyond the routing cost alone (the calmest run: "
+        f"{min((r['p50'] for r in rr if r['shape'] == 'room6' and r['mode'] == 'rtt'), default=float('nan')):.0f} ms "
+        f"against {min((r['p50'] for r in rr if r['shape'] == 'room6' and r['mode'] == 'nearest'), default=float('nan')):.0f} ms)."
+    )
     cn, cr = rmed("call", "nearest", "p50"), rmed("call", "rtt", "p50")
     rn, rt = rmed("room6", "nearest", "p50"), rmed("room6", "rtt", "p50")
     out.append("")
@@ -118,12 +134,13 @@ if os.path.exists(rfile) and os.path.exists(rmeta):
         f"For the room of six it costs {rt - rn:.0f} ms at the median ({rt / rn:.2f}x): placement is decided "
         "once, when each participant joins, against the participants already there, so the first "
         "participants pull the room onto node a and the later ones from region c then talk to each other "
-        "through node a (110 ms apart instead of 10). The placement that minimizes this room's mean delay "
-        "(found by enumerating all 729) keeps region c on node c and moves region a to node b; reaching it "
+        "through node a (110 ms apart instead of 10). On the emulated delays, the placement "
+        "that minimizes this room's mean delay (found by enumerating all 729) keeps region c on node c and moves region a to node b; reaching it "
         "needs re-placement as a room grows (moving participants with the drain's make-before-break), "
         "which is not built."
     )
     out.append("\n![one-way delay by placement](img/cluster-placement-delay.png)\n")
+    out.append("The plot: every frame's delay in the last run, as a cumulative distribution.\n")
 else:
     out.append(
         "\nNot measured here: end-to-end delay with RTT-based against nearest-node placement "
