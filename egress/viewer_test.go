@@ -49,7 +49,7 @@ func (e *events) OnClose(r string) { e.closed <- r }
 // client is a receive-only WebRTC viewer made of the same pieces
 // (rtc/lean) in the other role: ICE controlling, DTLS client.
 type client struct {
-	t      *testing.T
+	t      testing.TB
 	conn   *net.UDPConn
 	cert   *lean.Cert
 	ufrag  string
@@ -66,7 +66,7 @@ type client struct {
 	mu     sync.Mutex
 }
 
-func newClient(t *testing.T) *client {
+func newClient(t testing.TB) *client {
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func (c *client) sendRTCP(pkts ...rtcp.Packet) {
 	_, _ = c.conn.WriteToUDPAddrPort(out, c.server)
 }
 
-func startServer(t *testing.T) *Server {
+func startServer(t testing.TB) *Server {
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
