@@ -355,22 +355,25 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	h := &d.hdr
 	h.SequenceNumber = p.Header.SequenceNumber + o.seqOffset
 	h.Marker = p.Header.Marker
+	payload := p.Payload
+	h.Padding = p.Header.Padding
+	h.PaddingSize = p.Header.PaddingSize
 	if d.svc != nil && p.SVC.layered {
-		var ok bool
-		if h.SequenceNumber, h.Marker, ok = d.svcFilter(p); !ok {
+		var ok, pad bool
+		if h.SequenceNumber, h.Marker, ok, pad = d.svcFilter(p); pad {
+			payload, h.Padding, h.PaddingSize = nil, true, 1
+		} else if !ok {
 			return false
 		}
 	}
 	h.Version = 2
-	h.Padding = p.Header.Padding
-	h.PaddingSize = p.Header.PaddingSize
 	h.PayloadType = d.pt
 	h.Timestamp = p.Header.Timestamp + o.tsOffset
 	h.SSRC = d.ssrc
 	h.CSRC = h.CSRC[:0]
 	h.Extension = false
 	h.Extensions = h.Extensions[:0]
-	if d.ddID != 0 && p.SVC.hasDD {
+	if d.ddID != 0 && p.SVC.hasDD && payload != nil {
 		// Before transport-cc: a descriptor with a structure needs the
 		// two-byte header form, which Pion picks from the first extension.
 		_ = h.SetExtension(d.ddID, d.svc.descriptor(&p.SVC))
@@ -379,7 +382,6 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	if d.twccID != 0 {
 		twSeq = d.stampTWCC(h, d.twccBuf[:])
 	}
-	payload := p.Payload
 	if (o.picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) {
 		// The payload is shared by every subscriber: rewrite a private copy.
 		payload = d.scratch[:copy(d.scratch, p.Payload)]

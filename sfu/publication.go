@@ -392,10 +392,10 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	if l.pub.ck == codecVP8 {
 		pkt.VP8 = parseVP8(pkt.Payload)
 	}
+	pkt.Arrival = now()
 	if (l.pub.ck == codecVP9 || l.pub.ck == codecAV1) && !l.parseSVC(pkt) {
 		return false
 	}
-	pkt.Arrival = now()
 	if l.levelExt != 0 {
 		if ext := pkt.Header.GetExtension(l.levelExt); len(ext) > 0 {
 			l.speaker.Observe(ext[0]&0x7f, time.Now())

@@ -31,6 +31,7 @@ type svcInfo struct {
 	up                bool // VP9 U: a temporal switching-up point
 	interRef          bool // upper spatial layers of the picture predict from it
 	hasDD             bool
+	padding           bool // no payload
 	dd                dd.Descriptor
 	ddRaw             []byte // the extension's bytes (in the packet cache slot)
 }
@@ -58,7 +59,13 @@ type svcLayer struct {
 // malformed (dropped, logged at most once a second per layer).
 func (l *layer) parseSVC(pkt *Packet) bool {
 	info := &pkt.SVC
-	info.layered, info.hasDD, info.ddRaw = false, false, nil
+	info.layered, info.hasDD, info.ddRaw, info.padding = false, false, nil, false
+	if len(pkt.Payload) == 0 {
+		// The publisher's padding (bandwidth probes): nothing a subscriber
+		// needs, and its sequence numbers are renumbered away like a dropped layer's.
+		info.layered, info.padding = true, true
+		return true
+	}
 	switch {
 	case l.svc.ddExt != 0:
 		raw := pkt.Header.GetExtension(l.svc.ddExt)
@@ -84,7 +91,7 @@ func (l *layer) parseSVC(pkt *Packet) bool {
 			}
 		}
 		if info.dd.NewStructure {
-			l.pub.svc.sawSpatial(s.MaxSpatial, pkt.Arrival)
+			l.pub.svc.structure(s.MaxSpatial, pkt.Arrival)
 		}
 		l.pub.svc.sawSpatial(info.spatial, pkt.Arrival)
 	case l.pub.ck == codecVP9:
@@ -101,7 +108,7 @@ func (l *layer) parseSVC(pkt *Packet) bool {
 		info.spatial, info.temporal = v.SID, v.TID
 		info.start, info.end, info.up, info.interRef = v.B, v.E, v.U, !v.Z
 		if v.V { // the scalability structure on a key picture: N_S+1 layers follow
-			l.pub.svc.sawSpatial(v.NS, pkt.Arrival)
+			l.pub.svc.structure(v.NS, pkt.Arrival)
 		}
 		l.pub.svc.sawSpatial(v.SID, pkt.Arrival)
 	}
@@ -129,6 +136,19 @@ func (s *svcPub) sawSpatial(sid uint8, at int64) {
 			return
 		}
 		s.seen[i].Store(at)
+	}
+}
+
+// structure records a key picture's structure: layers up to top from now on,
+// none above (an encoder short of CPU reconfigures with fewer layers, and the
+// subscribers that had the top one must move down at this very keyframe).
+func (s *svcPub) structure(top uint8, at int64) {
+	for i := range s.seen {
+		if i <= int(top) {
+			s.seen[i].Store(at)
+		} else {
+			s.seen[i].Store(0)
+		}
 	}
 }
 
@@ -216,14 +236,17 @@ type svcDown struct {
 	haveTS     bool
 	off        uint16 // out = in + off for the next in-order packet
 	lastIn     uint16
-	asked      int8              // spatial layer a keyframe was requested for
-	in         [svcRing]seqEntry // by incoming sequence number: other = out
-	out        [svcRing]seqEntry // by outgoing sequence number: other = in
-	ddBuf      []byte
-	mask       uint32 // active decode targets last computed (0: all)
-	maskFor    *dd.Structure
-	maskS      int8
-	maskT      int8
+	asked      int8   // spatial layer a keyframe was requested for
+	padAt      uint16 // set by number: the place to fill with padding
+	// lowerDropped: frames of layers below curS were dropped since the last keyframe.
+	lowerDropped bool
+	in           [svcRing]seqEntry // by incoming sequence number: other = out
+	out          [svcRing]seqEntry // by outgoing sequence number: other = in
+	ddBuf        []byte
+	mask         uint32 // active decode targets last computed (0: all)
+	maskFor      *dd.Structure
+	maskS        int8
+	maskT        int8
 }
 
 func newSVCDown() *svcDown {
@@ -248,20 +271,25 @@ func (s *svcDown) decide(p *Packet, want int8) (needKey bool) {
 		return false
 	}
 	s.ts, s.haveTS = p.Header.Timestamp, true
-	if want < s.curS {
-		s.curS = want
-	}
 	if s.maxT < s.curT {
 		s.curT = s.maxT
 	}
-	if want > s.curS {
-		if s.canSwitch(p, want, s.curT) {
-			s.curS = want
-			s.asked = -1
-		} else if s.asked != want {
-			s.asked = want
-			needKey = true
-		}
+	if p.Keyframe {
+		s.lowerDropped = false
+	}
+	// Down is at once while the lower layers were forwarded (full SVC); after
+	// their frames were dropped (K-SVC: upper layers predict from them only on
+	// key pictures) the lower layer's decoder lacks its references, and down
+	// waits for a keyframe like up. asked is what retryKeyframe asks again for.
+	switch {
+	case want == s.curS:
+		s.asked = -1
+	case want < s.curS && !s.lowerDropped, s.canSwitch(p, want, s.curT):
+		s.curS = want
+		s.asked = -1
+	case s.asked != want:
+		s.asked = want
+		needKey = true
 	}
 	if s.maxT > s.curT && s.canSwitch(p, s.curS, s.maxT) {
 		s.curT = s.maxT
@@ -348,8 +376,11 @@ func (s *svcDown) number(seq uint16, kept bool) (uint16, bool) {
 		return e.other, true // a duplicate
 	case seqMissing:
 		if !kept {
+			// Its place was given: fill it with padding, or the receiver
+			// counts a loss and NACKs for nothing.
 			e.state = seqDropped
-			return 0, false // leaves a gap the receiver's decoder does not need
+			s.padAt = seq + e.other
+			return 0, false
 		}
 		out := seq + e.other
 		*e = seqEntry{seq: seq, other: out, state: seqKept}
@@ -423,20 +454,33 @@ func (d *DownTrack) svcWant() int8 {
 }
 
 // svcFilter decides p for this subscriber (under d.mu): its outgoing sequence
-// number and marker, or !ok to drop it.
-func (d *DownTrack) svcFilter(p *Packet) (seq uint16, marker, ok bool) {
+// number and marker, or !ok to drop it; pad: send a padding packet numbered seq
+// in its stead.
+func (d *DownTrack) svcFilter(p *Packet) (seq uint16, marker, ok, pad bool) {
 	s := d.svc
+	s.padAt = 0
+	if p.SVC.padding {
+		seq, ok = s.number(p.Header.SequenceNumber, false)
+		return seq, false, ok, false
+	}
 	if s.decide(p, d.svcWant()) {
 		if l := d.pub.layer(p.Layer); l != nil {
 			l.requestKeyframe() // a spatial switch up waits for a keyframe
 		}
 	}
-	if seq, ok = s.number(p.Header.SequenceNumber, s.keep(p)); !ok {
-		return 0, false, false
+	kept := s.keep(p)
+	if !kept && int8(p.SVC.spatial) < s.curS {
+		s.lowerDropped = true
+	}
+	if seq, ok = s.number(p.Header.SequenceNumber, kept); !ok {
+		if s.padAt != 0 {
+			return s.padAt, false, true, true
+		}
+		return 0, false, false, false
 	}
 	marker = s.marker(p)
 	s.out[seq%svcRing].marker = marker
-	return seq, marker, true
+	return seq, marker, true, false
 }
 
 // svcRetransmitDD is the descriptor for a retransmission whose cached header is

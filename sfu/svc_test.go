@@ -23,10 +23,17 @@ type svcWriter struct {
 
 func (w *svcWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
 	w.hdrs = append(w.hdrs, *h)
+	if len(p) == 0 {
+		w.orig = append(w.orig, padding)
+		return h.MarshalSize() + int(h.PaddingSize), nil
+	}
 	w.orig = append(w.orig, binary.BigEndian.Uint16(p[len(p)-2:]))
 	w.dds = append(w.dds, append([]byte(nil), h.GetExtension(7)...))
 	return h.MarshalSize() + len(p), nil
 }
+
+// padding stands for a padding packet in svcWriter.orig.
+const padding = 0xffff
 
 type svcFixture struct {
 	t    *testing.T
@@ -111,7 +118,7 @@ func vp9(pic uint16, sid, tid uint8, key, begin, end, up, notRef bool) []byte {
 		p = append(p, 1<<1) // P_DIFF 1
 	}
 	if key && sid == 0 && begin {
-		p[0] |= 0x02                // V: the scalability structure follows
+		p[0] |= 0x02             // V: the scalability structure follows
 		p = append(p, 2<<5|0x10) // N_S+1 = 3 layers, Y (sizes), no G
 		for _, w := range []uint16{320, 640, 1280} {
 			p = binary.BigEndian.AppendUint16(p, w)
@@ -219,17 +226,29 @@ func TestSVCVP9LayersPerSubscriber(t *testing.T) {
 	if got := f.ws[0].orig[n0:]; len(got) != 8 || spatialOf(got[len(got)-1]) != 2 {
 		t.Fatalf("after the keyframe: %d packets, last of layer %d", len(got), spatialOf(got[len(got)-1]))
 	}
-	// Down: at the next picture, no keyframe needed.
+	// Down: S1's own frames were not forwarded since the key picture (K-SVC),
+	// so down waits for a keyframe too, forwarding S2 meanwhile.
 	f.down(1).maxLayer.Store(1)
 	n1 := len(f.ws[1].orig)
+	before = src.keyframes.Load()
+	f.pub.layer(0).lastPLI.Store(0) // outside the aggregation window of the last request
 	f.vp9Picture(14, false, nil)
-	if got := f.ws[1].orig[n1:]; len(got) != 2 || spatialOf(got[0]) != 1 {
-		t.Fatalf("switch down: %v", got)
+	if got := f.ws[1].orig[n1:]; len(got) != 2 || spatialOf(got[0]) != 2 {
+		t.Fatalf("switch down before a keyframe: %v", got)
+	}
+	if src.keyframes.Load() == before {
+		t.Fatal("no keyframe asked for the switch down")
+	}
+	n1 = len(f.ws[1].orig)
+	f.vp9Picture(15, true, nil)
+	f.vp9Picture(16, false, nil)
+	if got := f.ws[1].orig[n1:]; len(got) != 4+2 || spatialOf(got[len(got)-1]) != 1 {
+		t.Fatalf("switch down at the keyframe: %v", got)
 	}
 	// Temporal: T0 only, then back up at a switching-up point.
 	f.down(1).svc.maxT = 0
 	n1 = len(f.ws[1].orig)
-	for pic := uint16(15); pic < 20; pic++ { // T2 T0 T2 T1 T2
+	for pic := uint16(17); pic < 22; pic++ { // T2 T1 T2 T0 T2
 		f.vp9Picture(pic, false, nil)
 	}
 	if got := len(f.ws[1].orig) - n1; got != 2 {
@@ -237,11 +256,13 @@ func TestSVCVP9LayersPerSubscriber(t *testing.T) {
 	}
 	f.down(1).svc.maxT = 7
 	n1 = len(f.ws[1].orig)
-	for pic := uint16(20); pic < 24; pic++ {
+	for pic := uint16(22); pic < 26; pic++ {
 		f.vp9Picture(pic, false, nil)
 	}
-	if got := len(f.ws[1].orig) - n1; got != 8 {
-		t.Fatalf("all temporal layers again: %d packets in 4 pictures", got)
+	// T1 T2 T0 T2: up only from the T0 picture (a switching-up point this
+	// subscriber has), then the T2 after it.
+	if got := f.ws[1].orig[n1:]; len(got) != 4 || (got[0]-1000)/6 != 24 {
+		t.Fatalf("all temporal layers again: %v", got)
 	}
 	f.check(0, 0)
 	f.check(1, 0)
@@ -255,12 +276,26 @@ func TestSVCLatePacketsKeepTheirPlace(t *testing.T) {
 	f.vp9Picture(1, false, map[uint16]bool{1008: true, 1011: true})
 	f.vp9Picture(2, false, nil)
 	n := len(f.ws[0].hdrs)
-	// Both arrive late: the S1 one fills its place, the S2 one is not wanted.
+	// Both arrive late: the S1 one fills its place, the S2 one is not wanted
+	// and padding fills its place.
 	f.send(rtpPacket(1008, 3000, false, vp9(1, 1, 2, false, true, false, false, true), nil))
 	f.send(rtpPacket(1011, 3000, true, vp9(1, 2, 2, false, false, true, false, false), nil))
 	w := f.ws[0]
-	if len(w.hdrs) != n+1 || w.orig[n] != 1008 {
+	if len(w.hdrs) != n+2 || w.orig[n] != 1008 || w.orig[n+1] != padding {
 		t.Fatalf("late packets: sent %v", w.orig[n:])
+	}
+	// Every place from the first packet on is taken exactly once.
+	taken := map[uint16]bool{}
+	for _, h := range w.hdrs {
+		if taken[h.SequenceNumber] {
+			t.Fatalf("sequence number %d sent twice", h.SequenceNumber)
+		}
+		taken[h.SequenceNumber] = true
+	}
+	for s := w.hdrs[0].SequenceNumber; s != w.hdrs[n-1].SequenceNumber; s++ {
+		if !taken[s] {
+			t.Fatalf("sequence number %d never sent", s)
+		}
 	}
 	// Its number is the one left free between the packets around it.
 	var prev, next uint16
