@@ -55,10 +55,27 @@ type Server struct {
 	// reader goroutine.
 	stunMsg stun.Message
 
+	// SRTCP is decrypted and acted on (NACKs retransmitted, keyframes
+	// requested) by the rtcp goroutine, not the socket's reader: a NACK storm
+	// from many viewers would otherwise hold up the publishers' packets on
+	// the same socket, which lose more, which brings more NACKs.
+	rtcpFree chan *rtcpBuf
+	rtcpWork chan *rtcpBuf
+
 	dropped atomic.Uint64
 	done    chan struct{}
 	once    sync.Once
 }
+
+type rtcpBuf struct {
+	v *Viewer
+	n int
+	b [mtu]byte
+}
+
+// rtcpQueue is how many SRTCP datagrams may wait for the rtcp goroutine
+// (viewers send a receiver report a second, NACKs in bursts).
+const rtcpQueue = 512
 
 // New returns a server that writes to conn (and reads through Handle) and
 // offers a host candidate for every address in ips at conn's port.
@@ -71,8 +88,13 @@ func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{conn: conn, cert: cert, ips: ips, port: conn.LocalAddr().(*net.UDPAddr).Port, log: log.With("egress", "lean"),
-		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{})}
+		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{}),
+		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue)}
+	for range rtcpQueue {
+		s.rtcpFree <- &rtcpBuf{}
+	}
 	go s.janitor()
+	go s.rtcp()
 	return s, nil
 }
 
@@ -163,6 +185,31 @@ func (s *Server) onSTUN(b []byte, from netip.AddrPort) bool {
 	}
 	v.onBinding(m, from)
 	return true
+}
+
+// queueRTCP hands an SRTCP datagram to the rtcp goroutine, or drops it when
+// the queue is full (RTCP is periodic or repeated: losing some is harmless).
+func (s *Server) queueRTCP(v *Viewer, b []byte) {
+	select {
+	case rb := <-s.rtcpFree:
+		rb.v, rb.n = v, copy(rb.b[:], b)
+		s.rtcpWork <- rb
+	default:
+		s.drop("srtcp", "RTCP queue full", v.remoteAddr(), len(b))
+	}
+}
+
+func (s *Server) rtcp() {
+	for {
+		select {
+		case <-s.done:
+			return
+		case rb := <-s.rtcpWork:
+			rb.v.onSRTCP(rb.b[:rb.n])
+			rb.v = nil
+			s.rtcpFree <- rb
+		}
+	}
 }
 
 // drop counts a datagram a lean viewer's address sent that is of no use, and

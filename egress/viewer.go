@@ -20,9 +20,9 @@ import (
 	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
-// Handler is told what happens to a viewer. OnRTCP runs on the socket's reader
-// goroutine (it must not block); the others on the viewer's DTLS goroutine or
-// whoever closes it.
+// Handler is told what happens to a viewer. OnRTCP runs on the server's one
+// RTCP goroutine; the others on the viewer's DTLS goroutine or whoever closes
+// it.
 type Handler interface {
 	OnICE()                    // the first ICE check was answered
 	OnDTLS()                   // SRTP keys are in place: media flows from now on
@@ -56,7 +56,7 @@ type Viewer struct {
 	cancel context.CancelFunc
 
 	ready atomic.Bool
-	rx    atomic.Pointer[srtp.Context] // the socket reader's alone once set
+	rx    atomic.Pointer[srtp.Context] // the RTCP goroutine's alone once set
 
 	// The write side, under wmu: forwarding goroutines (one per published
 	// layer, fan-out workers), NACK answers on the socket reader and sender
@@ -70,7 +70,7 @@ type Viewer struct {
 	rtcpOut   []byte
 	rtcpHdrTx rtcp.Header
 
-	// The read side: the socket reader goroutine alone.
+	// The read side: the server's RTCP goroutine alone.
 	rtcpDec []byte
 	rtcpHdr rtcp.Header
 }
@@ -150,7 +150,7 @@ func (v *Viewer) onDatagram(b []byte) {
 		}
 	case c >= 128 && c < 192:
 		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 { // RTCP (RFC 5761 4)
-			v.onSRTCP(b)
+			v.s.queueRTCP(v, b)
 			return
 		}
 		v.s.drop("rtp", "RTP from a receive-only viewer", v.remoteAddr(), len(b))

@@ -26,7 +26,7 @@ type leanViewer struct {
 	tm    *SessionTiming
 	v     *egress.Viewer
 	downs atomic.Pointer[[]leanDown]
-	// Scratch for retransmissions: OnRTCP runs on the socket's one reader.
+	// Scratch for retransmissions: OnRTCP runs on the egress's one RTCP goroutine.
 	rtx []byte
 	hdr rtp.Header
 }
