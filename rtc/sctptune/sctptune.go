@@ -98,9 +98,13 @@ var Default = Tuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSize: 64 << 1
 //   - an 8 MiB UDP socket buffer: the default 208 KiB overflowed at the
 //     receiver on every run of the long profile (RcvbufErrors), and SCTP
 //     takes each drop for congestion;
-//   - a DTLS replay window of 16384 records instead of 64, so a jittery
+//   - a DTLS replay window of 4096 records instead of 64, so a jittery
 //     link that reorders packets by more than 64 does not turn reordering
-//     into loss;
+//     into loss. 4096 records are 40 ms of reordering at 1 Gbit/s and far
+//     more than the mobile profile's jitter at the rates SCTP reaches; the
+//     window is a bit field shifted on every record, and session 1's 16384
+//     cost the receiver 6% of its CPU on lan (4096 measured no worse in any
+//     profile, docs/benchmarks.md);
 //   - a congestion-window floor of 256 KiB: Pion's SCTP halves cwnd on
 //     three miss indications even when RACK would have waited, so on the
 //     reordering mobile link cwnd sat at its 4-MTU minimum (0.6 Mbit/s);
@@ -116,7 +120,7 @@ var Petrel = Tuning{
 	SendLow:          1 << 20,
 	MessageSize:      64 << 10,
 	SocketBuffer:     8 << 20,
-	DTLSReplayWindow: 16384,
+	DTLSReplayWindow: 4096,
 	MinCwnd:          256 << 10,
 }
 
