@@ -24,19 +24,10 @@ type audioSink struct{ r *trackRec }
 
 // WriteRTP runs on the forwarding goroutine: copy, queue, never block.
 func (s audioSink) WriteRTP(pkt *sfu.Packet) {
-	r := s.r
 	if len(pkt.Payload) == 0 || len(pkt.Payload) > 1500 {
 		return
 	}
-	q := r.pool.Get().(*qpkt)
-	q.seq, q.ts, q.marker = pkt.Header.SequenceNumber, pkt.Header.Timestamp, pkt.Header.Marker
-	q.n = copy(q.buf[:], pkt.Payload)
-	select {
-	case r.aq <- q:
-	default:
-		r.pool.Put(q)
-		r.dropped.Add(1)
-	}
+	s.r.queue(s.r.aq, pkt)
 }
 
 // audioPacket turns one Opus packet into a sample; its duration is known when

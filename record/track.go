@@ -101,11 +101,17 @@ func (r *trackRec) WriteRTP(pkt *sfu.Packet) {
 	if pkt.Layer != 0 || len(pkt.Payload) > 1500 {
 		return // the recording keeps the base simulcast layer
 	}
+	r.queue(r.q, pkt)
+}
+
+// queue copies pkt into a pooled buffer for the run goroutine; a full queue
+// drops it (the forwarding goroutine never waits on a disk).
+func (r *trackRec) queue(to chan *qpkt, pkt *sfu.Packet) {
 	q := r.pool.Get().(*qpkt)
 	q.seq, q.ts, q.marker = pkt.Header.SequenceNumber, pkt.Header.Timestamp, pkt.Header.Marker
 	q.n = copy(q.buf[:], pkt.Payload)
 	select {
-	case r.q <- q:
+	case to <- q:
 	default:
 		r.pool.Put(q)
 		r.dropped.Add(1)

@@ -109,20 +109,9 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 		return nil, err
 	}
 	v.watch(pc)
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
+	if err := v.offer(ctx, pc); err != nil {
 		return nil, err
 	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		return nil, err
-	}
-	select {
-	case <-gathered:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	v.mark(&v.res.OfferCreated)
 	if _, err := cl.Request(ctx, protocol.Msg{"type": "relay", "to": cam, "data": directSignal{Direct: "offer", Session: v.session, SDP: pc.LocalDescription().SDP}}); err != nil {
 		return nil, fmt.Errorf("relay offer: %w", err)
 	}

@@ -144,20 +144,9 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 		}
 	}
 	v.watch(pc)
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
+	if err := v.offer(ctx, pc); err != nil {
 		return nil, err
 	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		return nil, err
-	}
-	select {
-	case <-gathered:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	v.mark(&v.res.OfferCreated)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.Endpoint, strings.NewReader(pc.LocalDescription().SDP))
 	if err != nil {
 		return nil, err
@@ -183,6 +172,26 @@ func Open(ctx context.Context, o Options) (*Viewer, error) {
 	v.mark(&v.res.AnswerApplied)
 	ok = true
 	return v, nil
+}
+
+// offer sets a local offer with every candidate gathered (no trickle: one
+// round trip) and marks it.
+func (v *Viewer) offer(ctx context.Context, pc *webrtc.PeerConnection) error {
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		return err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		return err
+	}
+	select {
+	case <-gathered:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	v.mark(&v.res.OfferCreated)
+	return nil
 }
 
 // watch records pc's milestones and reads its video.

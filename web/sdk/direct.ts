@@ -5,7 +5,7 @@
 // else through the server's TURN. When the camera refuses (its direct-session
 // limit) or nothing connects in time, the viewer subscribes to the camera
 // through the SFU instead, on the room's connections.
-import type { Room, RemoteParticipant } from './room.js';
+import { gathered, type Room, type RemoteParticipant } from './room.js';
 
 /** Where a camera's media comes from. */
 export type CameraPath = 'direct' | 'sfu';
@@ -154,7 +154,7 @@ async function openDirect(
   ready.catch(() => {}); // observed below; an early rejection must not go unhandled
   try {
     await pc.setLocalDescription(await pc.createOffer());
-    await gatheringDone(pc, 2000);
+    await gathered(pc, 2000);
     mark('offerCreated');
     const answer = new Promise<string>((resolve, reject) => {
       const prev = onSignal;
@@ -230,17 +230,4 @@ async function viaSFU(room: Room, cam: RemoteParticipant, reason: string, steps:
       for (const p of pubs) void room.subscribe(p.sid, false).catch(() => {});
     },
   };
-}
-
-function gatheringDone(pc: RTCPeerConnection, timeoutMs: number): Promise<void> {
-  if (pc.iceGatheringState === 'complete') return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, timeoutMs);
-    pc.addEventListener('icegatheringstatechange', () => {
-      if (pc.iceGatheringState === 'complete') {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
 }
