@@ -57,6 +57,9 @@ type Viewer struct {
 
 	ready atomic.Bool
 	rx    atomic.Pointer[srtp.Context] // the RTCP goroutine's alone once set
+	// detached: the DTLS connection was dropped once the viewer proved it
+	// has the keys (detachDTLS).
+	detached atomic.Bool
 
 	// The write side, under wmu: forwarding goroutines (one per published
 	// layer, fan-out workers), NACK answers on the socket reader and sender
@@ -145,6 +148,13 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 func (v *Viewer) onDatagram(b []byte) {
 	switch c := b[0]; {
 	case c >= 20 && c < 64:
+		if v.detached.Load() {
+			// Only alerts come after the handshake; without the connection
+			// they cannot be read (and a forged one must not end the
+			// viewer): consent freshness or DELETE ends it.
+			v.s.drop("dtls", "DTLS record after the handshake", v.remoteAddr(), len(b))
+			return
+		}
 		if !v.pc.Push(b) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
 		}
@@ -180,6 +190,9 @@ func (v *Viewer) onSRTCP(b []byte) {
 		return
 	}
 	v.rtcpDec = out[:cap(out)]
+	if !v.detached.Load() {
+		go v.detachDTLS()
+	}
 	pkts, err := rtcp.Unmarshal(out)
 	if err != nil {
 		v.s.drop("srtcp", "RTCP: "+err.Error(), v.remoteAddr(), len(b))
@@ -245,9 +258,31 @@ func (v *Viewer) handshake() {
 	var buf [256]byte
 	for {
 		if _, err := dc.Read(buf[:]); err != nil {
-			v.Close("dtls closed")
+			if !v.detached.Load() {
+				v.Close("dtls closed")
+			}
 			return
 		}
+	}
+}
+
+// detachDTLS drops the DTLS connection once SRTCP from the viewer decrypted:
+// the viewer has the keys, so it will not ask for the last flight again, and
+// a lean viewer then keeps no DTLS state or goroutines (three per viewer, a
+// good part of its memory). The close_notify is not sent.
+func (v *Viewer) detachDTLS() {
+	v.dmu.Lock()
+	if v.detached.Swap(true) {
+		v.dmu.Unlock()
+		return
+	}
+	dc := v.dc
+	v.dc = nil
+	v.dmu.Unlock()
+	v.pc.Mute()
+	v.pc.Shutdown()
+	if dc != nil {
+		_ = dc.Close()
 	}
 }
 

@@ -3,6 +3,7 @@ package lean
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/transport/v4/deadline"
@@ -17,6 +18,7 @@ type PacketConn struct {
 	rdl    *deadline.Deadline
 	closed chan struct{}
 	once   sync.Once
+	muted  atomic.Bool
 	write  func([]byte) (int, error)
 	local  net.Addr
 	remote net.Addr
@@ -65,8 +67,17 @@ func (deadlineError) Temporary() bool { return true }
 
 var errDeadline net.Error = deadlineError{}
 
+// Mute makes writes succeed without sending: a DTLS connection whose keys
+// are in use elsewhere can then be closed without telling the peer.
+func (c *PacketConn) Mute() { c.muted.Store(true) }
+
 // WriteTo works after Shutdown too: a DTLS close_notify goes out then.
-func (c *PacketConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.write(b) }
+func (c *PacketConn) WriteTo(b []byte, _ net.Addr) (int, error) {
+	if c.muted.Load() {
+		return len(b), nil
+	}
+	return c.write(b)
+}
 
 func (c *PacketConn) Close() error                      { return nil } // the owner owns the socket
 func (c *PacketConn) LocalAddr() net.Addr               { return c.local }
