@@ -181,6 +181,8 @@ type Session struct {
 	tailSent bool
 	// burstPkts counts packets since the last pause in a burst (see send).
 	burstPkts int
+	// aout plays the recording's audio (playaudio.go); nil without audio.
+	aout *audioOut
 }
 
 // PlaybackIdentity is the identity of a viewer's playback participant.
@@ -210,6 +212,11 @@ func (r *Recorder) newSession(c *camStore, viewer string) (*Session, error) {
 		Info:  protocol.TrackInfo{Kind: "video", Source: "camera", Name: "playback", SSRC: s.ssrc},
 		Codec: h264Codec, Queue: 8192})
 	if err != nil {
+		p.Close("playback failed")
+		return nil, err
+	}
+	if err := s.publishAudio(); err != nil {
+		s.track.Close()
 		p.Close("playback failed")
 		return nil, err
 	}
@@ -256,6 +263,9 @@ func (s *Session) run(key sessionKey) {
 			s.rd.close()
 		}
 		s.track.Close()
+		if s.aout != nil {
+			s.aout.track.Close()
+		}
 		s.part.Close("playback ended")
 		s.rec.log.Info("playback ended", "camera", key.cam, "viewer", key.viewer)
 	}()
@@ -419,6 +429,9 @@ func (s *Session) seekTo(t uint64, reopen bool) error {
 	}
 	s.rd = rd
 	s.atEnd = false
+	if s.aout != nil {
+		s.aout.sent = 0 // the audio starts again at the frame shown
+	}
 	first := true
 	for {
 		nx, err := rd.peek()
@@ -475,6 +488,7 @@ func (s *Session) advance() {
 		s.event("end")
 		return
 	}
+	s.playAudio()
 	s.nextAt = s.nextAt.Add(s.frameGap())
 	if time.Until(s.nextAt) < -time.Second {
 		s.nextAt = time.Now() // fell far behind (a loaded machine): do not race to catch up
