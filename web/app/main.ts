@@ -52,6 +52,12 @@ if (params.get('cameras') === '1' || params.get('camera')) {
   void join(params.get('room') ?? '', params.get('name') ?? '', params.get('relay') === '1');
 }
 
+// ?svc=vp9 or av1 publishes the camera as one scalable (L3T3_KEY) encoding.
+function svcParam(): 'vp9' | 'av1' | undefined {
+  const v = params.get('svc');
+  return v === 'vp9' || v === 'av1' ? v : undefined;
+}
+
 // ?simulcast=1 forces simulcast on, 0 off; otherwise the SDK decides by room size.
 function simulcastParam(): boolean | undefined {
   const v = params.get('simulcast');
@@ -119,7 +125,7 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name || r.localParticipant?.identity} (you)`, true);
     statsTimer = setInterval(() => void refreshStats(r), 1000);
     // Media is optional: a participant without camera or microphone still joins.
-    await r.publishCamera({ simulcast: simulcastParam() }).catch((err) => note(`camera: ${describe(err)}`));
+    await r.publishCamera({ simulcast: simulcastParam(), svc: svcParam() }).catch((err) => note(`camera: ${describe(err)}`));
     await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
     updateControls();
     // Labels are only readable once the user allowed the devices, so list them now.
@@ -415,7 +421,7 @@ async function switchDevice(source: 'camera' | 'microphone', deviceId: string): 
   const old = localBySource(source);
   if (old) await room.unpublishTrack(old.sid);
   if (source === 'camera') {
-    await room.publishCamera({ resolution: { deviceId: { exact: deviceId }, width: 1280, height: 720 }, simulcast: simulcastParam() });
+    await room.publishCamera({ resolution: { deviceId: { exact: deviceId }, width: 1280, height: 720 }, simulcast: simulcastParam(), svc: svcParam() });
   } else {
     await room.publishMicrophone({ deviceId: { exact: deviceId } });
   }

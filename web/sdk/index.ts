@@ -35,3 +35,4 @@ export {
 export { WtSession, wtEndpoint, type WtConnectOptions, type WtEvents, type WtParticipant, type WtStats, type WtSubscription, type WtTrackInfo, type WtDataMessage } from './wt.js';
 export { WtLocalTrack, WtRemoteTrack, type WtMode, type WtPublishOptions, type WtLocalStats, type WtRemoteStats } from './wttrack.js';
 export { webTransportMediaSupported } from './wtmedia.js';
+export { type SvcCodec, SVC_MODE } from './svc.js';

@@ -1,6 +1,7 @@
 // Room: one participant's session in a Petrel room (protocol v1). It owns the
 // signaling socket and the two peer connections, keeps the room state the server
 // reports, and turns it into typed events.
+import { negotiateDependencyDescriptor, svcMime, SVC_MODE, type SvcCodec } from './svc.js';
 import { CandidateBuffer, Serializer, TaskQueue } from './negotiation.js';
 import { decodeData, encodeData } from './data.js';
 import { Emitter } from './emitter.js';
@@ -72,6 +73,13 @@ export interface PublishOptions {
    * stay as fallbacks in the offer.
    */
   codec?: string;
+  /**
+   * Publish a camera as one scalable encoding (L3T3_KEY: three spatial and three
+   * temporal layers) in VP9 or AV1 instead of simulcast; the server forwards each
+   * viewer the layers it needs. Off by default: simulcast VP8 costs the
+   * publisher less CPU. Falls back to simulcast where the browser lacks the codec.
+   */
+  svc?: SvcCodec;
 }
 
 export interface TrackSettings {
@@ -359,10 +367,10 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   async publishCamera(
-    opts: { resolution?: MediaTrackConstraints; simulcast?: boolean } = {},
+    opts: { resolution?: MediaTrackConstraints; simulcast?: boolean; svc?: SvcCodec } = {},
   ): Promise<LocalTrackPublication> {
     const stream = await navigator.mediaDevices.getUserMedia({ video: opts.resolution ?? { width: 1280, height: 720 } });
-    return this.publishTrack(stream.getVideoTracks()[0], { source: 'camera', simulcast: opts.simulcast });
+    return this.publishTrack(stream.getVideoTracks()[0], { source: 'camera', simulcast: opts.simulcast, svc: opts.svc });
   }
 
   async publishMicrophone(constraints: MediaTrackConstraints | true = true): Promise<LocalTrackPublication> {
@@ -384,7 +392,8 @@ export class Room extends Emitter<RoomEvents> {
     const pc = this.pub;
     if (!pc || !this.signal) throw new Error('publishTrack: not connected');
     const settings = track.getSettings();
-    const simulcast = opts.simulcast ?? this.participants.size + 1 > 2;
+    const svc = track.kind === 'video' && opts.svc ? svcMime(opts.svc) : undefined;
+    const simulcast = !!svc || (opts.simulcast ?? this.participants.size + 1 > 2);
     const layers = simulcast && track.kind === 'video' ? simulcastLayers(settings) : undefined;
     // The server learns the track first and matches it to the SDP by msid (= track.id).
     const reply = await this.signal.request({
@@ -404,13 +413,20 @@ export class Room extends Emitter<RoomEvents> {
     const transceiver = pc.addTransceiver(track, {
       direction: 'sendonly',
       streams: [this.localStream],
-      sendEncodings: layers?.map((l) => ({
-        rid: l.rid,
-        maxBitrate: l.maxBitrate,
-        scaleResolutionDownBy: l.rid === 'q' ? 4 : l.rid === 'h' ? 2 : 1,
-      })),
+      sendEncodings: svc
+        ? [{ scalabilityMode: SVC_MODE, maxBitrate: 2_000_000 } as RTCRtpEncodingParameters]
+        : layers?.map((l) => ({
+            rid: l.rid,
+            maxBitrate: l.maxBitrate,
+            scaleResolutionDownBy: l.rid === 'q' ? 4 : l.rid === 'h' ? 2 : 1,
+          })),
     });
-    if (opts.codec) preferCodec(transceiver, track.kind, opts.codec);
+    if (svc) {
+      // The layers (sizes) announced above are the spatial layers of the one encoding.
+      preferCodec(transceiver, track.kind, svc);
+      // VP9 names its layers in its payload descriptor; AV1 only in the descriptor extension.
+      if (opts.svc === 'av1') negotiateDependencyDescriptor(transceiver);
+    } else if (opts.codec) preferCodec(transceiver, track.kind, opts.codec);
     const pub = new LocalTrackPublication(info, track, transceiver, !!layers, opts.simulcast === undefined);
     this.localTracks.set(info.sid, pub);
     // The browser's "stop sharing" button ends the track: take it out of the room.
@@ -679,6 +695,8 @@ export class Room extends Emitter<RoomEvents> {
     // Before setRemoteDescription, because ontrack fires inside it.
     this.subMids = msidByMid(sdp);
     await pc.setRemoteDescription({ type: 'offer', sdp });
+    // AV1 SVC arrives with its dependency descriptor only if the answer takes it.
+    for (const t of pc.getTransceivers()) if (t.receiver.track.kind === 'video') negotiateDependencyDescriptor(t);
     await this.subCandidates.flush();
     const answer = await pc.createAnswer();
     await pc.setLocalDescription(answer);
