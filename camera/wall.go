@@ -81,7 +81,9 @@ func (c *Camera) syncWall(src *sfu.Publication) {
 		c.wake()
 		src.RequestKeyframe()
 	})
-	f.remove = src.AddSink(f)
+	// Quiet: the mirror's own keyframe request would wake a cold camera with
+	// nobody watching; a wall viewer's subscription asks (above) when needed.
+	f.remove = src.AddSinkQuiet(f)
 	c.wall = f
 }
 

@@ -256,6 +256,15 @@ type Sink interface {
 // AddSink attaches s and returns the function that detaches it. A sink counts as
 // wanting every layer, so none is paused at the publisher while it is attached.
 func (t *Publication) AddSink(s Sink) (remove func()) {
+	remove = t.AddSinkQuiet(s)
+	t.RequestKeyframe()
+	return remove
+}
+
+// AddSinkQuiet is AddSink without the keyframe request, for a sink that asks
+// when its own consumers need one (the camera wall's mirror: a keyframe
+// request of its own would wake a cold camera nobody watches).
+func (t *Publication) AddSinkQuiet(s Sink) (remove func()) {
 	t.downMu.Lock()
 	old := t.sinks.Load()
 	var next []Sink
@@ -265,7 +274,6 @@ func (t *Publication) AddSink(s Sink) (remove func()) {
 	next = append(next, s)
 	t.sinks.Store(&next)
 	t.downMu.Unlock()
-	t.RequestKeyframe()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
