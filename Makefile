@@ -49,6 +49,8 @@ test-browser: build
 
 test-interop: build
 	bash test/interop/run.sh
+	# The same viewers against the lean egress (docs/lean-egress.md).
+	PETREL_BIN=$(CURDIR)/bin/petrel PETREL_SERVE_ARGS=--lean-egress bash test/interop/run.sh
 
 # Short fuzzing of every parser of network input.
 fuzz:
