@@ -137,13 +137,73 @@ func (r *Room) applyLastN(speakerChanged bool) {
 		}
 	}
 	for t := range resumed {
+		t.switchKeyframe()
+	}
+}
+
+// keyframeMargin is what a keyframe may take beyond the publisher's round
+// trip (the encoder's own time, a frame interval, pacing) before it is asked
+// for again.
+const (
+	keyframeMargin   = 120 * time.Millisecond
+	keyframeRepeats  = 5
+	defaultPublisRTT = 50 * time.Millisecond
+)
+
+// switchKeyframe asks the publisher for one keyframe for every receiver whose
+// forwarding of t starts now (a speaker change under Last-N): each starts at
+// that keyframe, none needs to ask for it. Requests from receivers meanwhile
+// are served by it; it is asked for again only if it has not arrived within
+// the publisher's round-trip time plus a margin.
+func (t *Publication) switchKeyframe() {
+	if t.kind != webrtc.RTPCodecTypeVideo {
+		return
+	}
+	wait := keyframeMargin + defaultPublisRTT
+	if t.owner != nil {
+		if rtt := t.owner.publisherRTT(); rtt > 0 {
+			wait = keyframeMargin + rtt
+		}
+	}
+	t.askKeyframe(wait, keyframeRepeats)
+}
+
+func (t *Publication) askKeyframe(wait time.Duration, repeats int) {
+	asked := now()
+	for i := range t.layers {
+		if l := t.layers[i].Load(); l != nil {
+			l.lastPLI.Store(0) // a new keyframe, even if one was asked for just now
+			l.keyWait.Store(0)
+			l.requestKeyframe()
+			l.keyWait.Store(asked + int64(wait))
+		}
+	}
+	time.AfterFunc(wait, func() {
+		missing := false
 		for i := range t.layers {
-			if l := t.layers[i].Load(); l != nil {
-				l.lastPLI.Store(0) // a new keyframe, even if one was asked for just now
+			// A layer that stopped sending (turned off for want of receivers) is not waited for.
+			if l := t.layers[i].Load(); l != nil && l.lastKey.Load() < asked && now()-l.lastRecv.Load() < int64(time.Second) {
+				missing = true
 			}
 		}
-		t.RequestKeyframe()
+		if missing && repeats > 0 {
+			t.askKeyframe(wait, repeats-1)
+		}
+	})
+}
+
+// publisherRTT is the round-trip time of the participant's publisher
+// connection, from ICE's binding checks (0 if unknown).
+func (p *Participant) publisherRTT() time.Duration {
+	pc := p.pub
+	if pc == nil {
+		return 0
 	}
+	st, ok := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePairStats()
+	if !ok || st.CurrentRoundTripTime <= 0 {
+		return 0
+	}
+	return time.Duration(st.CurrentRoundTripTime * float64(time.Second))
 }
 
 // effectiveLastN is the participant's own limit or the room's.

@@ -72,6 +72,9 @@ type layer struct {
 	// prevBytes is touched only by the room's loop.
 	prevBytes uint64
 	deferred  atomic.Bool // a keyframe request waits for the end of the window
+	// keyWait: until then a keyframe asked for at a speaker change is on its
+	// way (lastn.go) and requests from receivers are served by it.
+	keyWait atomic.Int64
 
 	// Audio: the RFC 6464 audio-level extension id and the speaker record it feeds.
 	levelExt uint8
@@ -440,6 +443,9 @@ func (l *layer) requestKeyframe() {
 	}
 	n := now()
 	last := l.lastPLI.Load()
+	if n < l.keyWait.Load() && l.lastKey.Load() < last {
+		return
+	}
 	if wait := last + int64(minKeyframeInterval) - n; wait > 0 {
 		if l.lastKey.Load() > last && l.deferred.CompareAndSwap(false, true) {
 			time.AfterFunc(time.Duration(wait), func() {

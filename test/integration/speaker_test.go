@@ -21,6 +21,7 @@ import (
 type avPublisher struct {
 	speaking atomic.Bool
 	forceKey atomic.Bool
+	plis     atomic.Int64 // keyframe requests received for the camera
 	videoSid string
 }
 
@@ -33,6 +34,7 @@ func publishAV(t *testing.T, c *client.Client) *avPublisher {
 	c.OnPublisherRTCP = func(id string, pkts []rtcp.Packet) {
 		for _, x := range pkts {
 			if _, ok := x.(*rtcp.PictureLossIndication); ok && id == "cam" {
+				p.plis.Add(1)
 				p.forceKey.Store(true)
 			}
 		}
@@ -177,6 +179,7 @@ func TestDominantSpeakerAndLastN(t *testing.T) {
 type recorder struct {
 	mu  sync.Mutex
 	evs []protocol.Msg
+	at  []time.Time // when each event arrived
 }
 
 func record(c *client.Client) *recorder {
@@ -187,6 +190,7 @@ func record(c *client.Client) *recorder {
 			case m := <-c.Events:
 				r.mu.Lock()
 				r.evs = append(r.evs, m)
+				r.at = append(r.at, time.Now())
 				r.mu.Unlock()
 			case <-c.Done():
 				return
