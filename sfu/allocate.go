@@ -42,19 +42,7 @@ func (l *layer) rate() int {
 // measure updates the layer's bitrate from its byte counter (called every
 // decision interval).
 func (l *layer) measure(dt time.Duration) {
-	b := l.bytes.Load()
-	prev := l.prevBytes
-	l.prevBytes = b
-	if prev == 0 || dt <= 0 {
-		return
-	}
-	inst := float64(b-prev) * 8 / dt.Seconds()
-	old := float64(l.bps.Load())
-	if old == 0 {
-		l.bps.Store(int64(inst))
-		return
-	}
-	l.bps.Store(int64(0.7*old + 0.3*inst))
+	l.bps.Store(smoothRate(l.bps.Load(), l.bytes.Load(), &l.prevBytes, dt))
 }
 
 // allocate shares the estimate among the participant's subscriptions.

@@ -175,6 +175,8 @@ func (s *svcPub) measure(dt time.Duration) {
 	}
 }
 
+// smoothRate is a byte counter's bitrate over dt, smoothed with the old value
+// (0.7 old, 0.3 new); prev holds the counter's last reading.
 func smoothRate(old int64, b uint64, prev *uint64, dt time.Duration) int64 {
 	p := *prev
 	*prev = b

@@ -315,6 +315,30 @@ func TestSVCLatePacketsKeepTheirPlace(t *testing.T) {
 	}
 }
 
+// The publisher's padding (bandwidth probes on the media SSRC) is not
+// forwarded and leaves no gap.
+func TestSVCPublisherPaddingRenumberedAway(t *testing.T) {
+	f := newSVCFixture(t, codecVP9, 1)
+	f.down(0).maxLayer.Store(2)
+	f.vp9Picture(0, true, nil)
+	pad := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 98, SequenceNumber: f.seq, Timestamp: 0, SSRC: 42, Padding: true, PaddingSize: 200}}
+	raw, err := pad.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.seq++
+	if !f.send(raw) {
+		t.Fatal("padding refused")
+	}
+	f.vp9Picture(1, false, nil)
+	for _, o := range f.ws[0].orig {
+		if o == padding {
+			t.Fatal("the publisher's padding was forwarded")
+		}
+	}
+	f.check(0, 0)
+}
+
 func TestSVCMalformedDescriptorsRefused(t *testing.T) {
 	f := newSVCFixture(t, codecVP9, 1)
 	// L set but the layer byte missing.
