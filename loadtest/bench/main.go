@@ -393,7 +393,7 @@ func render(all []*run, out string) (string, string) {
 		"certificate for the peer connections it creates itself). CPU-µs per received packet is the generator's utime+stime over the steady " +
 		"window ÷ packets its peers received; it also pays for its publisher(s), its sources, the progress line and Go's runtime. " +
 		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
-		"Petrel peers use the room protocol (two peer connections and two data channels each); the capacity run uses WHEP viewers (one). " +
+		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` and `petrel-lean` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
 		"RSS growth per peer is (RSS at the end − RSS before the run's first peer) ÷ connected peers; the process returns memory to the OS between runs.\n\n")
 	floor, floorDesc := receiveFloor("bench/results/floor.txt")
 	if floor > 0 {
