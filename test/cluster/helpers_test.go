@@ -225,20 +225,24 @@ func publish(t *testing.T, c *client.Client, v *video) (sid string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			pkts, _, err := sender.ReadRTCP()
-			if err != nil {
-				return
-			}
-			for _, p := range pkts {
-				if fmt.Sprintf("%T", p) == "*rtcp.PictureLossIndication" {
-					v.forceKey.Store(true)
-				}
+	go keyframeOnPLI(sender, v)
+	return sid
+}
+
+// keyframeOnPLI makes v send a keyframe next whenever the receiver of
+// sender's RTCP asks for one, until the sender is closed.
+func keyframeOnPLI(sender *webrtc.RTPSender, v *video) {
+	for {
+		pkts, _, err := sender.ReadRTCP()
+		if err != nil {
+			return
+		}
+		for _, p := range pkts {
+			if fmt.Sprintf("%T", p) == "*rtcp.PictureLossIndication" {
+				v.forceKey.Store(true)
 			}
 		}
-	}()
-	return sid
+	}
 }
 
 // frames collects complete frames (marker packets) of every video track a

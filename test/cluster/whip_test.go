@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -63,19 +62,7 @@ func TestWHIPToWHEPAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			pkts, _, err := sender.ReadRTCP()
-			if err != nil {
-				return
-			}
-			for _, p := range pkts {
-				if fmt.Sprintf("%T", p) == "*rtcp.PictureLossIndication" {
-					v.forceKey.Store(true)
-				}
-			}
-		}
-	}()
+	go keyframeOnPLI(sender, v)
 	whipExchange(t, pub, a.url+"/whip/studio", token(t, "studio", "encoder"))
 	waitFor(t, 5*time.Second, "node b sees the room in Redis", func() bool {
 		for _, n := range b.srv.Cluster.Nodes() {
