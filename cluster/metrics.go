@@ -16,6 +16,7 @@ var (
 	mNodesLost    = prometheus.NewCounter(prometheus.CounterOpts{Name: "petrel_cluster_nodes_lost_total", Help: "Nodes this process saw lost (heartbeat expired)."})
 	mLinkFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "petrel_cluster_link_failures_total", Help: "Node links that failed to come up."})
 	mRedisErrors  = prometheus.NewCounter(prometheus.CounterOpts{Name: "petrel_cluster_redis_errors_total", Help: "Failed heartbeats (Redis unreachable or slow)."})
+	mReplaced     = prometheus.NewCounter(prometheus.CounterOpts{Name: "petrel_cluster_replacements_total", Help: "Participants this node's placements asked to move to another node (re-placement of a growing room)."})
 
 	nodes sync.Map // *Node -> struct{}: the nodes of this process
 )
@@ -76,5 +77,5 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func init() {
-	metrics.Registry.MustRegister(mNodesLost, mLinkFailures, mRedisErrors, collector{})
+	metrics.Registry.MustRegister(mNodesLost, mLinkFailures, mRedisErrors, mReplaced, collector{})
 }

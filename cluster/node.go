@@ -38,6 +38,10 @@ type Options struct {
 	// HTTPAddr is the server's listen address (for the default node URL).
 	HTTPAddr string
 	Log      *slog.Logger
+	// Verify checks a participant's access token and returns its room and
+	// identity: a placement request that carries one is recorded and may
+	// re-place the room (nil: placements are never recorded).
+	Verify func(token string) (room, identity string, err error)
 }
 
 // Node is this server's membership in the cluster.
@@ -49,6 +53,7 @@ type Node struct {
 	engine *rtc.Engine
 	log    *slog.Logger
 	secret []byte
+	verify func(string) (string, string, error)
 	rdb    *redis.Client
 	reg    *Registry
 	http   *http.Client
@@ -102,7 +107,7 @@ func Start(o Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: c, id: id, url: strings.TrimRight(url, "/"), mgr: o.Manager, engine: o.Engine,
-		log: o.Log.With("node", id), secret: o.Secret, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
+		log: o.Log.With("node", id), secret: o.Secret, verify: o.Verify, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
 		http:  &http.Client{Timeout: 5 * time.Second},
 		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
@@ -115,6 +120,7 @@ func Start(o Options) (*Node, error) {
 	}
 	go n.loop()
 	go n.probeLoop()
+	go n.moveLoop()
 	nodes.Store(n, struct{}{})
 	n.log.Info("cluster node started", "url", n.url, "redis", c.Redis)
 	return n, nil

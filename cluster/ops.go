@@ -302,7 +302,9 @@ func (n *Node) AdminHandler() http.Handler {
 // Handler serves the cluster's HTTP endpoints:
 //
 //	GET  /v1/cluster/nodes  live nodes (id, URLs, load, draining) for client placement
-//	POST /v1/cluster/place  {room, rtt: {node id: ms}, exclude: [node id]} -> the node to join
+//	POST /v1/cluster/place  {room, rtt: {node id: ms}, exclude: [node id], token} -> the node to join
+//	                        (with the participant's token the decision is recorded and may
+//	                        re-place the room: replace.go, replacestate.go)
 //	POST /v1/cluster/link   a node's link offer (cluster token)
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -329,24 +331,53 @@ func (n *Node) Handler() http.Handler {
 			// Exclude names nodes the client could not use (the one it just
 			// lost: the others may not have noticed yet).
 			Exclude []string `json:"exclude"`
+			// Token is the participant's access token: with it the placement
+			// is recorded for its identity and may re-place the room.
+			Token string `json:"token"`
 		}
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil || req.Room == "" || len(req.Room) > 128 || len(req.RTT) > 1000 {
-			httpErr(w, http.StatusBadRequest, "place takes JSON {room, rtt: {node id: milliseconds}}")
+			httpErr(w, http.StatusBadRequest, "place takes JSON {room, rtt: {node id: milliseconds}, token}")
 			return
 		}
-		var cands []NodeInfo
+		identity := ""
+		if req.Token != "" && n.verify != nil {
+			room, id, err := n.verify(req.Token)
+			if err != nil || room != req.Room || id == "" {
+				n.log.Info("cluster place: token refused", "room", req.Room, "remote", r.RemoteAddr, "err", err, "token_room", room)
+				httpErr(w, http.StatusUnauthorized, "place: the token is not valid for this room")
+				return
+			}
+			identity = id
+		}
+		var cands, live []NodeInfo
 		stale := time.Now().Add(-3 * n.cfg.Heartbeat).UnixMilli()
 	next:
 		for _, x := range n.Nodes() {
 			if x.Updated < stale && x.ID != n.id {
 				continue // missed heartbeats: probably lost
 			}
+			live = append(live, x)
 			for _, e := range req.Exclude {
 				if x.ID == e {
 					continue next
 				}
 			}
 			cands = append(cands, x)
+		}
+		if identity != "" {
+			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			node, plan, err := n.placeJoin(ctx, req.Room, identity, req.RTT, live, cands)
+			cancel()
+			if err == nil {
+				writeJSON(w, map[string]any{"node": node.ID, "url": node.URL, "ws": node.WSURL(), "delayMs": plan.Cost, "moved": len(plan.Moves)})
+				return
+			}
+			if errors.Is(err, errNoCandidate) {
+				httpErr(w, http.StatusServiceUnavailable, "no node can take participants")
+				return
+			}
+			// Redis failed: place without the room's records.
+			n.log.Warn("cluster place: room state unavailable", "room", req.Room, "err", err)
 		}
 		c := Place(cands, req.Room, req.RTT, n.cfg.MaxCPU)
 		if len(c) == 0 {

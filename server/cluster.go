@@ -21,7 +21,14 @@ func (s *Server) startCluster(cfg config.Config, apiSecret string, edge http.Han
 	m.Write([]byte("petrel cluster"))
 	var err error
 	s.Cluster, err = cluster.Start(cluster.Options{Config: cfg, Manager: s.Manager, Engine: s.Engine,
-		Secret: m.Sum(nil), HTTPAddr: s.HTTPAddr, Log: log})
+		Secret: m.Sum(nil), HTTPAddr: s.HTTPAddr, Log: log,
+		Verify: func(token string) (string, string, error) {
+			c, err := s.Keys.Verify(token)
+			if err != nil {
+				return "", "", err
+			}
+			return c.Room, c.Identity(), nil
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -257,6 +257,13 @@ type frames struct {
 
 func watch(c *client.Client) *frames {
 	f := &frames{}
+	watchInto(c, f)
+	return f
+}
+
+// watchInto records c's video frames into f (a client that moves to another
+// node keeps one record across its two connections).
+func watchInto(c *client.Client, f *frames) {
 	go func() {
 		for tr := range c.Tracks {
 			if tr.Remote.Kind() != webrtc.RTPCodecTypeVideo {
@@ -274,7 +281,6 @@ func watch(c *client.Client) *frames {
 			}(tr)
 		}
 	}()
-	return f
 }
 
 // record notes a frame if p completes one (marker bit).

@@ -50,12 +50,24 @@ const (
 )
 
 func TestClusterOverEmulatedLinks(t *testing.T) {
+	sym := func(d time.Duration) netem.Spec {
+		return netem.Spec{AB: netem.Params{Delay: d}, BA: netem.Params{Delay: d}}
+	}
+	inMesh(t, "TestClusterOverEmulatedLinks", []netem.MeshLink{
+		{A: "a", B: "b", Spec: sym(nodeDelay)}, {A: "a", B: "c", Spec: sym(nodeDelay)}, {A: "b", B: "c", Spec: sym(nodeDelay)},
+		{A: "cl", B: "a", Spec: sym(clientDelay)}, {A: "cl", B: "b", Spec: sym(clientDelay)}, {A: "cl", B: "c", Spec: sym(clientDelay)},
+	}, clusterInNamespaces)
+}
+
+// inMesh builds hosts a, b, c (nodes) and cl (clients) linked as given,
+// then re-runs test name inside cl's namespace, where child runs.
+func inMesh(t *testing.T, name string, links []netem.MeshLink, child func(*testing.T, netemTopo)) {
 	if env := os.Getenv(netemChildEnv); env != "" {
 		var topo netemTopo
 		if err := json.Unmarshal([]byte(env), &topo); err != nil {
 			t.Fatal(err)
 		}
-		clusterInNamespaces(t, topo)
+		child(t, topo)
 		return
 	}
 	if err := netem.Available(); err != nil {
@@ -64,14 +76,7 @@ func TestClusterOverEmulatedLinks(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server is not installed (scripts/install-deps.sh installs Debian's redis-server)")
 	}
-	sym := func(d time.Duration) netem.Spec {
-		return netem.Spec{AB: netem.Params{Delay: d}, BA: netem.Params{Delay: d}}
-	}
-	m, err := netem.NewMesh(netem.MeshOptions{Name: "cl" + strconv.Itoa(os.Getpid()), Hosts: []string{"a", "b", "c", "cl"},
-		Links: []netem.MeshLink{
-			{A: "a", B: "b", Spec: sym(nodeDelay)}, {A: "a", B: "c", Spec: sym(nodeDelay)}, {A: "b", B: "c", Spec: sym(nodeDelay)},
-			{A: "cl", B: "a", Spec: sym(clientDelay)}, {A: "cl", B: "b", Spec: sym(clientDelay)}, {A: "cl", B: "c", Spec: sym(clientDelay)},
-		}})
+	m, err := netem.NewMesh(netem.MeshOptions{Name: "cl" + strconv.Itoa(os.Getpid()), Hosts: []string{"a", "b", "c", "cl"}, Links: links})
 	if err != nil {
 		t.Skipf("skipping: cannot create network namespaces here: %v", err)
 	}
@@ -85,7 +90,7 @@ func TestClusterOverEmulatedLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"netns", "exec", topo.NS["cl"], self, "-test.run", "^TestClusterOverEmulatedLinks$", "-test.count=1", "-test.v", "-test.timeout=4m"}
+	args := []string{"netns", "exec", topo.NS["cl"], self, "-test.run", "^" + name + "$", "-test.count=1", "-test.v", "-test.timeout=4m"}
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(os.Environ(), netemChildEnv+"="+string(env))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
