@@ -45,8 +45,11 @@ type Status struct {
 	Bitrate     int64  `json:"bitrate"` // bits per second into the server, last second
 	Video       string `json:"video,omitempty"`
 	Audio       string `json:"audio,omitempty"`
-	Width       int    `json:"width,omitempty"`
-	Height      int    `json:"height,omitempty"`
+	// AudioNote says what happens to the camera's audio when it is not
+	// forwarded as it comes: AAC transcoded to Opus, or why there is none.
+	AudioNote string `json:"audioNote,omitempty"`
+	Width     int    `json:"width,omitempty"`
+	Height    int    `json:"height,omitempty"`
 	// Reconnects counts upstream sessions opened after the first.
 	Reconnects int `json:"reconnects"`
 }
@@ -75,6 +78,8 @@ type Camera struct {
 	reconnects int
 	hadSession bool
 	warned     map[string]bool
+	aac        *aacTranscoder // AAC cameras (aac.go)
+	audioNote  string
 	video      *sfu.LocalTrack
 	audio      *sfu.LocalTrack
 	videoCodec string
@@ -144,8 +149,12 @@ func (c *Camera) Status() Status {
 	c.mu.Lock()
 	s := Status{ID: c.cfg.ID, Name: c.cfg.Name, Room: c.Room(), Ingest: c.kind(), Warm: c.cfg.Warm,
 		State: c.state, LastError: c.lastErr, Since: c.since, Video: c.videoCodec, Audio: c.audioCodec,
-		Width: c.width, Height: c.height, Reconnects: c.reconnects}
+		Width: c.width, Height: c.height, Reconnects: c.reconnects, AudioNote: c.audioNote}
+	tc := c.aac
 	c.mu.Unlock()
+	if tc != nil {
+		s.AudioNote = tc.Note()
+	}
 	s.Viewers = c.viewers()
 	s.WallViewers = c.wallViewers()
 	s.Bitrate = c.bitrate.Load()

@@ -3,6 +3,7 @@ package camera
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/bluenviron/gortsplib/v4/pkg/base"
 	"github.com/bluenviron/gortsplib/v4/pkg/description"
 	"github.com/bluenviron/gortsplib/v4/pkg/format"
+	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
@@ -123,6 +125,7 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 	var fOpus *format.Opus
 	var fG711 *format.G711
 	var fAAC *format.MPEG4Audio
+	var aacConf *mpeg4audio.AudioSpecificConfig
 	if m := desc.FindFormat(&fOpus); m != nil {
 		audioMedia, audioFormat = m, fOpus
 		audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
@@ -132,8 +135,22 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 		if !fG711.MULaw {
 			audioCodec.MimeType, audioCodec.PayloadType = webrtc.MimeTypePCMA, 8
 		}
-	} else if desc.FindFormat(&fAAC) != nil {
-		c.warnOnce("aac", "camera audio is AAC, which browsers cannot receive over WebRTC and Petrel does not transcode: video only")
+	} else if m := desc.FindFormat(&fAAC); m != nil {
+		if conf := fAAC.GetConfig(); conf == nil || conf.SampleRate <= 0 {
+			c.warnOnce("aac-config", "camera audio is AAC without a usable config: video only")
+		} else if ff := c.transcoder(); ff == "" {
+			why := "AAC audio needs ffmpeg to reach WebRTC viewers as Opus, and ffmpeg is not installed: video only"
+			if c.cfg.Transcode == "off" {
+				why = "AAC audio is not transcoded (transcode: off): video only"
+			}
+			c.warnOnce("aac", "camera audio: "+why)
+			c.mu.Lock()
+			c.audioNote = why
+			c.mu.Unlock()
+		} else {
+			audioMedia, audioFormat, aacConf = m, fAAC, conf
+			audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
+		}
 	}
 	if videoMedia == nil && audioMedia == nil {
 		return false, fmt.Errorf("camera offers no supported codec (H.264/H.265 video, Opus/G.711 audio): %s", mediaList(desc))
@@ -168,10 +185,20 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 		if err != nil {
 			return false, fmt.Errorf("publish audio: %w", err)
 		}
-		if *ap == nil || (*ap).track != lt {
+		if aacConf != nil {
+			c.mu.Lock()
+			if c.aac == nil || c.aac.track != lt {
+				c.aac = newAACTranscoder(c, lt, ssrc)
+			}
+			tc := c.aac
+			c.mu.Unlock()
+			tc.newSession(*aacConf)
+		} else if *ap == nil || (*ap).track != lt {
 			*ap = &audioRelay{ssrc: ssrc, pt: uint8(audioCodec.PayloadType), clock: audioCodec.ClockRate, track: lt}
 		}
-		(*ap).newSession()
+		if *ap != nil {
+			(*ap).newSession()
+		}
 	}
 	if !c.cfg.Warm && !c.wanted() && !c.drainDemand() {
 		return false, nil // described only: tracks are published, nobody watches yet
@@ -192,7 +219,34 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 			}
 		})
 	}
-	if audioMedia != nil {
+	if audioMedia != nil && aacConf != nil {
+		if _, err := client.Setup(desc.BaseURL, audioMedia, 0, 0); err != nil {
+			return false, fmt.Errorf("setup audio: %w", err)
+		}
+		dec, err := fAAC.CreateDecoder()
+		if err != nil {
+			return false, fmt.Errorf("aac decoder: %w", err)
+		}
+		c.mu.Lock()
+		tc := c.aac
+		c.mu.Unlock()
+		client.OnPacketRTP(audioMedia, audioFormat, func(pkt *rtp.Packet) {
+			c.bytesIn.Add(uint64(pkt.MarshalSize()))
+			aus, err := dec.Decode(pkt)
+			if err != nil {
+				return // fragments still missing, or a malformed packet
+			}
+			for i := range aus {
+				aus[i] = append([]byte(nil), aus[i]...)
+			}
+			tc.push(pkt.Timestamp, aus)
+		})
+		client.OnPacketRTCP(audioMedia, func(p rtcp.Packet) {
+			if sr, ok := p.(*rtcp.SenderReport); ok {
+				tc.forwardSR(sr)
+			}
+		})
+	} else if audioMedia != nil {
 		if _, err := client.Setup(desc.BaseURL, audioMedia, 0, 0); err != nil {
 			return false, fmt.Errorf("setup audio: %w", err)
 		}
@@ -237,6 +291,20 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 			}
 		}
 	}
+}
+
+// transcoder is the ffmpeg binary for AAC audio, "" if none (or "off").
+func (c *Camera) transcoder() string {
+	switch c.cfg.Transcode {
+	case "off":
+		return ""
+	case "", "ffmpeg":
+		return ffmpegPath
+	}
+	if p, err := exec.LookPath(c.cfg.Transcode); err == nil {
+		return p
+	}
+	return ""
 }
 
 func (c *Camera) idleAfter() time.Duration {

@@ -28,8 +28,12 @@ type Camera struct {
 	// IdleAfter is how long a cold camera's upstream session stays open after
 	// its last viewer left (default 10s).
 	IdleAfter time.Duration `yaml:"idle_after" json:"idleAfter,omitempty"`
-	ONVIF     ONVIF         `yaml:"onvif" json:"onvif,omitempty"`
-	HTTP      HTTPTo        `yaml:"http" json:"http,omitempty"`
+	// Transcode is how an RTSP camera's AAC audio reaches WebRTC viewers, who
+	// cannot receive AAC: "" (ffmpeg from PATH), the path of an ffmpeg binary,
+	// or "off" (video only). ffmpeg needs libopus. docs/cameras.md.
+	Transcode string `yaml:"transcode" json:"transcode,omitempty"`
+	ONVIF     ONVIF  `yaml:"onvif" json:"onvif,omitempty"`
+	HTTP      HTTPTo `yaml:"http" json:"http,omitempty"`
 }
 
 // RTPPush is plain RTP sent to a UDP port by ffmpeg, GStreamer or the camera.

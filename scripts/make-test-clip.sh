@@ -5,13 +5,14 @@
 #                   frame counter and timecode so a viewer's frame can be identified
 #   DIR/clip.ulaw   G.711 mu-law, 8 kHz mono: a 440 Hz tone
 #   DIR/clip.opus   Opus in Ogg, 48 kHz: the same tone
+#   DIR/clip.aac    AAC-LC in ADTS, 16 kHz mono: the same tone (cameras that send AAC)
 # The camera emulator (camera/emulator) loops these files. Idempotent: existing
 # files newer than this script are kept.
 set -euo pipefail
 dir=${1:?usage: make-test-clip.sh DIR [SECONDS]}
 secs=${2:-10}
 mkdir -p "$dir"
-if [[ -s $dir/clip.h264 && -s $dir/clip.ulaw && -s $dir/clip.opus && $dir/clip.h264 -nt $0 ]]; then
+if [[ -s $dir/clip.h264 && -s $dir/clip.ulaw && -s $dir/clip.opus && -s $dir/clip.aac && $dir/clip.h264 -nt $0 ]]; then
 	exit 0
 fi
 font=$(fc-match -f '%{file}' monospace 2>/dev/null || true)
@@ -30,4 +31,6 @@ ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:
 	-c:a pcm_mulaw -f mulaw "$dir/clip.ulaw.tmp"
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
 	-c:a libopus -b:a 32k -frame_duration 20 -f ogg "$dir/clip.opus.tmp"
-for f in clip.h264 clip.ulaw clip.opus; do mv "$dir/$f.tmp" "$dir/$f"; done
+ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=16000:duration=$secs" \
+	-c:a aac -b:a 32k -ac 1 -f adts "$dir/clip.aac.tmp"
+for f in clip.h264 clip.ulaw clip.opus clip.aac; do mv "$dir/$f.tmp" "$dir/$f"; done

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 )
 
 // Clip is the test clip in memory: H.264 access units (NAL units without start
@@ -20,6 +22,10 @@ type Clip struct {
 	// Opus is the tone as Opus packets of 20 ms (48 kHz); nil if clip.opus is
 	// absent. Test viewers talk to cameras with it.
 	Opus [][]byte
+	// AAC is the tone as AAC-LC access units (1024 samples each, ADTS headers
+	// removed) and AACConfig their AudioSpecificConfig; nil if clip.aac is absent.
+	AAC       [][]byte
+	AACConfig *mpeg4audio.AudioSpecificConfig
 }
 
 // LoadClip reads clip.h264 (and clip.ulaw if present) from dir, as written by
@@ -73,6 +79,18 @@ func LoadClip(dir string) (*Clip, error) {
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("test clip: clip.opus: %w", err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "clip.aac")); err == nil {
+		var pkts mpeg4audio.ADTSPackets
+		if err := pkts.Unmarshal(b); err != nil {
+			return nil, fmt.Errorf("test clip: clip.aac: %w", err)
+		}
+		for _, p := range pkts {
+			c.AAC = append(c.AAC, p.AU)
+		}
+		if len(pkts) > 0 {
+			c.AACConfig = &mpeg4audio.AudioSpecificConfig{Type: pkts[0].Type, SampleRate: pkts[0].SampleRate, ChannelCount: pkts[0].ChannelCount}
 		}
 	}
 	return c, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/bluenviron/gortsplib/v4/pkg/description"
 	"github.com/bluenviron/gortsplib/v4/pkg/format"
 	"github.com/bluenviron/gortsplib/v4/pkg/format/rtph264"
+	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 	"github.com/pion/rtp"
 )
 
@@ -30,8 +31,12 @@ type Options struct {
 	Addr string
 	// Clip is the loaded test clip (LoadClip).
 	Clip *Clip
-	// NoAudio leaves the G.711 track out.
+	// NoAudio leaves the audio track out.
 	NoAudio bool
+	// Audio is the audio codec: "g711" (the default, mu-law), "aac" (AAC-LC,
+	// RFC 3640 mpeg4-generic) or "aac-latm" (RFC 6416 MP4A-LATM), both from
+	// clip.aac.
+	Audio string
 	// InBandParams sends SPS/PPS before each IDR as well (some cameras do).
 	InBandParams bool
 	Log          *slog.Logger
@@ -117,7 +122,17 @@ func (e *Emulator) description() *description.Session {
 		Type:    description.MediaTypeVideo,
 		Formats: []format.Format{&format.H264{PayloadTyp: 96, SPS: c.SPS, PPS: c.PPS, PacketizationMode: 1}},
 	}}
-	if !e.o.NoAudio && c.ULaw != nil {
+	if e.o.NoAudio {
+		return &description.Session{Title: "Petrel test camera", Medias: medias}
+	}
+	if (e.o.Audio == "aac" || e.o.Audio == "aac-latm") && c.AACConfig != nil {
+		f := &format.MPEG4Audio{PayloadTyp: 97, Config: c.AACConfig, SizeLength: 13, IndexLength: 3, IndexDeltaLength: 3, ProfileLevelID: 1}
+		if e.o.Audio == "aac-latm" {
+			f = &format.MPEG4Audio{PayloadTyp: 97, LATM: true, ProfileLevelID: 30, StreamMuxConfig: &mpeg4audio.StreamMuxConfig{
+				Programs: []*mpeg4audio.StreamMuxConfigProgram{{Layers: []*mpeg4audio.StreamMuxConfigLayer{{AudioSpecificConfig: c.AACConfig, LatmBufferFullness: 255}}}}}}
+		}
+		medias = append(medias, &description.Media{Type: description.MediaTypeAudio, Formats: []format.Format{f}})
+	} else if c.ULaw != nil {
 		medias = append(medias, &description.Media{
 			Type:    description.MediaTypeAudio,
 			Formats: []format.Format{&format.G711{PayloadTyp: 0, MULaw: true, SampleRate: 8000, ChannelCount: 1}},
@@ -208,6 +223,18 @@ func (e *Emulator) feed(s *session) {
 	if err := enc.Init(); err != nil {
 		return
 	}
+	var aac interface {
+		Encode([][]byte) ([]*rtp.Packet, error)
+	}
+	if audio != nil {
+		if f, ok := audio.Formats[0].(*format.MPEG4Audio); ok {
+			enc, err := f.CreateEncoder()
+			if err != nil {
+				return
+			}
+			aac = enc
+		}
+	}
 	frame := time.Second / time.Duration(c.FPS)
 	const audioStep = 20 * time.Millisecond
 	start := time.Now()
@@ -239,6 +266,24 @@ func (e *Emulator) feed(s *session) {
 				}
 			}
 			vn++
+		}
+		if aac != nil {
+			// One access unit (1024 samples) a packet, timestamps at the AAC rate.
+			rate := c.AACConfig.SampleRate
+			for time.Duration(an)*time.Second*1024/time.Duration(rate) <= elapsed {
+				pkts, err := aac.Encode([][]byte{c.AAC[an%len(c.AAC)]})
+				if err != nil {
+					return
+				}
+				for _, p := range pkts {
+					p.Timestamp = tsBase + uint32(an*1024)
+					if s.stream.WritePacketRTPWithNTP(audio, p, start.Add(time.Duration(an)*time.Second*1024/time.Duration(rate))) != nil {
+						return
+					}
+				}
+				an++
+			}
+			continue
 		}
 		for audio != nil && time.Duration(an)*audioStep <= elapsed {
 			const n = 160 // 20 ms at 8 kHz

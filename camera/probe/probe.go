@@ -38,6 +38,9 @@ type Options struct {
 	TURNTCP bool
 	// Videos is how many video tracks to receive (a wall: one per camera; default 1).
 	Videos int
+	// KeepAudio keeps up to this many of the camera's audio packets (tests
+	// check and decode them: Audio).
+	KeepAudio int
 }
 
 // Result is one session's milestones, each since the start of the session.
@@ -87,6 +90,32 @@ type Viewer struct {
 	perTrack  sync.Map     // track id -> *atomic.Int64 complete frames
 	keyframes atomic.Int64
 	gaps      atomic.Int64 // sequence gaps seen
+
+	audioMime string
+	audio     []*rtp.Packet // the first KeepAudio packets
+}
+
+// Audio returns the audio codec and the packets kept (Options.KeepAudio).
+func (v *Viewer) Audio() (mime string, pkts []*rtp.Packet) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.audioMime, append([]*rtp.Packet(nil), v.audio...)
+}
+
+// keepAudio reads an audio track, keeping its first packets.
+func (v *Viewer) keepAudio(tr *webrtc.TrackRemote) {
+	for {
+		p, _, err := tr.ReadRTP()
+		if err != nil {
+			return
+		}
+		v.mu.Lock()
+		v.audioMime = tr.Codec().MimeType // known once a packet arrived
+		if len(v.audio) < v.o.KeepAudio {
+			v.audio = append(v.audio, p)
+		}
+		v.mu.Unlock()
+	}
 }
 
 func (v *Viewer) mark(f *time.Duration) {
@@ -226,7 +255,11 @@ func (v *Viewer) watch(pc *webrtc.PeerConnection) {
 	})
 	pc.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 		if tr.Kind() != webrtc.RTPCodecTypeVideo {
-			go drain(tr)
+			if v.o.KeepAudio > 0 {
+				go v.keepAudio(tr)
+			} else {
+				go drain(tr)
+			}
 			return
 		}
 		go v.readVideo(tr)

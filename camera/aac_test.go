@@ -1,0 +1,166 @@
+package camera_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media/oggwriter"
+
+	"github.com/petrel-sfu/petrel/camera"
+	"github.com/petrel-sfu/petrel/camera/emulator"
+	"github.com/petrel-sfu/petrel/camera/probe"
+	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/config"
+)
+
+// An RTSP camera sending AAC (RFC 3640 mpeg4-generic, and RFC 6416 LATM): a
+// WebRTC viewer receives its audio as Opus, transcoded by ffmpeg, with rising
+// timestamps, and the Opus decodes (with ffmpeg, from an Ogg file of what the
+// viewer received) to the camera's tone, not silence. With nobody listening
+// the transcoder stops.
+func TestRTSPAACReachesViewerAsOpus(t *testing.T) {
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg is not installed: the AAC transcoder cannot run (scripts/install-deps.sh installs it)")
+	}
+	for _, mode := range []string{"aac", "aac-latm"} {
+		t.Run(mode, func(t *testing.T) {
+			clip, err := emulator.LoadClip(clipDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if clip.AAC == nil {
+				t.Fatal("the test clip has no clip.aac")
+			}
+			emu, err := emulator.Start(emulator.Options{Clip: clip, Audio: mode, Log: logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(emu.Close)
+			srv := startServer(t, config.Camera{ID: "aac", RTSP: emu.URL()})
+			st := waitStatus(t, srv, "aac", "described", func(s camera.Status) bool { return s.Video != "" && s.Audio != "" })
+			if st.Audio != webrtc.MimeTypeOpus || !strings.Contains(st.AudioNote, "AAC") {
+				t.Fatalf("status %+v", st)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			v, err := probe.Open(ctx, probe.Options{Endpoint: whepURL(srv, "aac"), Token: token(t, camera.RoomOf("aac"), "listener", false),
+				API: client.LoopbackAPI(), KeepAudio: 150})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			if _, err := v.WaitFirstFrame(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var pkts []*rtpPacket
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mime, ps := v.Audio()
+				if len(ps) >= 150 {
+					if !strings.EqualFold(mime, webrtc.MimeTypeOpus) {
+						t.Fatalf("audio codec %s", mime)
+					}
+					for _, p := range ps {
+						pkts = append(pkts, &rtpPacket{p.Timestamp, p.Payload})
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d Opus packets after 20 s (status %+v)", len(ps), srv.Cameras.Camera("aac").Status())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if st := srv.Cameras.Camera("aac").Status(); !strings.Contains(st.AudioNote, "pid") {
+				t.Errorf("status while transcoding: %q", st.AudioNote)
+			}
+			// Rising timestamps, 20 ms apart; Opus packets with a TOC of 20 ms frames.
+			for i, p := range pkts {
+				if len(p.payload) < 3 {
+					t.Fatalf("packet %d: %d bytes (DTX or empty)", i, len(p.payload))
+				}
+				if cfg := p.payload[0] >> 3; cfg != 1 && cfg != 3 && cfg != 5 && cfg != 7 && cfg != 9 && cfg != 11 && cfg != 13 && cfg != 15 && cfg != 19 && cfg != 23 && cfg != 27 && cfg != 31 {
+					t.Fatalf("packet %d: Opus TOC config %d is not a 20 ms frame", i, cfg)
+				}
+				if i > 0 && p.ts-pkts[i-1].ts != 960 {
+					t.Errorf("packet %d: timestamp step %d, want 960", i, int32(p.ts-pkts[i-1].ts))
+				}
+			}
+			mean := decodeMeanVolume(t, pkts)
+			t.Logf("%s: %d Opus packets, decoded mean volume %.1f dB", mode, len(pkts), mean)
+			if mean < -40 {
+				t.Fatalf("the decoded Opus is silence (mean volume %.1f dB)", mean)
+			}
+			v.Close()
+			waitStatus(t, srv, "aac", "transcoder stopped without listeners", func(s camera.Status) bool { return strings.Contains(s.AudioNote, "idle") })
+		})
+	}
+}
+
+// Without ffmpeg an AAC camera is video only, and its status says why.
+func TestRTSPAACWithoutFFmpegIsVideoOnly(t *testing.T) {
+	clip, err := emulator.LoadClip(clipDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, err := emulator.Start(emulator.Options{Clip: clip, Audio: "aac", Log: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Close)
+	srv := startServer(t, config.Camera{ID: "noff", RTSP: emu.URL(), Transcode: filepath.Join(t.TempDir(), "no-ffmpeg")})
+	st := waitStatus(t, srv, "noff", "described", func(s camera.Status) bool { return s.Video != "" && s.AudioNote != "" })
+	if st.Audio != "" || !strings.Contains(st.AudioNote, "ffmpeg is not installed") {
+		t.Fatalf("status %+v", st)
+	}
+	v, _ := view(t, srv, "noff")
+	waitFrames(t, v, 25, "video-only viewer")
+}
+
+type rtpPacket struct {
+	ts      uint32
+	payload []byte
+}
+
+// decodeMeanVolume writes the packets as Ogg/Opus and has ffmpeg decode them.
+func decodeMeanVolume(t *testing.T, pkts []*rtpPacket) float64 {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "heard.ogg")
+	w, err := oggwriter.New(path, 48000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pkts {
+		if err := w.WriteRTP(rtpOf(p, uint16(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ffmpeg", "-hide_banner", "-nostdin", "-i", path, "-af", "volumedetect", "-f", "null", "-").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffmpeg decode: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`mean_volume: (-?[0-9.]+) dB`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no mean_volume in ffmpeg's output:\n%s", out)
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(fmt.Errorf("mean volume %q: %w", m[1], err))
+	}
+	return f
+}
+
+func rtpOf(p *rtpPacket, seq uint16) *rtp.Packet {
+	return &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 111, SequenceNumber: seq, Timestamp: p.ts}, Payload: p.payload}
+}
