@@ -43,6 +43,7 @@ func (l *layer) rate() int {
 // decision interval).
 func (l *layer) measure(dt time.Duration) {
 	l.bps.Store(smoothRate(l.bps.Load(), l.bytes.Load(), &l.prevBytes, dt))
+	l.trates.measure(dt)
 }
 
 // allocate shares the estimate among the participant's subscriptions.
@@ -88,34 +89,21 @@ func (p *Participant) allocate() {
 	var probeVia *DownTrack
 	for _, d := range video {
 		want := int(d.maxLayer.Load())
-		held := int(d.allocLayer.Load())
-		grant := -1
-		for i := want; i >= 0; i-- {
-			rate, ok := d.pub.layerRate(i) // svc.go: a simulcast encoding or a spatial layer
-			if !ok {
-				continue
-			}
-			if fits(rate, budget, i <= held) || grant == -1 && i == 0 {
-				grant = i
-				break
-			}
-		}
-		if grant == -1 {
-			grant = lowestLayer(d.pub)
-		}
-		// What the subscriber would take and does not get.
-		for i := want; i > grant; i-- {
-			if rate, ok := d.pub.layerRate(i); ok {
+		grant, grantT, top := d.grant(want, budget)
+		// What the subscriber would take and does not get: the top layer it
+		// wants, or the full frame rate of the one it gets.
+		if top >= 0 {
+			if rate, ok := d.pub.layerRateT(top, allTemporal); ok {
 				shortfall = rate - budget
 				if probeVia == nil {
 					probeVia = d
 				}
-				break
 			}
 		}
-		if rate, ok := d.pub.layerRate(grant); ok {
+		if rate, ok := d.pub.layerRateT(grant, grantT); ok {
 			budget -= rate
 		}
+		d.allocT.Store(int32(grantT))
 		if int(d.allocLayer.Swap(int32(grant))) != grant {
 			d.chooseLayer()
 		}
@@ -128,6 +116,49 @@ func (p *Participant) allocate() {
 	if probeVia != nil {
 		probeVia.probe(probeBytes(shortfall, budget))
 	}
+}
+
+// grant picks the best (spatial, temporal) layer of d's publication within
+// want that fits the budget, in LiveKit's order: a higher spatial layer at a
+// lower frame rate before a lower spatial layer at the full rate (a picture
+// sharp enough to read at 7.5 fps rather than a blurred one at 30), and on the
+// lowest spatial layer the frame rate is lowered down to TL0 before anything
+// is taken away: the lowest layer's TL0 is granted even if it does not fit, as
+// the lowest layer was before temporal layers. Lowering the frame rate costs
+// no keyframe and raising it waits only for the next layer-sync frame, so the
+// hold margin applies to the spatial layer held (at any frame rate) only.
+// top is the layer whose full rate the subscriber lacks (-1: it has all it
+// wants).
+func (d *DownTrack) grant(want, budget int) (grant, grantT, top int) {
+	held := int(d.allocLayer.Load())
+	heldT := int(d.allocT.Load())
+	grant, grantT, top = -1, allTemporal, -1
+	for i := want; i >= 0 && grant == -1; i-- {
+		n := d.pub.temporalLayers(i)
+		for t := n - 1; t >= 0; t-- {
+			rate, ok := d.pub.layerRateT(i, t)
+			if !ok {
+				break
+			}
+			if top == -1 && t == n-1 {
+				top = i
+			}
+			if fits(rate, budget, i < held || i == held && t <= heldT) {
+				grant, grantT = i, t
+				break
+			}
+		}
+	}
+	if grant == -1 {
+		grant, grantT = lowestLayer(d.pub), 0
+	}
+	if grantT >= d.pub.temporalLayers(grant)-1 {
+		grantT = allTemporal
+	}
+	if top == grant && grantT == allTemporal {
+		top = -1
+	}
+	return grant, grantT, top
 }
 
 // probeBytes is the padding for one interval when the subscriber lacks shortfall
@@ -212,6 +243,9 @@ func (d *DownTrack) padBurst(k int) bool {
 	start := o.lastSeq + 1
 	if d.svc != nil {
 		defer func() { d.svc.off += o.lastSeq + 1 - start }() // media continues after the padding
+	}
+	if d.vp8t != nil {
+		defer func() { d.vp8t.off += o.lastSeq + 1 - start }()
 	}
 	for i := 0; i < k; i++ {
 		h.SequenceNumber = o.lastSeq + 1

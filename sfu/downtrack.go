@@ -41,8 +41,10 @@ type DownTrack struct {
 	// the target's next keyframe.
 	target   atomic.Int32
 	maxLayer atomic.Int32 // what the subscriber asks for (tile size, quality)
-	// allocLayer is what the bandwidth allocation grants (allocate.go).
+	// allocLayer is what the bandwidth allocation grants (allocate.go), and
+	// allocT the highest temporal layer of it (temporal.go; allTemporal: all).
 	allocLayer atomic.Int32
+	allocT     atomic.Int32
 	needSync   atomic.Bool
 
 	// Transport-wide congestion control: the negotiated extension id, and the
@@ -68,6 +70,9 @@ type DownTrack struct {
 	// subscriber's dependency descriptor extension id (0: not negotiated).
 	svc  *svcDown
 	ddID uint8
+	// vp8t drops VP8 temporal layers above allocT (temporal.go); made at the
+	// first keyframe that carries temporal layer indices.
+	vp8t *vp8Temporal
 
 	// For sender reports (read by the participant's report loop).
 	lastOutTS atomic.Uint32
@@ -121,6 +126,7 @@ func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 	}
 	d.maxLayer.Store(maxLayers - 1)
 	d.allocLayer.Store(maxLayers - 1)
+	d.allocT.Store(allTemporal)
 	d.target.Store(-1)
 	d.needSync.Store(true)
 	if pub.kind == webrtc.RTPCodecTypeVideo && (pub.ck == codecVP9 || pub.ck == codecAV1) {
@@ -321,7 +327,11 @@ func (d *DownTrack) chooseLayer() {
 }
 
 // writeRTP forwards one packet. It returns whether the packet was sent.
-func (d *DownTrack) writeRTP(p *Packet) bool {
+func (d *DownTrack) writeRTP(p *Packet) bool { return d.writeRTPBatch(p, nil) }
+
+// writeRTPBatch is writeRTP that queues the packet in fb when the writer
+// can batch (fb nil: written at once); the caller flushes fb.
+func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	if !d.bound.Load() || d.paused.Load() {
 		return false
 	}
@@ -348,6 +358,12 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 		if d.svc != nil {
 			d.svc.restart(p, d.out.seqOffset, d.svcWant())
 		}
+		if d.vp8t == nil && p.VP8.hasTID && d.pub.ck == codecVP8 {
+			d.vp8t = &vp8Temporal{}
+		}
+		if d.vp8t != nil {
+			d.vp8t.restart(p, d.out.seqOffset, d.temporalTarget())
+		}
 	case int16(p.Header.SequenceNumber-d.out.syncSeq) < 0:
 		return false // older than this segment
 	}
@@ -358,10 +374,19 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	payload := p.Payload
 	h.Padding = p.Header.Padding
 	h.PaddingSize = p.Header.PaddingSize
+	picOffset := o.picOffset
 	if d.svc != nil && p.SVC.layered {
 		var ok, pad bool
 		if h.SequenceNumber, h.Marker, ok, pad = d.svcFilter(p); pad {
 			payload, h.Padding, h.PaddingSize = nil, true, 1
+		} else if !ok {
+			return false
+		}
+	}
+	if d.vp8t != nil {
+		var ok, pad bool
+		if h.SequenceNumber, picOffset, ok, pad = d.vp8Filter(p); pad {
+			payload, h.Padding, h.PaddingSize, h.Marker = nil, true, 1, false
 		} else if !ok {
 			return false
 		}
@@ -382,12 +407,19 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 	if d.twccID != 0 {
 		twSeq = d.stampTWCC(h, d.twccBuf[:])
 	}
-	if (o.picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) {
+	if (picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) && payload != nil {
 		// The payload is shared by every subscriber: rewrite a private copy.
 		payload = d.scratch[:copy(d.scratch, p.Payload)]
-		p.VP8.rewrite(payload, o.picOffset, o.tl0Offset)
+		p.VP8.rewrite(payload, picOffset, o.tl0Offset)
 	}
-	if n, err := d.writer.WriteRTP(h, payload); err != nil || n == 0 {
+	var n int
+	var err error
+	if bw, ok := d.writer.(batchWriter); ok && fb != nil {
+		n, err = bw.QueueRTP(fb.get(), h, payload)
+	} else {
+		n, err = d.writer.WriteRTP(h, payload)
+	}
+	if err != nil || n == 0 {
 		// n == 0 without an error: the subscriber's DTLS-SRTP is not up yet and
 		// Pion dropped the packet. A stream must not start with a keyframe the
 		// subscriber never got: wait for the next one.
@@ -403,8 +435,8 @@ func (d *DownTrack) writeRTP(p *Packet) bool {
 		o.lastSeq = h.SequenceNumber
 		o.lastTS = h.Timestamp
 		o.lastAt = p.Arrival
-		if p.VP8.picOff != 0 {
-			o.lastPic = p.VP8.picID + o.picOffset
+		if p.VP8.picOff != 0 && payload != nil {
+			o.lastPic = p.VP8.picID + picOffset
 		}
 		if p.VP8.tl0Off != 0 {
 			o.lastTL0 = p.VP8.tl0 + o.tl0Offset
@@ -536,7 +568,18 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	if l == nil {
 		return
 	}
-	inSeq, marker := outSeq-seg.seqOffset, false
+	inSeq, marker, picOffset := outSeq-seg.seqOffset, false, seg.picOffset
+	if d.vp8t != nil {
+		// Dropped temporal layers moved the numbering and the picture IDs.
+		d.mu.Lock()
+		in, _, ok := d.vp8t.source(outSeq)
+		picOffset = d.vp8t.out[outSeq%svcRing].pic
+		d.mu.Unlock()
+		if !ok {
+			return
+		}
+		inSeq = in
+	}
 	if d.svc != nil {
 		// Layers dropped for this subscriber moved its numbering: the ring knows.
 		d.mu.Lock()
@@ -557,9 +600,9 @@ func (d *DownTrack) retransmit(outSeq uint16, buf []byte, hdr *rtp.Header) {
 	if !ok {
 		return
 	}
-	if d.pub.ck == codecVP8 && (seg.picOffset != 0 || seg.tl0Offset != 0) {
+	if d.pub.ck == codecVP8 && (picOffset != 0 || seg.tl0Offset != 0) {
 		desc := parseVP8(payload)
-		desc.rewrite(payload, seg.picOffset, seg.tl0Offset)
+		desc.rewrite(payload, picOffset, seg.tl0Offset)
 	}
 	d.mu.Lock()
 	w, ssrc, pt := d.writer, d.ssrc, d.pt

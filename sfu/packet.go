@@ -30,6 +30,14 @@ type vp8Descriptor struct {
 	picID  uint16
 	tl0Off int8 // offset of TL0PICIDX, 0 if absent
 	tl0    uint8
+	// Temporal scalability (T bit): the packet's temporal layer and its layer
+	// sync bit (Y: the frame depends only on TL0 frames, so a subscriber can
+	// start receiving its layer here).
+	hasTID bool
+	tid    uint8
+	sync   bool
+	// start: the first packet of a frame (S set, partition 0).
+	start bool
 }
 
 func parseVP8(p []byte) vp8Descriptor {
@@ -38,6 +46,7 @@ func parseVP8(p []byte) vp8Descriptor {
 		return d
 	}
 	ext := p[1]
+	d.start = p[0]&0x10 != 0 && p[0]&0x07 == 0
 	i := 2
 	if ext&0x80 != 0 {
 		if len(p) <= i {
@@ -62,6 +71,15 @@ func parseVP8(p []byte) vp8Descriptor {
 		}
 		d.tl0Off = int8(i)
 		d.tl0 = p[i]
+		i++
+	}
+	if ext&0x20 != 0 { // T: TID|Y|KEYIDX
+		if len(p) <= i {
+			return vp8Descriptor{}
+		}
+		d.hasTID = true
+		d.tid = p[i] >> 6
+		d.sync = p[i]&0x20 != 0
 	}
 	return d
 }

@@ -87,6 +87,8 @@ type layer struct {
 
 	gop gopIndex // where the last keyframe begins (gop.go)
 
+	trates temporalRates // VP8 temporal layers (temporal.go)
+
 	svc svcLayer // VP9/AV1 layer parsing (svc.go)
 }
 
@@ -250,6 +252,7 @@ func (l *layer) forward() {
 	buf := make([]byte, maxPacket)
 	var pkt Packet
 	var workers *fanWorkers
+	var fb fanBatch
 	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == webrtc.RTPCodecTypeVideo {
 		workers = newFanWorkers(n)
 		defer workers.close()
@@ -294,7 +297,7 @@ func (l *layer) forward() {
 		if t.muted.Load() {
 			continue
 		}
-		sent := t.fanoutParallel(&pkt, workers)
+		sent := t.fanoutBatch(&pkt, workers, &fb)
 		t.sendSinks(&pkt)
 		outPackets += sent
 		outBytes += sent * n
@@ -308,16 +311,19 @@ func (l *layer) forward() {
 
 // fanout hands pkt to every subscriber and returns how many sent it.
 func (t *Publication) fanout(pkt *Packet) int {
-	return sendAll(*t.downs.Load(), pkt)
+	return sendAll(*t.downs.Load(), pkt, nil)
 }
 
-func sendAll(downs []*DownTrack, pkt *Packet) int {
+// sendAll writes pkt to downs; lean viewers' packets are queued in fb
+// (nil: written one by one) and leave in one sendmmsg(2) per batch.
+func sendAll(downs []*DownTrack, pkt *Packet, fb *fanBatch) int {
 	sent := 0
 	for _, d := range downs {
-		if d.writeRTP(pkt) {
+		if d.writeRTPBatch(pkt, fb) {
 			sent++
 		}
 	}
+	fb.flush()
 	return sent
 }
 
@@ -347,8 +353,9 @@ func newFanWorkers(n int) *fanWorkers {
 	w := &fanWorkers{jobs: make(chan fanJob, n), n: n}
 	for i := 0; i < n; i++ {
 		go func() {
+			var fb fanBatch
 			for j := range w.jobs {
-				w.sent.Add(int64(sendAll(j.downs, j.pkt)))
+				w.sent.Add(int64(sendAll(j.downs, j.pkt, &fb)))
 				w.wg.Done()
 			}
 		}()
@@ -360,9 +367,14 @@ func (w *fanWorkers) close() { close(w.jobs) }
 
 // fanoutParallel is fanout with workers (nil workers: serial).
 func (t *Publication) fanoutParallel(pkt *Packet, w *fanWorkers) int {
+	return t.fanoutBatch(pkt, w, nil)
+}
+
+// fanoutBatch is fanoutParallel with the calling goroutine's batch.
+func (t *Publication) fanoutBatch(pkt *Packet, w *fanWorkers, fb *fanBatch) int {
 	downs := *t.downs.Load()
 	if w == nil || len(downs) < parallelFanout {
-		return sendAll(downs, pkt)
+		return sendAll(downs, pkt, fb)
 	}
 	shares := w.n + 1
 	size := (len(downs) + shares - 1) / shares
@@ -371,7 +383,7 @@ func (t *Publication) fanoutParallel(pkt *Packet, w *fanWorkers) int {
 		w.wg.Add(1)
 		w.jobs <- fanJob{pkt: pkt, downs: downs[i:min(i+size, len(downs))]}
 	}
-	sent := sendAll(downs[:size], pkt)
+	sent := sendAll(downs[:size], pkt, fb)
 	w.wg.Wait()
 	return sent + int(w.sent.Load())
 }
@@ -394,6 +406,9 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	pkt.VP8 = vp8Descriptor{}
 	if l.pub.ck == codecVP8 {
 		pkt.VP8 = parseVP8(pkt.Payload)
+		if pkt.VP8.hasTID {
+			l.trates.add(pkt.VP8.tid, len(raw))
+		}
 	}
 	pkt.Arrival = now()
 	if (l.pub.ck == codecVP9 || l.pub.ck == codecAV1) && !l.parseSVC(pkt) {

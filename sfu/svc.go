@@ -45,6 +45,7 @@ type svcPub struct {
 	refBytes      [maxLayers]atomic.Uint64 // of frames upper layers predict from
 	bps, refBps   [maxLayers]atomic.Int64
 	prev, prevRef [maxLayers]uint64 // room loop only
+	trates        temporalRates     // per temporal layer, all spatial layers
 }
 
 // svcLayer is a layer reader's parsing state.
@@ -115,6 +116,7 @@ func (l *layer) parseSVC(pkt *Packet) bool {
 	if info.layered && int(info.spatial) < maxLayers {
 		n := uint64(len(pkt.Payload))
 		l.pub.svc.bytes[info.spatial].Add(n)
+		l.pub.svc.trates.add(info.temporal, int(n))
 		if info.interRef {
 			l.pub.svc.refBytes[info.spatial].Add(n)
 		}
@@ -173,6 +175,7 @@ func (s *svcPub) measure(dt time.Duration) {
 		s.bps[i].Store(smoothRate(s.bps[i].Load(), s.bytes[i].Load(), &s.prev[i], dt))
 		s.refBps[i].Store(smoothRate(s.refBps[i].Load(), s.refBytes[i].Load(), &s.prevRef[i], dt))
 	}
+	s.trates.measure(dt)
 }
 
 // smoothRate is a byte counter's bitrate over dt, smoothed with the old value
@@ -220,7 +223,8 @@ const svcRing = 512
 type seqEntry struct {
 	seq, other uint16
 	state      uint8
-	marker     bool // out ring: the marker this subscriber got
+	marker     bool   // out ring: the marker this subscriber got
+	pic        uint16 // out ring, VP8: the picture ID offset it was sent with
 }
 
 const (
@@ -230,25 +234,32 @@ const (
 	seqMissing // not arrived yet; other holds the offset then
 )
 
+// seqMap renumbers a subscriber's stream over the packets it drops (layers
+// it does not get), so that its sequence numbers stay contiguous, and maps
+// outgoing numbers back for NACKs. Late packets get the place they were given.
+type seqMap struct {
+	off    uint16 // out = in + off for the next in-order packet
+	lastIn uint16
+	padAt  uint16            // set by number: the place to fill with padding
+	in     [svcRing]seqEntry // by incoming sequence number: other = out
+	out    [svcRing]seqEntry // by outgoing sequence number: other = in
+}
+
 // svcDown is one subscriber's view of an SVC stream.
 type svcDown struct {
 	curS, curT int8   // layers forwarded now; -1 before the start
 	maxT       int8   // temporal limit (all by default)
 	ts         uint32 // timestamp of the picture decided on last
 	haveTS     bool
-	off        uint16 // out = in + off for the next in-order packet
-	lastIn     uint16
-	asked      int8   // spatial layer a keyframe was requested for
-	padAt      uint16 // set by number: the place to fill with padding
+	asked      int8 // spatial layer a keyframe was requested for
 	// lowerDropped: frames of layers below curS were dropped since the last keyframe.
 	lowerDropped bool
-	in           [svcRing]seqEntry // by incoming sequence number: other = out
-	out          [svcRing]seqEntry // by outgoing sequence number: other = in
-	ddBuf        []byte
-	mask         uint32 // active decode targets last computed (0: all)
-	maskFor      *dd.Structure
-	maskS        int8
-	maskT        int8
+	seqMap
+	ddBuf   []byte
+	mask    uint32 // active decode targets last computed (0: all)
+	maskFor *dd.Structure
+	maskS   int8
+	maskT   int8
 }
 
 func newSVCDown() *svcDown {
@@ -349,7 +360,7 @@ func (s *svcDown) keep(p *Packet) bool {
 
 // number assigns p its outgoing sequence number if it is kept, recording the
 // mapping; late packets get the number their place was given.
-func (s *svcDown) number(seq uint16, kept bool) (uint16, bool) {
+func (s *seqMap) number(seq uint16, kept bool) (uint16, bool) {
 	if d := int16(seq - s.lastIn); d > 0 {
 		if d > 1 && int(d) <= svcRing {
 			// Packets not arrived yet keep their places (counted as kept): a
@@ -393,7 +404,7 @@ func (s *svcDown) number(seq uint16, kept bool) (uint16, bool) {
 }
 
 // source maps an outgoing sequence number back to the incoming one.
-func (s *svcDown) source(out uint16) (in uint16, marker, ok bool) {
+func (s *seqMap) source(out uint16) (in uint16, marker, ok bool) {
 	e := s.out[out%svcRing]
 	return e.other, e.marker, e.seq == out && e.state == seqKept
 }
@@ -461,6 +472,7 @@ func (d *DownTrack) svcWant() int8 {
 func (d *DownTrack) svcFilter(p *Packet) (seq uint16, marker, ok, pad bool) {
 	s := d.svc
 	s.padAt = 0
+	s.maxT = d.temporalTarget()
 	if p.SVC.padding {
 		seq, ok = s.number(p.Header.SequenceNumber, false)
 		return seq, false, ok, false

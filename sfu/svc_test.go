@@ -246,7 +246,7 @@ func TestSVCVP9LayersPerSubscriber(t *testing.T) {
 		t.Fatalf("switch down at the keyframe: %v", got)
 	}
 	// Temporal: T0 only, then back up at a switching-up point.
-	f.down(1).svc.maxT = 0
+	f.down(1).allocT.Store(0) // what the allocation sets when the frame rate must drop
 	n1 = len(f.ws[1].orig)
 	for pic := uint16(17); pic < 22; pic++ { // T2 T1 T2 T0 T2
 		f.vp9Picture(pic, false, nil)
@@ -254,7 +254,7 @@ func TestSVCVP9LayersPerSubscriber(t *testing.T) {
 	if got := len(f.ws[1].orig) - n1; got != 2 {
 		t.Fatalf("T0 only: %d packets in 5 pictures, want one picture", got)
 	}
-	f.down(1).svc.maxT = 7
+	f.down(1).allocT.Store(allTemporal)
 	n1 = len(f.ws[1].orig)
 	for pic := uint16(22); pic < 26; pic++ {
 		f.vp9Picture(pic, false, nil)

@@ -1,0 +1,275 @@
+package sfu
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Temporal layers: a lower frame rate for a subscriber whose bandwidth does not
+// carry the full one. Chromium sends each VP8 simulcast encoding with temporal
+// layers (L1T3: TL0 at a quarter of the frame rate, TL1 doubling it, TL2 the
+// rest), and VP9/AV1 SVC streams carry them too. Frames of a temporal layer
+// reference only frames of the same or lower layers, so the layers above a
+// subscriber's target can be dropped at any picture; going back up is safe only
+// at a layer-sync frame (the VP8 Y bit: it references TL0 frames alone) or a
+// keyframe, as LiveKit and mediasoup do.
+//
+// For VP8 the subscriber's stream must then look as if the dropped pictures
+// never existed: sequence numbers are renumbered over them (seqMap, shared with
+// SVC) and the 15-bit picture ID is shifted down by the pictures dropped so
+// far, or Chromium's VP8 reference finder waits for the missing picture IDs.
+// TL0PICIDX needs nothing: TL0 frames are never dropped.
+
+// allTemporal is a temporal target that drops nothing.
+const allTemporal = 7
+
+// maxTemporal is how many temporal layers are measured (VP8's TID has 2 bits;
+// Chromium sends at most 3 layers).
+const maxTemporal = 4
+
+// temporalRates counts a stream's bytes per temporal layer, so that the
+// allocation knows what a lower frame rate costs.
+type temporalRates struct {
+	bytes [maxTemporal]atomic.Uint64
+	bps   [maxTemporal]atomic.Int64
+	prev  [maxTemporal]uint64 // room loop only
+}
+
+func (r *temporalRates) add(tid uint8, n int) {
+	if int(tid) < maxTemporal {
+		r.bytes[tid].Add(uint64(n))
+	}
+}
+
+func (r *temporalRates) measure(dt time.Duration) {
+	for i := range r.bytes {
+		r.bps[i].Store(smoothRate(r.bps[i].Load(), r.bytes[i].Load(), &r.prev[i], dt))
+	}
+}
+
+// layers is how many temporal layers the stream sends (1 without temporal
+// layer information).
+func (r *temporalRates) layers() int {
+	for i := maxTemporal - 1; i > 0; i-- {
+		if r.bps[i].Load() > 0 {
+			return i + 1
+		}
+	}
+	return 1
+}
+
+// share is the part of the stream's rate in temporal layers up to t.
+func (r *temporalRates) share(t int) float64 {
+	var upTo, all int64
+	for i := range r.bps {
+		b := r.bps[i].Load()
+		all += b
+		if i <= t {
+			upTo += b
+		}
+	}
+	if all <= 0 {
+		return 1
+	}
+	return float64(upTo) / float64(all)
+}
+
+// temporalRates of layer i: a simulcast encoding's own, or an SVC stream's
+// (the same shares in every spatial layer, near enough for the allocation).
+func (t *Publication) temporalRates(i int) *temporalRates {
+	if t.svc.spatialLayers() > 1 {
+		return &t.svc.trates
+	}
+	if l := t.layer(int8(i)); l != nil {
+		return &l.trates
+	}
+	return nil
+}
+
+// temporalLayers is how many temporal layers layer i has (1: none to drop).
+func (t *Publication) temporalLayers(i int) int {
+	if r := t.temporalRates(i); r != nil {
+		return r.layers()
+	}
+	return 1
+}
+
+// layerRateT is what receiving layer i up to temporal layer tl costs.
+func (t *Publication) layerRateT(i, tl int) (int, bool) {
+	rate, ok := t.layerRate(i)
+	if !ok {
+		return 0, false
+	}
+	r := t.temporalRates(i)
+	if r == nil || tl >= r.layers()-1 {
+		return rate, true
+	}
+	return max(int(float64(rate)*r.share(tl)), 1), true
+}
+
+// temporalTarget is the highest temporal layer the allocation grants.
+func (d *DownTrack) temporalTarget() int8 { return int8(d.allocT.Load()) }
+
+// CurrentTemporal is the highest temporal layer forwarded now (allTemporal:
+// all of them, or a stream without temporal layers).
+func (d *DownTrack) CurrentTemporal() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.vp8t != nil:
+		return int(d.vp8t.curT)
+	case d.svc != nil && d.svc.curT >= 0:
+		return int(d.svc.curT)
+	}
+	return allTemporal
+}
+
+// vp8Temporal is one subscriber's temporal-layer filter of a VP8 stream.
+type vp8Temporal struct {
+	seqMap
+	curT int8 // highest temporal layer forwarded now
+	// Pictures: the newest seen (incoming ID), how many were dropped since the
+	// stream (re)started, and the decision on recent ones (late packets and
+	// retransmissions of a picture follow it).
+	lastPic uint16
+	havePic bool
+	shift   uint16
+	pics    [picRing]picEntry
+	// Without picture IDs a frame is told by its timestamp.
+	ts     uint32
+	haveTS bool
+	// upSince: when the target rose above curT with no sync frame since.
+	upSince int64
+}
+
+const picRing = 64
+
+type picEntry struct {
+	id, shift uint16
+	state     uint8 // seqNone, seqKept, seqDropped, seqMissing (not seen yet)
+}
+
+// upWait is how long a switch up waits for a layer-sync frame before it asks
+// for a keyframe (an encoder may send none).
+const upWait = 2 * time.Second
+
+// restart is called when the subscriber's stream (re)starts at keyframe p,
+// numbered to follow what was sent (off). A keyframe is a switch point for
+// every temporal layer.
+func (t *vp8Temporal) restart(p *Packet, off uint16, target int8) {
+	t.off = off
+	t.lastIn = p.Header.SequenceNumber - 1
+	t.curT = target
+	t.havePic, t.haveTS = false, false
+	t.shift = 0
+	t.upSince = 0
+}
+
+// move changes the temporal layer at the first packet of a new picture: down
+// at once (lower layers never reference higher ones), up at a layer-sync frame
+// of the next layer or at a keyframe. It reports whether the switch
+// up has waited too long and a keyframe should be asked for.
+func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
+	v := &p.VP8
+	tid := int8(v.tid)
+	switch {
+	case p.Keyframe:
+		t.curT = target
+	case target < t.curT:
+		t.curT = target
+	case target > t.curT && tid == t.curT+1 && v.sync:
+		// One layer at a time: a sync frame of layer k references TL0
+		// alone, but the frames of a layer between might reference their
+		// own layer's earlier frames, which were dropped.
+		t.curT = tid
+	}
+	if target <= t.curT {
+		t.upSince = 0
+		return false
+	}
+	if t.upSince == 0 {
+		t.upSince = p.Arrival
+	} else if p.Arrival-t.upSince > int64(upWait) {
+		t.upSince = p.Arrival
+		return true
+	}
+	return false
+}
+
+// decide says whether p's picture is forwarded, and the number of pictures
+// dropped before it (its picture ID shift).
+func (t *vp8Temporal) decide(p *Packet, target int8) (keep bool, shift uint16, askKey bool) {
+	v := &p.VP8
+	if v.picOff == 0 {
+		if !t.haveTS || p.Header.Timestamp != t.ts {
+			t.ts, t.haveTS = p.Header.Timestamp, true
+			askKey = t.move(p, target)
+		}
+		return int8(v.tid) <= t.curT, 0, askKey
+	}
+	mask := uint16(0x7fff)
+	if !v.pic15 {
+		mask = 0x7f
+	}
+	id := v.picID & mask
+	if t.havePic {
+		ahead := (id - t.lastPic) & mask
+		if ahead == 0 || ahead > mask/2 {
+			// The newest picture's next packet, or an older picture's.
+			e := &t.pics[id%picRing]
+			switch {
+			case e.id != id || e.state == seqNone:
+				return false, 0, false // too old to place
+			case e.state == seqMissing:
+				// Skipped when it was due (lost or reordered): it gets the
+				// place it was given if its layer is forwarded.
+				e.state = seqDropped
+				if int8(v.tid) <= t.curT {
+					e.state = seqKept
+				}
+			}
+			return e.state == seqKept, e.shift, false
+		}
+		// Pictures skipped on the way keep their places.
+		for m, n := (t.lastPic+1)&mask, 0; m != id && n < picRing; m, n = (m+1)&mask, n+1 {
+			t.pics[m%picRing] = picEntry{id: m, shift: t.shift, state: seqMissing}
+		}
+	}
+	t.lastPic, t.havePic = id, true
+	askKey = t.move(p, target)
+	keep = int8(v.tid) <= t.curT
+	state := seqKept
+	if !keep {
+		t.shift++
+		state = seqDropped
+	}
+	t.pics[id%picRing] = picEntry{id: id, shift: t.shift, state: state}
+	return keep, t.shift, askKey
+}
+
+// vp8Filter decides p for this subscriber (under d.mu): its outgoing sequence
+// number and picture ID offset, or !ok to drop it; pad: send a padding packet
+// numbered seq in its stead (its place was given before it arrived).
+func (d *DownTrack) vp8Filter(p *Packet) (seq, picOffset uint16, ok, pad bool) {
+	t := d.vp8t
+	t.padAt = 0
+	keep, shift := true, t.shift
+	if p.VP8.hasTID && len(p.Payload) > 0 {
+		var askKey bool
+		keep, shift, askKey = t.decide(p, d.temporalTarget())
+		if askKey {
+			if l := d.pub.layer(p.Layer); l != nil {
+				l.requestKeyframe()
+			}
+		}
+	}
+	if seq, ok = t.number(p.Header.SequenceNumber, keep); !ok {
+		if t.padAt != 0 {
+			return t.padAt, 0, true, true
+		}
+		return 0, 0, false, false
+	}
+	picOffset = d.out.picOffset - shift
+	t.out[seq%svcRing].pic = picOffset
+	return seq, picOffset, true, false
+}

@@ -1,0 +1,337 @@
+package sfu
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/bwe"
+)
+
+// l1t3 is Chromium's VP8 L1T3 pattern: TL0, TL2, TL1, TL2.
+var l1t3 = [4]uint8{0, 2, 1, 2}
+
+// A synthetic VP8 L1T3 stream: each picture is two packets with a 15-bit
+// picture ID, TL0PICIDX and TID/Y, and carries its index in the payload so that
+// a test can tell which picture a forwarded packet came from. Frames of a layer
+// above TL0 reference the last TL0 frame and, unless they are layer-sync (Y)
+// frames, the last frame of their own layer: a receiver missing that frame
+// cannot decode them.
+type vp8Stream struct {
+	seq    uint16
+	ts     uint32
+	pic    uint16 // 15 bits
+	tl0    uint8
+	index  int
+	tids   []uint8
+	syncs  []bool
+	pkt    Packet
+	pub    *Publication
+	at     int64
+	lastOf [maxTemporal]int // index of the last frame of each layer, -1 none
+}
+
+func newVP8Stream(pub *Publication) *vp8Stream {
+	return &vp8Stream{seq: 65500, pic: 0x7fe0, tl0: 250, pub: pub, at: now(), lastOf: [maxTemporal]int{-1, -1, -1, -1}}
+}
+
+// picture sends one picture of temporal layer tid.
+func (s *vp8Stream) picture(t *testing.T, key bool, tid uint8, sync bool) {
+	t.Helper()
+	if tid == 0 && !key {
+		s.tl0++
+	}
+	for k := 0; k < 2; k++ {
+		payload := make([]byte, 200)
+		payload[0] = 0x80 // X
+		if k == 0 {
+			payload[0] |= 0x10 // S, partition 0
+		}
+		payload[1] = 0x80 | 0x40 | 0x20 // I, L, T
+		payload[2] = 0x80 | byte(s.pic>>8)
+		payload[3] = byte(s.pic)
+		payload[4] = s.tl0
+		payload[5] = tid << 6
+		if sync {
+			payload[5] |= 0x20
+		}
+		payload[6] = 0x01 // inter frame
+		if key {
+			payload[6] = 0x00
+		}
+		payload[7], payload[8] = byte(s.index>>8), byte(s.index)
+		p := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: s.seq, Timestamp: s.ts, SSRC: 42, Marker: k == 1}, Payload: payload}
+		raw, _ := p.Marshal()
+		if !s.pub.layer(0).parse(&s.pkt, raw) {
+			t.Fatal("parse")
+		}
+		s.pkt.Arrival = s.at
+		s.pub.fanout(&s.pkt)
+		s.seq++
+	}
+	s.tids = append(s.tids, tid)
+	s.syncs = append(s.syncs, sync)
+	s.index++
+	s.pic = (s.pic + 1) & 0x7fff
+	s.ts += 3000
+	s.at += int64(33 * time.Millisecond)
+}
+
+// cycles sends n L1T3 cycles; sync says which frames are layer-sync frames.
+func (s *vp8Stream) cycles(t *testing.T, n int, sync func(tid uint8, cycle int) bool) {
+	for c := 0; c < n; c++ {
+		for _, tid := range l1t3 {
+			s.picture(t, false, tid, tid > 0 && sync(tid, c))
+		}
+	}
+}
+
+// sent is one packet as a subscriber got it.
+type sent struct {
+	seq    uint16
+	pic    uint16
+	tl0    uint8
+	tid    uint8
+	index  int
+	marker bool
+}
+
+type vp8Writer struct{ got []sent }
+
+func (w *vp8Writer) WriteRTP(h *rtp.Header, p []byte) (int, error) {
+	if len(p) >= 9 {
+		w.got = append(w.got, sent{seq: h.SequenceNumber, pic: uint16(p[2]&0x7f)<<8 | uint16(p[3]), tl0: p[4], tid: p[5] >> 6,
+			index: int(p[7])<<8 | int(p[8]), marker: h.Marker})
+	} else {
+		w.got = append(w.got, sent{seq: h.SequenceNumber, index: -1})
+	}
+	return h.MarshalSize() + len(p) + int(h.PaddingSize), nil
+}
+func (w *vp8Writer) Write(b []byte) (int, error) { return len(b), nil }
+
+func vp8Sub(t *testing.T) (*Publication, *DownTrack, *vp8Writer) {
+	pub, _ := testPub(1, false)
+	d := pub.Subscribers()[0]
+	w := &vp8Writer{}
+	d.writer = w
+	return pub, d, w
+}
+
+// checkContinuous: sequence numbers and picture IDs as a receiver must see
+// them: each packet follows the last, each picture follows the last, and
+// TL0PICIDX rises by one at each TL0 picture.
+func checkContinuous(t *testing.T, got []sent) {
+	t.Helper()
+	for i := 1; i < len(got); i++ {
+		a, b := got[i-1], got[i]
+		if b.seq != a.seq+1 {
+			t.Fatalf("packet %d: sequence %d after %d", i, b.seq, a.seq)
+		}
+		if b.index == a.index {
+			if b.pic != a.pic {
+				t.Fatalf("packet %d: picture ID changed within a picture", i)
+			}
+			continue
+		}
+		if b.pic != (a.pic+1)&0x7fff {
+			t.Fatalf("packet %d: picture ID %d after %d (pictures %d, %d)", i, b.pic, a.pic, a.index, b.index)
+		}
+		if want := a.tl0; b.tid == 0 && b.tl0 != want+1 || b.tid != 0 && b.tl0 != want {
+			t.Fatalf("packet %d: TL0PICIDX %d after %d at TID %d", i, b.tl0, a.tl0, b.tid)
+		}
+	}
+}
+
+// pictures forwarded since packet from, by their stream index.
+func pictures(got []sent, from int) []int {
+	var out []int
+	for i := from; i < len(got); i++ {
+		if i == from || got[i].index != got[i-1].index {
+			out = append(out, got[i].index)
+		}
+	}
+	return out
+}
+
+func TestVP8TemporalDropAndSwitchUpAtSync(t *testing.T) {
+	pub, d, w := vp8Sub(t)
+	s := newVP8Stream(pub)
+	s.picture(t, true, 0, false)
+	s.cycles(t, 3, func(uint8, int) bool { return true })
+	if n := len(pictures(w.got, 0)); n != 13 {
+		t.Fatalf("all layers: %d pictures of 13 forwarded", n)
+	}
+	// The allocation grants TL0 only: a quarter of the pictures, every TL0.
+	d.allocT.Store(0)
+	from := len(w.got)
+	s.cycles(t, 10, func(uint8, int) bool { return true })
+	got := pictures(w.got, from)
+	if len(got) != 10 {
+		t.Fatalf("TL0 only: %d pictures of 40 forwarded, want 10", len(got))
+	}
+	for _, i := range got {
+		if s.tids[i] != 0 {
+			t.Fatalf("TL0 only: picture %d of TL%d forwarded", i, s.tids[i])
+		}
+	}
+	// TL1 granted: not before a TL1 layer-sync frame (none in the first two
+	// cycles), then half the pictures.
+	d.allocT.Store(1)
+	from = len(w.got)
+	s.cycles(t, 2, func(uint8, int) bool { return false })
+	if got := pictures(w.got, from); len(got) != 2 {
+		t.Fatalf("up to TL1 without a sync frame: %d pictures forwarded, want the 2 TL0", len(got))
+	}
+	from = len(w.got)
+	s.cycles(t, 8, func(tid uint8, c int) bool { return c == 0 && tid == 1 })
+	got = pictures(w.got, from)
+	if len(got) != 16 || s.tids[got[1]] != 1 || !s.syncs[got[1]] {
+		t.Fatalf("TL1: %d pictures of 32, want 16 from the sync frame on", len(got))
+	}
+	// Everything again, from a TL2 sync frame on.
+	d.allocT.Store(allTemporal)
+	from = len(w.got)
+	s.cycles(t, 4, func(tid uint8, c int) bool { return c == 1 && tid == 2 })
+	if got := pictures(w.got, from); len(got) != 2+3*4 {
+		t.Fatalf("all layers again: %d pictures of 16 forwarded, want 14 (TL2 from the sync frame in cycle 1 on)", len(got))
+	}
+	checkContinuous(t, w.got)
+	if d.CurrentTemporal() != 2 {
+		t.Fatalf("current temporal layer %d, want 2", d.CurrentTemporal())
+	}
+}
+
+// Many switches at random, over picture ID and sequence wrap: the receiver's
+// sequence numbers and picture IDs never skip, and every frame it gets can be
+// decoded from frames it got.
+func TestVP8TemporalManySwitchesStayDecodable(t *testing.T) {
+	pub, d, w := vp8Sub(t)
+	s := newVP8Stream(pub)
+	rng := rand.New(rand.NewSource(4))
+	s.picture(t, true, 0, false)
+	forwarded := 1
+	for round := 0; round < 200; round++ {
+		target := []int32{0, 1, allTemporal}[rng.Intn(3)]
+		d.allocT.Store(target)
+		from := len(w.got)
+		s.cycles(t, 1+rng.Intn(3), func(uint8, int) bool { return rng.Intn(3) == 0 })
+		for _, i := range pictures(w.got, from) {
+			if target != allTemporal && int32(s.tids[i]) > target {
+				t.Fatalf("round %d: TL%d picture forwarded at target %d", round, s.tids[i], target)
+			}
+		}
+		forwarded += len(pictures(w.got, from))
+	}
+	checkContinuous(t, w.got)
+	// Decodability as in the stream's model: a frame needs the last TL0 frame
+	// and, unless it is a sync frame, the last frame of each layer from TL1 up
+	// to its own.
+	have := map[int]bool{}
+	lastOf := [maxTemporal]int{-1, -1, -1, -1}
+	forwardedAt := map[int]bool{}
+	for _, x := range w.got {
+		forwardedAt[x.index] = true
+	}
+	for i, tid := range s.tids {
+		if forwardedAt[i] {
+			ok := i == 0 || have[lastOf[0]]
+			for k := 1; k <= int(tid) && ok && !s.syncs[i]; k++ {
+				ok = lastOf[k] == -1 || have[lastOf[k]]
+			}
+			if !ok {
+				t.Fatalf("picture %d (TL%d, sync %v) forwarded without its references", i, tid, s.syncs[i])
+			}
+			have[i] = true
+		}
+		lastOf[tid] = i
+	}
+	if forwarded < len(s.tids)/4 || forwarded == len(s.tids) {
+		t.Fatalf("%d of %d pictures forwarded", forwarded, len(s.tids))
+	}
+}
+
+// A NACK after dropped pictures is answered with the packet as it was sent:
+// same sequence number, same rewritten picture ID.
+func TestVP8TemporalRetransmitMatchesOriginal(t *testing.T) {
+	pub, d, w := vp8Sub(t)
+	s := newVP8Stream(pub)
+	s.picture(t, true, 0, false)
+	d.allocT.Store(0)
+	s.cycles(t, 5, func(uint8, int) bool { return true })
+	orig := w.got[len(w.got)-3]
+	buf := make([]byte, maxPacket)
+	var hdr rtp.Header
+	n := len(w.got)
+	d.retransmit(orig.seq, buf, &hdr)
+	if len(w.got) != n+1 {
+		t.Fatal("no retransmission")
+	}
+	if re := w.got[n]; re != orig {
+		t.Fatalf("retransmission %+v differs from the original %+v", re, orig)
+	}
+}
+
+// Bytes are counted per temporal layer, and the allocation lowers the frame
+// rate of the lowest layer when its full rate does not fit, and prefers a
+// higher spatial layer at a lower frame rate to a lower one at the full rate.
+func TestAllocationLowersFrameRate(t *testing.T) {
+	pub, _, _ := vp8Sub(t)
+	s := newVP8Stream(pub)
+	l := pub.layer(0)
+	s.picture(t, true, 0, false)
+	s.cycles(t, 1, func(uint8, int) bool { return true })
+	l.trates.measure(time.Second) // the first reading
+	s.cycles(t, 30, func(uint8, int) bool { return true })
+	l.trates.measure(time.Second)
+	tl0, tl1, tl2 := l.trates.bps[0].Load(), l.trates.bps[1].Load(), l.trates.bps[2].Load()
+	// Per cycle one TL0, one TL1 and two TL2 pictures of equal size.
+	if tl0 == 0 || tl1 == 0 || tl2 < tl1*19/10 || tl2 > tl1*21/10 {
+		t.Fatalf("per-layer rates %d %d %d: want TL2 twice TL1", tl0, tl1, tl2)
+	}
+	if l.trates.layers() != 3 || pub.temporalLayers(0) != 3 {
+		t.Fatalf("%d temporal layers seen, want 3", l.trates.layers())
+	}
+
+	room := &Room{participants: map[string]*Participant{}, lastSpoke: map[string]time.Time{}, speakers: NewSpeakers()}
+	sub := &Participant{sid: "PA_sub", room: room, subs: map[string]*DownTrack{}}
+	room.participants[sub.sid] = sub
+	op := &Participant{sid: "PA_a", room: room, joinedAt: time.Now()}
+	room.participants[op.sid] = op
+	sim := &Publication{sid: "TR_a", owner: op, kind: webrtc.RTPCodecTypeVideo, ck: codecVP8, cacheSize: 64}
+	empty := []*DownTrack{}
+	sim.downs.Store(&empty)
+	for i, rate := range []int64{200_000, 600_000, 1_800_000} {
+		l := &layer{index: int8(i), pub: sim, src: &nopSource{}, cache: NewPacketCache(64)}
+		l.bps.Store(rate)
+		// Chromium's L1T3 split, roughly: TL0 half the bytes, TL1 and TL2 a quarter each.
+		for tid, share := range []int64{50, 25, 25} {
+			l.trates.bps[tid].Store(rate * share / 100)
+		}
+		l.lastRecv.Store(now())
+		sim.layers[i].Store(l)
+	}
+	d := newDownTrack(sim, sub)
+	d.twccID = 5
+	d.bound.Store(true)
+	sub.subs[sim.sid] = d
+	for _, c := range []struct {
+		estimate    int
+		layer, temp int32
+	}{
+		{3_000_000, 2, allTemporal},
+		{1_000_000, 2, 0}, // the top layer at a quarter of its frame rate (900k), not the middle one at full (600k)
+		{400_000, 1, 1},   // the middle layer at half rate (450k, within the hold margin below the layer held)
+		{160_000, 0, 1},   // the low layer's full 200k does not fit: half its frame rate (150k)
+		{90_000, 0, 0},    // not even that: TL0, never nothing
+		{3_000_000, 2, allTemporal},
+	} {
+		sub.bwe = bwe.New(c.estimate, 0, 0)
+		sub.allocate()
+		if l, tl := d.allocLayer.Load(), d.allocT.Load(); l != c.layer || tl != c.temp {
+			t.Fatalf("estimate %d: layer %d TL%d, want %d TL%d", c.estimate, l, tl, c.layer, c.temp)
+		}
+	}
+}
