@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pion/stun/v4"
@@ -38,7 +39,9 @@ var ConsentTimeout = 30 * time.Second
 
 // Server serves lean viewers on one UDP socket.
 type Server struct {
-	conn *net.UDPConn // shared with Pion's mux: writes only, Handle sees reads
+	conn *net.UDPConn    // shared with Pion's mux: writes only, Handle sees reads
+	raw  syscall.RawConn // conn's, for Batch's sendmmsg(2)
+	v6   bool            // conn is an IPv6 socket (IPv4 peers as mapped addresses)
 	cert *lean.Cert
 	ips  []net.IP
 	port int
@@ -90,6 +93,9 @@ func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
 	s := &Server{conn: conn, cert: cert, ips: ips, port: conn.LocalAddr().(*net.UDPAddr).Port, log: log.With("egress", "lean"),
 		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{}),
 		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue)}
+	if s.raw, err = conn.SyscallConn(); err == nil {
+		s.v6 = socketIs6(s.raw)
+	}
 	for range rtcpQueue {
 		s.rtcpFree <- &rtcpBuf{}
 	}

@@ -3,6 +3,8 @@ package sfu
 import (
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
+
+	"github.com/petrel-sfu/petrel/egress"
 )
 
 // rtpWriter is where a DownTrack's rewritten packets go: Pion's track writer
@@ -12,6 +14,33 @@ import (
 // keyframe requests are the same for both.
 type rtpWriter interface {
 	WriteRTP(h *rtp.Header, payload []byte) (int, error)
+}
+
+// batchWriter is a writer that can also queue a packet into the fan-out
+// goroutine's batch (a lean egress viewer: the batch goes out in one
+// sendmmsg(2) when the fan-out of the incoming packet is done, instead of a
+// sendto(2) per viewer). The results mean what WriteRTP's do.
+type batchWriter interface {
+	QueueRTP(b *egress.Batch, h *rtp.Header, payload []byte) (int, error)
+}
+
+// fanBatch is one fan-out goroutine's batch, allocated when the first
+// batchWriter is written to (a batch is 100 KB: tracks without lean
+// viewers do not pay for it).
+type fanBatch struct{ b *egress.Batch }
+
+func (f *fanBatch) get() *egress.Batch {
+	if f.b == nil {
+		f.b = egress.NewBatch()
+	}
+	return f.b
+}
+
+// flush sends what the batch holds.
+func (f *fanBatch) flush() {
+	if f != nil && f.b != nil {
+		f.b.Flush()
+	}
 }
 
 // rtcpWriter sends a participant's sender reports (reportLoop): a
