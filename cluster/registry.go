@@ -21,6 +21,7 @@ import (
 //	petrel:room:<name>      hash identity -> node id of the room's participants
 //	petrel:rooms            set of room names with participants somewhere
 //	petrel:drain:<id>       present when an operator asked the node to drain
+//	petrel:place:<room>     placement records, petrel:moves (pub/sub): replacestate.go
 //
 // A node's record is rewritten on every heartbeat with a TTL: a node that stops
 // (crash, partition) disappears when the TTL runs out, which is how the others

@@ -75,9 +75,11 @@ type result struct {
 	Run       int                `json:"run"`
 	Shape     string             `json:"shape"`
 	Mode      string             `json:"mode"`
-	Placement []string           `json:"placement"` // "<region>@<node>" in join order
+	Placement []string           `json:"placement"` // "<region>@<node>" in join order, once the room is complete (after any re-placement)
+	Joined    []string           `json:"joined"`    // "<region>@<node>" where each joined
 	P50       float64            `json:"p50"`
 	P90       float64            `json:"p90"`
+	Mean      float64            `json:"mean"` // what placement minimizes: the mean over pairs of participants
 	Frames    int                `json:"frames"`
 	ByPair    map[string]float64 `json:"byPair"` // "<from region>-><to region>" -> p50
 }
@@ -197,10 +199,26 @@ cluster: {redis: "%[3]s", node_id: %[4]s, url: "http://%[1]s:7880", max_cpu: 0}
 					if err != nil {
 						return fmt.Errorf("%s: join: %w", room, err)
 					}
-					res.Placement = append(res.Placement, r+"@"+node)
-					time.Sleep(1500 * time.Millisecond) // the next placement sees this one in the records
+					res.Joined = append(res.Joined, r+"@"+node)
+					time.Sleep(1500 * time.Millisecond)
 				}
 				time.Sleep(warm)
+				// Where everyone is once moves (re-placement) are done.
+				where := map[string]string{} // identity -> node
+				for _, r := range regions {
+					line, err := clients[r].ask("where " + room)
+					if err != nil {
+						return err
+					}
+					for _, f := range strings.Fields(line) {
+						if id, node, ok := strings.Cut(f, "@"); ok {
+							where[id] = node
+						}
+					}
+				}
+				for i, r := range shapes[shape] {
+					res.Placement = append(res.Placement, r+"@"+where[fmt.Sprintf("%s%d", r, i)])
+				}
 				for _, r := range regions {
 					if _, err := clients[r].ask("mark " + room); err != nil {
 						return err
@@ -230,6 +248,9 @@ cluster: {redis: "%[3]s", node_id: %[4]s, url: "http://%[1]s:7880", max_cpu: 0}
 				}
 				res.Frames = len(all)
 				res.P50, res.P90 = quantile(all, 0.5), quantile(all, 0.9)
+				for _, d := range all {
+					res.Mean += d / float64(len(all))
+				}
 				for p, d := range pairs {
 					res.ByPair[p] = quantile(d, 0.5)
 				}
@@ -286,9 +307,13 @@ func (c *clientProc) ask(cmd string) (string, error) {
 // --- the client process, inside a region's namespace ---
 
 type participant struct {
-	c      *client.Client
-	src    *loadtest.Source
-	region string
+	mu       sync.Mutex
+	c        *client.Client
+	node     string
+	identity string
+	src      *loadtest.Source
+	region   string
+	moves    int
 }
 
 type collector struct {
@@ -336,6 +361,14 @@ func clientMain(args []string) int {
 			}
 			rooms[room] = append(rooms[room], p)
 			fmt.Println("ok", node)
+		case "where":
+			var out []string
+			for _, p := range rooms[room] {
+				p.mu.Lock()
+				out = append(out, p.identity+"@"+p.node)
+				p.mu.Unlock()
+			}
+			fmt.Println("ok", strings.Join(out, " "))
 		case "mark":
 			col.mu.Lock()
 			col.marking = true
@@ -349,7 +382,10 @@ func clientMain(args []string) int {
 			fmt.Println("ok", string(b))
 		case "leave":
 			for _, p := range rooms[room] {
+				p.mu.Lock()
 				p.c.Close()
+				p.c = nil // a move still in progress closes what it opened
+				p.mu.Unlock()
 				p.src.Stop()
 			}
 			delete(rooms, room)
@@ -392,12 +428,21 @@ func rtts(nodes map[string]string) map[string]float64 {
 func joinRoom(api *webrtc.API, nodes map[string]string, region, room, identity, mode string, col *collector) (*participant, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	claims := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true}}
+	claims.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
+	claims.Subject = identity
+	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, claims, time.Hour)
+	if err != nil {
+		return nil, "", err
+	}
 	nodeID, ws := region, strings.Replace(nodes[region], "http://", "ws://", 1)+"/v1/rtc"
 	if mode == "rtt" {
 		// What the SDK does with { cluster: true }: measure, ask the
-		// first contact (the region's node), join where it says.
+		// first contact (the region's node) with the token (the cluster
+		// records the placement and may re-place the room), join where it
+		// says.
 		measured := rtts(nodes)
-		b, _ := json.Marshal(map[string]any{"room": room, "rtt": measured})
+		b, _ := json.Marshal(map[string]any{"room": room, "rtt": measured, "token": tok})
 		resp, err := http.Post(nodes[region]+"/v1/cluster/place", "application/json", bytes.NewReader(b))
 		if err != nil {
 			return nil, "", err
@@ -406,6 +451,7 @@ func joinRoom(api *webrtc.API, nodes map[string]string, region, room, identity, 
 			Node    string  `json:"node"`
 			WS      string  `json:"ws"`
 			DelayMS float64 `json:"delayMs"`
+			Moved   int     `json:"moved"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
@@ -413,26 +459,54 @@ func joinRoom(api *webrtc.API, nodes map[string]string, region, room, identity, 
 			return nil, "", fmt.Errorf("place: %s %v", resp.Status, err)
 		}
 		nodeID, ws = out.Node, out.WS
-		fmt.Fprintf(os.Stderr, "regions: %s in region %s measured %v ms; placed on %s (expected delay %.1f ms)\n", identity, region, measured, out.Node, out.DelayMS)
+		fmt.Fprintf(os.Stderr, "regions: %s in region %s measured %v ms; placed on %s (room's expected delay %.1f ms, %d others moved)\n", identity, region, measured, out.Node, out.DelayMS, out.Moved)
 	}
-	claims := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true}}
-	claims.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
-	claims.Subject = identity
-	tok, err := auth.Keys{apiKey: apiSecret}.Sign(apiKey, claims, time.Hour)
+	p := &participant{src: loadtest.Synthetic(false, 300, 30, 30), region: region, identity: identity, node: nodeID}
+	p.src.Start()
+	c, err := p.connect(ctx, api, ws, tok, col)
 	if err != nil {
+		p.src.Stop()
 		return nil, "", err
 	}
-	c, err := client.Join(ctx, ws, tok, client.Options{Name: identity, API: api})
+	p.c = c
+	return p, nodeID, nil
+}
+
+// connect joins ws, publishes the participant's source and receives; a
+// reconnect hint (drain, re-placement) moves it as the SDK does: join the
+// named node, publish there, then leave the old one (make before break).
+func (p *participant) connect(ctx context.Context, api *webrtc.API, ws, tok string, col *collector) (*client.Client, error) {
+	c, err := client.Join(ctx, ws, tok, client.Options{Name: p.identity, API: api})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	go receive(c, col)
-	src := loadtest.Synthetic(false, 300, 30, 30)
-	src.Start()
-	_, sender, err := c.Publish(ctx, src.Track("video", "video"), "camera")
+	moveTo := func(url, node string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c2, err := p.connect(ctx, api, url, tok, col)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "regions: %s: move to %s failed: %v\n", p.identity, node, err)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+		p.mu.Lock()
+		old := p.c
+		if old == nil { // left meanwhile
+			p.mu.Unlock()
+			c2.Close()
+			return
+		}
+		p.c, p.node = c2, node
+		p.moves++
+		p.mu.Unlock()
+		old.Close()
+		fmt.Fprintf(os.Stderr, "regions: %s moved to node %s\n", p.identity, node)
+	}
+	go receive(c, col, moveTo)
+	_, sender, err := c.Publish(ctx, p.src.Track("video", "video"), "camera")
 	if err != nil {
 		c.Close()
-		return nil, "", err
+		return nil, err
 	}
 	go func() {
 		for {
@@ -440,20 +514,20 @@ func joinRoom(api *webrtc.API, nodes map[string]string, region, room, identity, 
 			if err != nil {
 				return
 			}
-			for _, p := range pkts {
-				if _, ok := p.(*rtcp.PictureLossIndication); ok {
-					src.RequestKeyframe()
+			for _, pk := range pkts {
+				if _, ok := pk.(*rtcp.PictureLossIndication); ok {
+					p.src.RequestKeyframe()
 				}
 			}
 		}
 	}()
-	return &participant{c: c, src: src, region: region}, nodeID, nil
+	return c, nil
 }
 
 // receive records the one-way delay of each received frame by the region
 // of its publisher: the first letter of the identity whose participant sid
 // is the track's stream id (sids differ from node to node, identities not).
-func receive(c *client.Client, col *collector) {
+func receive(c *client.Client, col *collector, moveTo func(url, node string)) {
 	var mu sync.Mutex
 	who := map[string]string{} // participant sid -> identity
 	learn := func(v any) {
@@ -474,6 +548,13 @@ func receive(c *client.Client, col *collector) {
 		for m := range c.Events {
 			if m["type"] == "participantJoined" || m["type"] == "participantUpdated" {
 				learn(m["participant"])
+			}
+			if m["type"] == "reconnect" {
+				url, _ := m["url"].(string)
+				node, _ := m["node"].(string)
+				if url != "" {
+					go moveTo(url, node)
+				}
 			}
 		}
 	}()
