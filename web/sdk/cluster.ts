@@ -55,22 +55,31 @@ export async function measureNodes(nodes: ClusterNode[], tries = 3): Promise<Rec
 /**
  * Asks the cluster where a participant of `room` should join: by the measured
  * round trips to the nodes, the nodes' round trips to the room's other
- * participants, and load. null without a cluster.
+ * participants, and load. With the participant's `token` the cluster records
+ * the decision (a join in progress is seen by the next placement) and may
+ * re-place the room, moving others with a `reconnect` hint. null without a
+ * cluster.
  */
-export async function placeParticipant(base: string, room: string, exclude: string[] = []): Promise<Placement | null> {
+export async function placeParticipant(base: string, room: string, exclude: string[] = [], token = ''): Promise<Placement | null> {
   const nodes = await clusterNodes(base);
   if (!nodes || nodes.length === 0) return null;
   const rtt = await measureNodes(nodes.filter((n) => !exclude.includes(n.id)));
-  return askPlace(base, room, rtt, exclude);
+  return askPlace(base, room, rtt, exclude, token);
 }
 
 /** Asks the node at `base` for a placement with the given measurements. */
-export async function askPlace(base: string, room: string, rtt: Record<string, number>, exclude: string[]): Promise<Placement | null> {
+export async function askPlace(
+  base: string,
+  room: string,
+  rtt: Record<string, number>,
+  exclude: string[],
+  token = '',
+): Promise<Placement | null> {
   try {
     const r = await fetch(httpBase(base) + '/v1/cluster/place', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ room, rtt, exclude }),
+      body: JSON.stringify(token ? { room, rtt, exclude, token } : { room, rtt, exclude }),
     });
     if (!r.ok) return null;
     const p = (await r.json()) as Placement;

@@ -320,7 +320,7 @@ export class Room extends Emitter<RoomEvents> {
     this.url = wsUrl(url);
     if (opts.cluster) {
       this.clusterNodes = (await clusterNodes(url)) ?? [];
-      const placed = this.clusterNodes.length ? await placeParticipant(url, tokenRoom(token)) : null;
+      const placed = this.clusterNodes.length ? await placeParticipant(url, tokenRoom(token), [], token) : null;
       if (placed) {
         this.url = wsUrl(placed.ws);
         this.clusterNode = placed.node;
