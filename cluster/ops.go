@@ -261,6 +261,10 @@ func (n *Node) askToMove() int {
 	return left
 }
 
+// maxClientRTT bounds a client's reported round trip (ms): larger values
+// are not measurements.
+const maxClientRTT = 60000
+
 // AdminHandler serves the operator's cluster endpoints; the caller checks
 // the admin grant (server/cluster.go):
 //
@@ -365,6 +369,15 @@ func (n *Node) Handler() http.Handler {
 			cands = append(cands, x)
 		}
 		if identity != "" {
+			// Only round trips to live nodes, within reason, are kept (they
+			// are stored in Redis with the placement).
+			rtt := map[string]float64{}
+			for _, x := range live {
+				if v, ok := req.RTT[x.ID]; ok && v >= 0 && v <= maxClientRTT {
+					rtt[x.ID] = v
+				}
+			}
+			req.RTT = rtt
 			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 			node, plan, err := n.placeJoin(ctx, req.Room, identity, req.RTT, live, cands)
 			cancel()
