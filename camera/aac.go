@@ -383,3 +383,62 @@ func (t *aacTranscoder) readOpus(conn *net.UDPConn) {
 }
 
 var _ io.Writer = (*bufio.Writer)(nil)
+
+// aacTap receives a camera's AAC access units as they come (the recorder).
+type aacTap struct{ fn func(ts uint32, au []byte) }
+
+// tapAAC hands the access units of one packet to the taps (RTSP reader's goroutine).
+func (c *Camera) tapAAC(ts uint32, aus [][]byte) {
+	taps := c.aacTaps.Load()
+	if taps == nil {
+		return
+	}
+	for _, t := range *taps {
+		for i, au := range aus {
+			t.fn(ts+uint32(i*mpeg4audio.SamplesPerAccessUnit), au)
+		}
+	}
+}
+
+// AACSource gives camera id's AAC access units to deliver (RTP timestamp at
+// the sample rate; deliver runs on the camera's goroutine, must not block and
+// must copy what it keeps) until stop. ok is false unless the camera sends
+// AAC. The recorder records AAC with it, as the camera sent it.
+func (g *Gateway) AACSource(id string, deliver func(ts uint32, au []byte)) (rate, channels int, asc []byte, stop func(), ok bool) {
+	c := g.Camera(id)
+	if c == nil {
+		return 0, 0, nil, nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aacConf == nil {
+		return 0, 0, nil, nil, false
+	}
+	asc, err := c.aacConf.Marshal()
+	if err != nil {
+		return 0, 0, nil, nil, false
+	}
+	t := &aacTap{fn: deliver}
+	update := func(f func([]*aacTap) []*aacTap) {
+		var cur []*aacTap
+		if p := c.aacTaps.Load(); p != nil {
+			cur = *p
+		}
+		next := f(append([]*aacTap(nil), cur...))
+		c.aacTaps.Store(&next)
+	}
+	update(func(ts []*aacTap) []*aacTap { return append(ts, t) })
+	stop = func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		update(func(ts []*aacTap) []*aacTap {
+			for i, x := range ts {
+				if x == t {
+					return append(ts[:i], ts[i+1:]...)
+				}
+			}
+			return ts
+		})
+	}
+	return c.aacConf.SampleRate, c.aacConf.ChannelCount, asc, stop, true
+}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/protocol"
@@ -79,6 +80,8 @@ type Camera struct {
 	hadSession bool
 	warned     map[string]bool
 	aac        *aacTranscoder // AAC cameras (aac.go)
+	aacConf    *mpeg4audio.AudioSpecificConfig
+	aacTaps    atomic.Pointer[[]*aacTap]
 	audioNote  string
 	video      *sfu.LocalTrack
 	audio      *sfu.LocalTrack

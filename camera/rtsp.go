@@ -126,6 +126,7 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 	var fG711 *format.G711
 	var fAAC *format.MPEG4Audio
 	var aacConf *mpeg4audio.AudioSpecificConfig
+	transcode := false // AAC with ffmpeg: an Opus track
 	if m := desc.FindFormat(&fOpus); m != nil {
 		audioMedia, audioFormat = m, fOpus
 		audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
@@ -138,18 +139,25 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 	} else if m := desc.FindFormat(&fAAC); m != nil {
 		if conf := fAAC.GetConfig(); conf == nil || conf.SampleRate <= 0 {
 			c.warnOnce("aac-config", "camera audio is AAC without a usable config: video only")
-		} else if ff := c.transcoder(); ff == "" {
-			why := "AAC audio needs ffmpeg to reach WebRTC viewers as Opus, and ffmpeg is not installed: video only"
-			if c.cfg.Transcode == "off" {
-				why = "AAC audio is not transcoded (transcode: off): video only"
-			}
-			c.warnOnce("aac", "camera audio: "+why)
-			c.mu.Lock()
-			c.audioNote = why
-			c.mu.Unlock()
 		} else {
+			// AAC is read even without a transcoder: the recorder takes it as it is.
 			audioMedia, audioFormat, aacConf = m, fAAC, conf
-			audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
+			c.mu.Lock()
+			c.aacConf = conf
+			c.mu.Unlock()
+			if c.transcoder() == "" {
+				why := "AAC audio needs ffmpeg to reach WebRTC viewers as Opus, and ffmpeg is not installed: video only"
+				if c.cfg.Transcode == "off" {
+					why = "AAC audio is not transcoded (transcode: off): video only"
+				}
+				c.warnOnce("aac", "camera audio: "+why)
+				c.mu.Lock()
+				c.audioNote = why
+				c.mu.Unlock()
+			} else {
+				transcode = true
+				audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
+			}
 		}
 	}
 	if videoMedia == nil && audioMedia == nil {
@@ -176,7 +184,7 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 		}
 		(*vp).newSession(vps, sps, pps)
 	}
-	if audioMedia != nil {
+	if audioMedia != nil && (aacConf == nil || transcode) {
 		ssrc := randU32()
 		if *ap != nil {
 			ssrc = (*ap).ssrc
@@ -227,14 +235,21 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 		if err != nil {
 			return false, fmt.Errorf("aac decoder: %w", err)
 		}
-		c.mu.Lock()
-		tc := c.aac
-		c.mu.Unlock()
+		var tc *aacTranscoder
+		if transcode {
+			c.mu.Lock()
+			tc = c.aac
+			c.mu.Unlock()
+		}
 		client.OnPacketRTP(audioMedia, audioFormat, func(pkt *rtp.Packet) {
 			c.bytesIn.Add(uint64(pkt.MarshalSize()))
 			aus, err := dec.Decode(pkt)
 			if err != nil {
 				return // fragments still missing, or a malformed packet
+			}
+			c.tapAAC(pkt.Timestamp, aus)
+			if tc == nil {
+				return
 			}
 			for i := range aus {
 				aus[i] = append([]byte(nil), aus[i]...)
@@ -242,7 +257,7 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 			tc.push(pkt.Timestamp, aus)
 		})
 		client.OnPacketRTCP(audioMedia, func(p rtcp.Packet) {
-			if sr, ok := p.(*rtcp.SenderReport); ok {
+			if sr, ok := p.(*rtcp.SenderReport); ok && tc != nil {
 				tc.forwardSR(sr)
 			}
 		})

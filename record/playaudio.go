@@ -19,6 +19,9 @@ import (
 // other rates are silent (no audio resampling); after a jump the audio starts
 // again at the frame shown. RTP timestamps of the audio are continuous (each
 // packet's duration), so the viewer's jitter buffer sees one stream.
+// Recorded G.711 is played as PCMU/PCMA (its 8 kHz RTP clock), Opus as Opus;
+// recorded AAC is not played back (playback is video only for it: browsers
+// take no AAC over WebRTC, and playback does not run the transcoder).
 
 var opusCodec = webrtc.RTPCodecParameters{
 	RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: audioClock, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"},
@@ -29,6 +32,9 @@ var opusCodec = webrtc.RTPCodecParameters{
 const audioLead = 2 * 960
 
 type audioOut struct {
+	codec string // the recording's ("opus", "pcmu", "pcma")
+	div   uint32 // 48 kHz ticks per RTP tick
+	pt    uint8
 	track *sfu.LocalTrack
 	ssrc  uint32
 	seq   uint16
@@ -41,27 +47,45 @@ type audioOut struct {
 	cache     []sample
 }
 
-// hasAudio reports whether any of the camera's segments holds audio.
-func (c *camStore) hasAudio() bool {
+// audioCodec is the codec of the newest segment with audio ("" if none).
+func (c *camStore) audioCodec() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range c.segs {
-		if len(s.Audio) > 0 {
-			return true
+	for i := len(c.segs) - 1; i >= 0; i-- {
+		if s := c.segs[i]; len(s.Audio) > 0 {
+			return segCodec(s)
 		}
 	}
-	return false
+	return ""
 }
 
-// publishAudio adds the Opus track to a playback session of a recording with audio.
-func (s *Session) publishAudio() error {
-	if !s.cam.hasAudio() {
-		return nil
+func segCodec(s *Segment) string {
+	if s.ACodec == "" {
+		return "opus"
 	}
-	a := &audioOut{ssrc: rand.Uint32(), seq: uint16(rand.Uint32()), ts: rand.Uint32()}
+	return s.ACodec
+}
+
+// publishAudio adds the audio track to a playback session of a recording with
+// Opus or G.711 audio.
+func (s *Session) publishAudio() error {
+	a := &audioOut{codec: s.cam.audioCodec(), ssrc: rand.Uint32(), seq: uint16(rand.Uint32()), ts: rand.Uint32(), div: 1}
+	codec := opusCodec
+	switch a.codec {
+	case "opus":
+	case "pcmu", "pcma":
+		a.div = audioClock / 8000
+		codec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1}, PayloadType: 0}
+		if a.codec == "pcma" {
+			codec.MimeType, codec.PayloadType = webrtc.MimeTypePCMA, 8
+		}
+	default:
+		return nil // none, or AAC: video only
+	}
+	a.pt = uint8(codec.PayloadType)
 	lt, err := s.part.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "audio", Source: "microphone", Name: "playback", SSRC: a.ssrc},
-		Codec: opusCodec, Queue: 512})
+		Codec: codec, Queue: 512})
 	if err != nil {
 		return err
 	}
@@ -87,10 +111,10 @@ func (s *Session) playAudio() {
 		lo = cur // a jump: start at the frame shown
 	}
 	for _, smp := range s.audioBetween(lo, hi) {
-		a.pkt.Header = rtp.Header{Version: 2, PayloadType: uint8(opusCodec.PayloadType), SequenceNumber: a.seq, Timestamp: a.ts, SSRC: a.ssrc}
+		a.pkt.Header = rtp.Header{Version: 2, PayloadType: a.pt, SequenceNumber: a.seq, Timestamp: a.ts, SSRC: a.ssrc}
 		a.pkt.Payload = smp.data
 		a.seq++
-		a.ts += smp.dur
+		a.ts += smp.dur / a.div
 		if err := a.track.WritePacket(&a.pkt); err != nil && !strings.Contains(err.Error(), "closed") {
 			s.rec.log.Debug("playback: write audio", "err", err)
 		}
@@ -111,6 +135,9 @@ func (s *Session) audioBetween(lo, hi uint64) []sample {
 	c := s.cam
 	c.mu.Lock()
 	for _, seg := range c.segs {
+		if segCodec(seg) != s.aout.codec {
+			continue // the camera changed codec: not this track's
+		}
 		for _, fr := range seg.Audio {
 			if fr.T < hi && fr.End() > lo {
 				parts = append(parts, part{seg.Path, fr})

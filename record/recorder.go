@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -39,7 +40,13 @@ type Recorder struct {
 
 	// watchEvery is how often rooms are checked for cameras that came or went.
 	watchEvery time.Duration
+	// source gives AAC cameras' audio (SetAudioSource).
+	source atomic.Pointer[AudioSource]
 }
+
+// SetAudioSource lets the recorder take the audio that camera rooms carry
+// transcoded (AAC) from the cameras as it came.
+func (r *Recorder) SetAudioSource(src AudioSource) { r.source.Store(&src) }
 
 type recTrack struct {
 	rec    *trackRec
@@ -143,10 +150,14 @@ func (r *Recorder) scan() {
 		if p == nil {
 			continue
 		}
-		var opus *sfu.Publication
+		var audio *sfu.Publication
+		var aconf AudioConf
 		for _, pub := range p.Publications() {
-			if pub.Kind() == webrtc.RTPCodecTypeAudio && strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeOpus) {
-				opus = pub
+			if pub.Kind() != webrtc.RTPCodecTypeAudio {
+				continue
+			}
+			if c, ok := confOf(pub); ok {
+				audio, aconf = pub, c
 			}
 		}
 		for _, pub := range p.Publications() {
@@ -160,14 +171,28 @@ func (r *Recorder) scan() {
 			if !have {
 				t = r.start(id, pub)
 			}
-			// The camera's Opus goes into the same segments (audio.go); G.711
-			// and AAC are not recorded (docs/recording.md).
-			if opus != nil && t.removeAudio == nil {
-				rm := t.rec.attachAudio(opus)
+			// The camera's audio goes into the same segments (audio.go): AAC
+			// as the camera sent it (not the room's transcoded Opus), Opus
+			// and G.711 from the room.
+			if t.removeAudio == nil {
+				if src := r.source.Load(); src != nil {
+					conf, stop, ok := (*src)(id, t.rec.sourceFeed())
+					if ok {
+						t.rec.aconf.Store(&conf)
+						r.mu.Lock()
+						t.removeAudio = stop
+						r.mu.Unlock()
+						r.log.Info("recording audio", "camera", id, "codec", conf.Codec, "rate", conf.Rate)
+						continue
+					}
+				}
+			}
+			if audio != nil && t.removeAudio == nil {
+				rm := t.rec.attachAudio(audio, aconf)
 				r.mu.Lock()
 				t.removeAudio = rm
 				r.mu.Unlock()
-				r.log.Info("recording audio", "camera", id, "track", opus.Sid())
+				r.log.Info("recording audio", "camera", id, "track", audio.Sid(), "codec", aconf.Codec)
 			}
 		}
 	}

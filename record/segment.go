@@ -25,9 +25,11 @@ import (
 // clock is the video timescale; decode times are Unix time in these units.
 const clock = 90000
 
-// The audio track: Opus ("Encapsulation of Opus in ISO Base Media File Format",
-// sample entry Opus with a dOps box), 48 kHz, track 2 of a segment whose init
-// declares it. G.711 and AAC cameras are recorded without audio (docs/recording.md).
+// The audio track: track 2 of a segment whose init declares it, timescale 48
+// kHz whatever the codec: Opus ("Encapsulation of Opus in ISO Base Media File
+// Format", sample entry Opus with a dOps box), G.711 (the QuickTime/ISO 'ulaw'
+// and 'alaw' sample entries) or AAC ('mp4a' with an esds holding the
+// camera's AudioSpecificConfig). docs/recording.md.
 const (
 	audioTrackID = 2
 	audioClock   = 48000
@@ -57,6 +59,9 @@ type Segment struct {
 	// Unix time), interleaved in the file with the video ones. Playback reads
 	// Frags only; exports copy both.
 	Audio []Frag `json:"audio,omitempty"`
+	// ACodec is the audio's codec ("opus", "pcmu", "pcma", "aac"); "" with
+	// audio is Opus (indexes written before G.711 and AAC were recorded).
+	ACodec string `json:"acodec,omitempty"`
 	// open is true while the recorder still appends to it.
 	open bool
 }
@@ -152,6 +157,12 @@ func scanSegment(path string) (s *Segment, good int64, err error) {
 		case "ftyp":
 		case "moov":
 			sawMoov = true
+			if bsize < 1<<20 {
+				b := make([]byte, bsize)
+				if _, err := f.ReadAt(b, off); err == nil {
+					s.ACodec = audioCodecIn(b)
+				}
+			}
 		case "moof":
 			if !sawMoov {
 				return s, 0, nil
@@ -221,20 +232,46 @@ type segWriter struct {
 	init *mp4.InitSegment
 }
 
-func createSegment(dir string, start uint64, sps, pps []byte, width, height int, opus bool) (*segWriter, error) {
+// audioCodecIn names the audio sample entry a moov declares ("" if none).
+func audioCodecIn(moov []byte) string {
+	for _, c := range []struct{ fourcc, codec string }{{"Opus", "opus"}, {"ulaw", "pcmu"}, {"alaw", "pcma"}, {"mp4a", "aac"}} {
+		if bytes.Contains(moov, []byte(c.fourcc)) {
+			return c.codec
+		}
+	}
+	return ""
+}
+
+func createSegment(dir string, start uint64, sps, pps []byte, width, height int, audio *AudioConf) (*segWriter, error) {
 	init := mp4.CreateEmptyInit()
 	init.AddEmptyTrack(clock, "video", "und")
 	trak := init.Moov.Trak
 	if err := trak.SetAVCDescriptor("avc1", [][]byte{sps}, [][]byte{pps}, true); err != nil {
 		return nil, fmt.Errorf("avc descriptor: %w", err)
 	}
-	if opus {
+	acodec := ""
+	if audio != nil {
 		init.AddEmptyTrack(audioClock, "audio", "und")
-		entry, err := opusSampleEntry()
-		if err != nil {
-			return nil, err
+		var entry mp4.Box
+		switch audio.Codec {
+		case "pcmu", "pcma":
+			name := map[string]string{"pcmu": "ulaw", "pcma": "alaw"}[audio.Codec]
+			entry = mp4.CreateAudioSampleEntryBox(name, 1, 16, 8000, nil)
+		case "aac":
+			ch := audio.Channels
+			if ch <= 0 {
+				ch = 1
+			}
+			entry = mp4.CreateAudioSampleEntryBox("mp4a", uint16(ch), 16, uint16(min(audio.Rate, 65535)), mp4.CreateEsdsBox(audio.ASC))
+		default:
+			e, err := opusSampleEntry()
+			if err != nil {
+				return nil, err
+			}
+			entry = e
 		}
 		init.Moov.Traks[1].Mdia.Minf.Stbl.Stsd.AddChild(entry)
+		acodec = audio.Codec
 	}
 	path := filepath.Join(dir, segmentName(start))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -247,7 +284,7 @@ func createSegment(dir string, start uint64, sps, pps []byte, width, height int,
 	if err != nil {
 		return nil, err
 	}
-	w := &segWriter{f: f, seg: &Segment{Path: path, Start: start, open: true}, init: init}
+	w := &segWriter{f: f, seg: &Segment{Path: path, Start: start, ACodec: acodec, open: true}, init: init}
 	if err := init.Encode(&w.buf); err != nil {
 		f.Close()
 		return nil, err

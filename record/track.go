@@ -45,9 +45,9 @@ type trackRec struct {
 	lastKeyReq time.Time
 	loggedSPS  bool
 
-	// Audio (audio.go): the camera's Opus, into the same segments as track 2.
+	// Audio (audio.go): the camera's audio, into the same segments as track 2.
 	aq     chan *qpkt
-	opus   atomic.Bool // an audio sink is attached: new segments declare the track
+	aconf  atomic.Pointer[AudioConf] // audio attached: new segments declare the track
 	aclk   wallClock
 	aheld  *sample
 	afrag  []sample
@@ -266,12 +266,12 @@ func (r *trackRec) openSegment(t uint64) error {
 	if err := os.MkdirAll(r.cam.dir, 0o755); err != nil {
 		return err
 	}
-	opus := r.opus.Load()
-	w, err := createSegment(r.cam.dir, t, r.asm.sps, r.asm.pps, 0, 0, opus)
+	aconf := r.aconf.Load()
+	w, err := createSegment(r.cam.dir, t, r.asm.sps, r.asm.pps, 0, 0, aconf)
 	if err != nil {
 		return err
 	}
-	r.seg, r.hasAud = w, opus
+	r.seg, r.hasAud = w, aconf != nil
 	r.cam.add(w.seg)
 	return nil
 }

@@ -111,6 +111,12 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			return nil, fmt.Errorf("recording: %w", err)
 		}
 		rec := s.Recorder
+		cams := s.Cameras
+		// AAC cameras are recorded as they send (their rooms carry Opus).
+		rec.SetAudioSource(func(id string, deliver func(uint32, []byte)) (record.AudioConf, func(), bool) {
+			rate, ch, asc, stop, ok := cams.AACSource(id, deliver)
+			return record.AudioConf{Codec: "aac", Rate: rate, Channels: ch, ASC: asc}, stop, ok
+		})
 		s.Cameras.HandleTopic(record.Topic, func(cam *camera.Camera, from string, _ bool, payload []byte) {
 			rec.HandlePlayback(cam.ID(), from, payload, func(b []byte) { cam.Reply(from, record.Topic, b) })
 		})
