@@ -164,3 +164,59 @@ func decodeMeanVolume(t *testing.T, pkts []*rtpPacket) float64 {
 func rtpOf(p *rtpPacket, seq uint16) *rtp.Packet {
 	return &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 111, SequenceNumber: seq, Timestamp: p.ts}, Payload: p.payload}
 }
+
+// An AAC camera is recorded as it sends: the segments hold H.264 and AAC
+// (ffprobe), whose audio decodes to the tone, and recording alone does not
+// start the transcoder.
+func TestRTSPAACRecordedAsAAC(t *testing.T) {
+	for _, tool := range []string{"ffmpeg", "ffprobe"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: the recording cannot be checked", tool)
+		}
+	}
+	clip, err := emulator.LoadClip(clipDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, err := emulator.Start(emulator.Options{Clip: clip, Audio: "aac", Log: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Close)
+	dir := t.TempDir()
+	srv := startServerWith(t, func(c *config.Config) {
+		c.Recording.Dir, c.Recording.Segment = dir, 2*time.Second
+	}, config.Camera{ID: "rec", RTSP: emu.URL(), Warm: true})
+	// Wait for a closed segment (its index is written when it closes).
+	var seg string
+	for deadline := time.Now().Add(30 * time.Second); seg == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no closed segment after 30 s")
+		}
+		idx, _ := filepath.Glob(filepath.Join(dir, "*", "*.idx"))
+		if len(idx) > 0 {
+			seg = strings.TrimSuffix(idx[0], ".idx") + ".mp4"
+		}
+	}
+	out, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name,sample_rate", "-of", "csv=p=0", seg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffprobe: %v\n%s", err, out)
+	}
+	if s := string(out); !strings.Contains(s, "h264,video") || !strings.Contains(s, "aac,audio,16000") {
+		t.Fatalf("segment streams:\n%s", s)
+	}
+	dec, err := exec.Command("ffmpeg", "-hide_banner", "-nostdin", "-i", seg, "-map", "0:a", "-af", "volumedetect", "-f", "null", "-").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffmpeg: %v\n%s", err, dec)
+	}
+	m := regexp.MustCompile(`mean_volume: (-?[0-9.]+) dB`).FindSubmatch(dec)
+	if m == nil {
+		t.Fatalf("no volume:\n%s", dec)
+	}
+	if db, _ := strconv.ParseFloat(string(m[1]), 64); db < -40 {
+		t.Fatalf("recorded AAC decodes to silence (%.1f dB)", db)
+	}
+	if st := srv.Cameras.Camera("rec").Status(); !strings.Contains(st.AudioNote, "idle") {
+		t.Fatalf("recording started the transcoder: %+v", st)
+	}
+}

@@ -56,7 +56,16 @@ func logger() *slog.Logger {
 
 func startServer(t *testing.T, cams ...config.Camera) *server.Server {
 	t.Helper()
+	return startServerWith(t, nil, cams...)
+}
+
+// startServerWith starts a server with tweak applied to its config first.
+func startServerWith(t *testing.T, tweak func(*config.Config), cams ...config.Camera) *server.Server {
+	t.Helper()
 	cfg := config.Default()
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	cfg.Loopback = true
 	cfg.HTTP = "127.0.0.1:0"
 	cfg.RTC.UDPPort = 0
