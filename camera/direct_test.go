@@ -246,3 +246,86 @@ func TestWebRTCCameraTalkAndTunnelThroughSFU(t *testing.T) {
 		t.Fatalf("talk stop: %v", r)
 	}
 }
+
+// Trickle ICE in a direct session: the viewer's offer goes without
+// candidates and they follow as relay messages, which the camera adds; the
+// camera answers at once and trickles its own; a malformed candidate is
+// refused with an error to its sender while the session goes on; a viewer
+// that does not trickle still connects (every candidate in its offer).
+func TestWebRTCCameraDirectTrickle(t *testing.T) {
+	srv := startServer(t, config.Camera{ID: "shed", WebRTC: true})
+	tok, err := srv.Cameras.Token("shed", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clip, err := emulator.LoadClip(clipDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ws := "ws://" + srv.HTTPAddr + "/v1/rtc"
+	cam, err := emulator.StartWebRTC(ctx, emulator.WebRTCOptions{URL: ws, Token: tok, Clip: clip, Tune: loopbackOnly, MaxDirect: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cam.Close()
+	waitStatus(t, srv, "shed", "streaming", func(s camera.Status) bool { return s.State == camera.StateStreaming && s.Video != "" })
+	room := camera.RoomOf("shed")
+
+	v, err := probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: token(t, room, "trickler", false), API: client.LoopbackAPI()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := v.WaitFirstFrame(ctx)
+	if err != nil {
+		t.Fatalf("trickle session: %v (%+v)", err, res)
+	}
+	t.Logf("trickle: first frame after %v (offer %v, answer %v, ICE %v)", res.FirstFrame, res.OfferCreated, res.AnswerApplied, res.ICEConnected)
+	if n := cam.DirectCandidates.Load(); n == 0 {
+		t.Fatal("the camera added no trickled candidate: the viewer did not trickle")
+	}
+	// Hostile input: malformed candidates get an error back, and the session streams on.
+	before := v.Frames()
+	for _, bad := range []map[string]any{
+		{"direct": "candidate", "candidate": map[string]any{"candidate": "candidate:1 1 udp 1 127.0.0.1 9 typ host\r\na=evil", "sdpMid": "0"}},
+		{"direct": "candidate", "candidate": map[string]any{"candidate": "hello", "sdpMid": "0"}},
+		{"direct": "candidate", "candidate": map[string]any{"candidate": strings.Repeat("x", 600)}},
+		{"direct": "candidate"},
+	} {
+		if err := v.SendSignal(bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(v.SignalErrors()) < 4; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("errors back for 4 malformed candidates: %q", v.SignalErrors())
+		}
+	}
+	for _, e := range v.SignalErrors() {
+		if !strings.Contains(e, "candidate refused") {
+			t.Fatalf("error %q", e)
+		}
+	}
+	if n := cam.DirectCandidateErrors.Load(); n != 4 {
+		t.Fatalf("camera refused %d candidates, want 4", n)
+	}
+	waitFrames(t, v, 10, "after malformed candidates")
+	if v.Frames() <= before {
+		t.Fatal("the session stopped")
+	}
+	v.Close()
+
+	added := cam.DirectCandidates.Load()
+	nv, err := probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: token(t, room, "gatherer", false), API: client.LoopbackAPI(), NoTrickle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nv.Close()
+	if res, err := nv.WaitFirstFrame(ctx); err != nil {
+		t.Fatalf("session without trickle: %v (%+v)", err, res)
+	}
+	if n := cam.DirectCandidates.Load(); n != added {
+		t.Fatalf("a viewer that does not trickle sent %d candidates", n-added)
+	}
+}

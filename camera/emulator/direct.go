@@ -15,8 +15,8 @@ import (
 )
 
 // Direct sessions (docs/cameras.md#direct-sessions): a viewer in the camera's
-// room sends, through the server's relay message, an offer with every
-// candidate (recvonly video, sendrecv audio for talk-back); the camera answers
+// room sends, through the server's relay message, an offer (recvonly video,
+// sendrecv audio for talk-back); the camera answers
 // it on a peer connection of its own, so media goes viewer <-> camera without
 // the SFU, or through the server's TURN when nothing else connects. The
 // signaling rides on relay because the camera is already in the room: no
@@ -27,6 +27,17 @@ import (
 //	               or {"direct":"bye","session":S,"reason":"..."}  (refused)
 //	camera -> viewer  {"direct":"timing","session":S,"stepsMs":{...}}  (once streaming)
 //	either side       {"direct":"bye","session":S}                  (ended)
+//
+// Trickle ICE: an offer with a=ice-options:trickle may come without
+// candidates; each side then sends its candidates as it gathers them, after
+// its offer or answer, and says when it has no more:
+//
+//	either side  {"direct":"candidate","session":S,"candidate":{"candidate":"candidate:...","sdpMid":"0","sdpMLineIndex":0}}
+//	either side  {"direct":"candidate","session":S,"end":true}
+//	either side  {"direct":"error","session":S,"reason":"..."}  (a candidate refused; the session goes on)
+//
+// The camera answers a trickle offer at once (its candidates follow) and one
+// without trickle with every candidate in the answer, as before.
 
 // DirectSignal is the data of a relay message of a direct session.
 type DirectSignal struct {
@@ -35,6 +46,9 @@ type DirectSignal struct {
 	SDP     string             `json:"sdp,omitempty"`
 	Reason  string             `json:"reason,omitempty"`
 	Steps   map[string]float64 `json:"stepsMs,omitempty"`
+	// Candidate is a trickled ICE candidate; End says there are no more.
+	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+	End       bool                     `json:"end,omitempty"`
 	// ICEServers, added by the server to an offer it relays to a camera, are
 	// fresh TURN credentials (the camera's own, from joining, may have
 	// expired).
@@ -54,7 +68,14 @@ type directSession struct {
 	steps    map[string]float64
 	mu       sync.Mutex
 	wantRTP  atomic.Bool // connected, waiting for the first keyframe packet
+	// Trickle: candidates that came before the offer was applied wait here.
+	remoteSet bool
+	pending   []webrtc.ICECandidateInit
 }
+
+// maxPendingCandidates bounds the candidates kept for a session whose offer
+// is not applied yet (a real viewer has a handful).
+const maxPendingCandidates = 32
 
 func (s *directSession) mark(step string) {
 	s.mu.Lock()
@@ -98,6 +119,13 @@ func (w *WebRTCCamera) events() {
 				w.onDirect(from, sig)
 			case "participantLeft":
 				sid, _ := m["participantSid"].(string)
+				w.dmu.Lock()
+				for k, e := range w.early {
+					if e.peer == sid {
+						delete(w.early, k)
+					}
+				}
+				w.dmu.Unlock()
 				w.closeDirect(func(s *directSession) bool { return s.peer == sid }, "viewer left")
 			}
 		}
@@ -128,13 +156,71 @@ func (w *WebRTCCamera) onDirect(from string, sig DirectSignal) {
 				w.relay(from, DirectSignal{Direct: "bye", Session: sig.Session, Reason: "camera: " + err.Error()})
 			}
 		}()
+	case "candidate":
+		w.remoteCandidate(from, sig)
 	case "bye":
 		w.closeDirect(func(s *directSession) bool { return s.peer == from && s.id == sig.Session }, "viewer ended")
 	}
 }
 
+// remoteCandidate adds a viewer's trickled candidate, or keeps it until the
+// offer is applied; a malformed one is refused with an error to the viewer.
+func (w *WebRTCCamera) remoteCandidate(from string, sig DirectSignal) {
+	if sig.End {
+		return // pion needs no end-of-candidates: checks run on what it has
+	}
+	if err := protocol.CheckCandidate(sig.Candidate); err != nil {
+		w.DirectCandidateErrors.Add(1)
+		w.log("direct: candidate refused", "viewer", from, "session", sig.Session, "err", err)
+		w.relay(from, DirectSignal{Direct: "error", Session: sig.Session, Reason: "candidate refused: " + err.Error()})
+		return
+	}
+	if sig.Candidate.Candidate == "" {
+		return
+	}
+	w.dmu.Lock()
+	s := w.direct[from+"/"+sig.Session]
+	if s == nil {
+		// The offer's answer is being made: the session appears in a moment.
+		s = w.early[from+"/"+sig.Session]
+		if s == nil {
+			if len(w.early) >= 4*max(w.maxDirect, 1) {
+				w.dmu.Unlock()
+				w.relay(from, DirectSignal{Direct: "error", Session: sig.Session, Reason: "candidate for an unknown session"})
+				return
+			}
+			s = &directSession{id: sig.Session, peer: from}
+			w.early[from+"/"+sig.Session] = s
+		}
+	}
+	w.dmu.Unlock()
+	s.mu.Lock()
+	if !s.remoteSet {
+		if len(s.pending) < maxPendingCandidates {
+			s.pending = append(s.pending, *sig.Candidate)
+		}
+		s.mu.Unlock()
+		return
+	}
+	pc := s.pc
+	s.mu.Unlock()
+	w.addCandidate(s, pc, from, *sig.Candidate)
+}
+
+func (w *WebRTCCamera) addCandidate(s *directSession, pc *webrtc.PeerConnection, from string, c webrtc.ICECandidateInit) {
+	if err := pc.AddICECandidate(c); err != nil {
+		w.DirectCandidateErrors.Add(1)
+		w.log("direct: candidate refused", "viewer", from, "session", s.id, "err", err)
+		w.relay(from, DirectSignal{Direct: "error", Session: s.id, Reason: "candidate refused: " + err.Error()})
+		return
+	}
+	w.DirectCandidates.Add(1)
+	s.mark("first_remote_candidate")
+}
+
 func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 	s := &directSession{id: sig.Session, peer: from, start: time.Now(), steps: map[string]float64{}}
+	trickle := strings.Contains(sig.SDP, "a=ice-options:trickle")
 	cfg := webrtc.Configuration{ICEServers: w.iceServers(sig.ICEServers)}
 	pc, err := w.directAPI.NewPeerConnection(cfg)
 	if err != nil {
@@ -149,6 +235,12 @@ func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 		_ = pc.Close()
 		w.DirectRefused.Add(1)
 		return fmt.Errorf("max direct sessions (%d) reached", w.maxDirect)
+	}
+	if e := w.early[key]; e != nil {
+		delete(w.early, key)
+		e.mu.Lock()
+		s.pending = e.pending
+		e.mu.Unlock()
 	}
 	w.direct[key] = s
 	w.dmu.Unlock()
@@ -189,6 +281,14 @@ func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 	if strings.Contains(sig.SDP, "a=candidate:") {
 		s.mark("first_remote_candidate")
 	}
+	s.mu.Lock()
+	s.remoteSet = true
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, c := range pending {
+		w.addCandidate(s, pc, from, c)
+	}
 	vs, err := pc.AddTrack(w.video)
 	if err != nil {
 		return fmt.Errorf("video: %w", err)
@@ -202,6 +302,42 @@ func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 	ans, err := pc.CreateAnswer(nil)
 	if err != nil {
 		return fmt.Errorf("answer: %w", err)
+	}
+	if trickle {
+		// Answer at once; candidates follow as gathered, after the answer.
+		var cmu sync.Mutex
+		answered := false
+		send := func(c *webrtc.ICECandidate) {
+			if c == nil {
+				w.relay(from, DirectSignal{Direct: "candidate", Session: sig.Session, End: true})
+				return
+			}
+			ci := c.ToJSON()
+			w.relay(from, DirectSignal{Direct: "candidate", Session: sig.Session, Candidate: &ci})
+		}
+		var queued []*webrtc.ICECandidate
+		pc.OnICECandidate(func(c *webrtc.ICECandidate) {
+			cmu.Lock()
+			defer cmu.Unlock()
+			if !answered {
+				queued = append(queued, c)
+				return
+			}
+			send(c)
+		})
+		if err := pc.SetLocalDescription(ans); err != nil {
+			return fmt.Errorf("answer: %w", err)
+		}
+		s.mark("answer_created")
+		w.relay(from, DirectSignal{Direct: "answer", Session: sig.Session, SDP: pc.LocalDescription().SDP})
+		cmu.Lock()
+		answered = true
+		for _, c := range queued {
+			send(c)
+		}
+		cmu.Unlock()
+		ok = true
+		return nil
 	}
 	gathered := webrtc.GatheringCompletePromise(pc)
 	if err := pc.SetLocalDescription(ans); err != nil {

@@ -33,6 +33,10 @@ type WebRTCCamera struct {
 	PLIs atomic.Int64
 	// DirectRefused counts direct offers refused (too many sessions).
 	DirectRefused atomic.Int64
+	// DirectCandidates counts viewers' trickled candidates added, and
+	// DirectCandidateErrors those refused (malformed, or pion said no).
+	DirectCandidates      atomic.Int64
+	DirectCandidateErrors atomic.Int64
 	// TalkSFU and TalkDirect count the audio the camera received.
 	TalkSFU, TalkDirect TalkStats
 	cancel              context.CancelFunc
@@ -47,8 +51,10 @@ type WebRTCCamera struct {
 	maxDirect    int
 	logf         func(msg string, args ...any)
 
-	dmu     sync.Mutex
-	direct  map[string]*directSession // by viewer sid + "/" + session
+	dmu    sync.Mutex
+	direct map[string]*directSession // by viewer sid + "/" + session
+	// early holds trickled candidates of sessions whose offer is still being answered.
+	early   map[string]*directSession
 	timings []map[string]float64
 }
 
@@ -119,7 +125,7 @@ func StartWebRTC(ctx context.Context, o WebRTCOptions) (*WebRTCCamera, error) {
 		return nil, fmt.Errorf("webrtc camera: join: %w", err)
 	}
 	w := &WebRTCCamera{Client: cl, done: make(chan struct{}), stop: make(chan struct{}), restart: make(chan struct{}, 1),
-		directAPI: dapi, maxDirect: o.MaxDirect, logf: o.Log, direct: map[string]*directSession{}}
+		directAPI: dapi, maxDirect: o.MaxDirect, logf: o.Log, direct: map[string]*directSession{}, early: map[string]*directSession{}}
 	if w.maxDirect == 0 {
 		w.maxDirect = DefaultMaxDirect
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -18,8 +19,8 @@ import (
 
 // A direct session (docs/cameras.md#direct-sessions): the viewer joins the
 // camera's room over the WebSocket protocol (without subscribing), offers to
-// the WebRTC camera through relay messages with every candidate in the SDP,
-// and receives the camera's media over its own peer connection, peer to peer
+// the WebRTC camera through relay messages, trickling its candidates after the
+// offer as they are gathered (NoTrickle: every candidate in the SDP), and receives the camera's media over its own peer connection, peer to peer
 // or through the server's TURN. The clock starts after joining: the room
 // connection is the viewer's standing signaling channel (the app holds it
 // anyway), as the WHEP probe does not count learning its TURN servers.
@@ -37,6 +38,9 @@ type DirectOptions struct {
 	// Talk, when set, is sent to the camera in a loop as 20 ms Opus packets
 	// (talk-back on the direct connection).
 	Talk [][]byte
+	// NoTrickle gathers every candidate before sending the offer (as before
+	// trickle ICE; for comparison).
+	NoTrickle bool
 }
 
 // ErrRefused wraps the camera's reason for refusing a direct session.
@@ -50,6 +54,9 @@ type directSignal struct {
 	SDP     string             `json:"sdp,omitempty"`
 	Reason  string             `json:"reason,omitempty"`
 	Steps   map[string]float64 `json:"stepsMs,omitempty"`
+	// Trickle ICE: one candidate, or End (no more).
+	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+	End       bool                     `json:"end,omitempty"`
 }
 
 // OpenDirect starts a direct session and returns once the camera's answer is
@@ -109,12 +116,51 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 		return nil, err
 	}
 	v.watch(pc)
-	if err := v.offer(ctx, pc); err != nil {
-		return nil, err
+	// Trickle: candidates gathered before the offer has gone wait for it.
+	var cmu sync.Mutex
+	offered := false
+	var queued []*webrtc.ICECandidate
+	sendCandidate := func(c *webrtc.ICECandidate) {
+		sig := directSignal{Direct: "candidate", Session: v.session, End: c == nil}
+		if c != nil {
+			ci := c.ToJSON()
+			sig.Candidate = &ci
+		}
+		_ = cl.Send(protocol.Msg{"type": "relay", "to": cam, "data": sig})
+	}
+	if o.NoTrickle {
+		if err := v.offer(ctx, pc); err != nil {
+			return nil, err
+		}
+	} else {
+		pc.OnICECandidate(func(c *webrtc.ICECandidate) {
+			cmu.Lock()
+			defer cmu.Unlock()
+			if !offered {
+				queued = append(queued, c)
+				return
+			}
+			sendCandidate(c)
+		})
+		offer, err := pc.CreateOffer(nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := pc.SetLocalDescription(offer); err != nil {
+			return nil, err
+		}
+		v.mark(&v.res.OfferCreated)
 	}
 	if _, err := cl.Request(ctx, protocol.Msg{"type": "relay", "to": cam, "data": directSignal{Direct: "offer", Session: v.session, SDP: pc.LocalDescription().SDP}}); err != nil {
 		return nil, fmt.Errorf("relay offer: %w", err)
 	}
+	cmu.Lock()
+	offered = true
+	for _, c := range queued {
+		sendCandidate(c)
+	}
+	queued = nil
+	cmu.Unlock()
 	ans, err := v.waitSignal(ctx, "answer")
 	if err != nil {
 		return nil, err
@@ -124,6 +170,13 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 		return nil, fmt.Errorf("answer: %w", err)
 	}
 	v.mark(&v.res.AnswerApplied)
+	v.mu.Lock()
+	early := v.earlyCands
+	v.earlyCands = nil
+	v.mu.Unlock()
+	for _, c := range early {
+		v.remoteCandidate(c)
+	}
 	go v.directEvents()
 	if len(o.Talk) > 0 {
 		go v.talk(talk, o.Talk)
@@ -166,6 +219,13 @@ func (v *Viewer) waitSignal(ctx context.Context, want string) (directSignal, err
 			switch sig.Direct {
 			case want:
 				return sig, nil
+			case "candidate":
+				// The camera's candidates may pass its answer: they wait.
+				v.mu.Lock()
+				if len(v.earlyCands) < 32 {
+					v.earlyCands = append(v.earlyCands, sig)
+				}
+				v.mu.Unlock()
 			case "bye":
 				return directSignal{}, fmt.Errorf("%w: %s", ErrRefused, sig.Reason)
 			}
@@ -198,6 +258,12 @@ func (v *Viewer) directEvents() {
 				v.mu.Lock()
 				v.res.CameraSteps = sig.Steps
 				v.mu.Unlock()
+			case ok && sig.Direct == "candidate":
+				v.remoteCandidate(sig)
+			case ok && sig.Direct == "error":
+				v.mu.Lock()
+				v.signalErrs = append(v.signalErrs, sig.Reason)
+				v.mu.Unlock()
 			case ok && sig.Direct == "bye":
 				select {
 				case v.failed <- fmt.Errorf("camera ended the session: %s", sig.Reason):
@@ -206,6 +272,39 @@ func (v *Viewer) directEvents() {
 			}
 		}
 	}
+}
+
+// remoteCandidate adds one of the camera's trickled candidates; a malformed
+// one is refused with an error to the camera.
+func (v *Viewer) remoteCandidate(sig directSignal) {
+	if sig.End || (sig.Candidate != nil && sig.Candidate.Candidate == "") {
+		return
+	}
+	err := protocol.CheckCandidate(sig.Candidate)
+	if err == nil {
+		err = v.pc.AddICECandidate(*sig.Candidate)
+	}
+	if err != nil {
+		v.mu.Lock()
+		v.signalErrs = append(v.signalErrs, "refused the camera's candidate: "+err.Error())
+		v.mu.Unlock()
+		_ = v.cl.Send(protocol.Msg{"type": "relay", "to": v.camSid, "data": directSignal{Direct: "error", Session: v.session, Reason: "candidate refused: " + err.Error()}})
+	}
+}
+
+// SignalErrors are the direct session's signaling errors: the camera's
+// refusals of this viewer's messages, and the camera's candidates refused here.
+func (v *Viewer) SignalErrors() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.signalErrs...)
+}
+
+// SendSignal relays a raw direct-session message to the camera (tests send
+// malformed ones).
+func (v *Viewer) SendSignal(data map[string]any) error {
+	data["session"] = v.session
+	return v.cl.Send(protocol.Msg{"type": "relay", "to": v.camSid, "data": data})
 }
 
 // talk sends the Opus packets in a loop, one every 20 ms.

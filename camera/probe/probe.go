@@ -91,6 +91,11 @@ type Viewer struct {
 	keyframes atomic.Int64
 	gaps      atomic.Int64 // sequence gaps seen
 
+	// Direct sessions: the camera's candidates that came before its answer,
+	// and signaling errors (direct.go).
+	earlyCands []directSignal
+	signalErrs []string
+
 	audioMime string
 	audio     []*rtp.Packet // the first KeepAudio packets
 }

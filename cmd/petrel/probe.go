@@ -35,6 +35,7 @@ func probeMain(args []string) int {
 	timeout := fs.Duration("timeout", 15*time.Second, "give up on a session after")
 	httpLive := fs.Bool("http", false, "measure the HTTP live fallback (live.mp4) instead of WebRTC")
 	direct := fs.Bool("direct", false, "a direct session with a WebRTC camera (peer to peer, the server relaying signaling; with --relay through its TURN)")
+	noTrickle := fs.Bool("no-trickle", false, "with --direct, gather every candidate before sending the offer (no trickle ICE)")
 	loopback := fs.Bool("loopback", false, "gather ICE candidates on 127.0.0.1 only")
 	asJSON := fs.Bool("json", false, "print each run and the summary as JSON lines")
 	key := fs.String("api-key", os.Getenv("PETREL_API_KEY"), "API key (default: development key)")
@@ -102,7 +103,7 @@ func probeMain(args []string) int {
 			var v *probe.Viewer
 			if *direct {
 				ws := "ws" + strings.TrimPrefix(strings.TrimRight(*server, "/"), "http") + "/v1/rtc"
-				v, err = probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: *tok, Relay: *relay, API: api})
+				v, err = probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: *tok, Relay: *relay, API: api, NoTrickle: *noTrickle})
 			} else {
 				v, err = probe.Open(ctx, probe.Options{Endpoint: endpoint, Token: *tok, Relay: *relay, TURNTCP: *turnTCP, API: api})
 			}
