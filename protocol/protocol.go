@@ -172,6 +172,9 @@ type Request struct {
 
 	// ping
 	T *float64 `json:"t,omitempty"`
+
+	// setMaxBitrate: the most this receiver wants to be sent, bit/s (0: no cap)
+	Bitrate *int64 `json:"bitrate,omitempty"`
 }
 
 // Limits on fields, so that a parsed request is safe to keep and broadcast.
@@ -284,6 +287,10 @@ func (r *Request) validate() error {
 	case "pin":
 		if len(r.ParticipantSids) > 64 {
 			return bad("at most 64 pinned participants")
+		}
+	case "setMaxBitrate":
+		if r.Bitrate == nil || *r.Bitrate < 0 || *r.Bitrate > 1e9 {
+			return bad("setMaxBitrate needs bitrate between 0 (no cap) and 1e9 bit/s")
 		}
 	case "updateMetadata", "restartIce", "ping", "leave":
 	case "":

@@ -59,6 +59,9 @@ func (p *Participant) allocate() {
 	}
 	p.mu.Unlock()
 	budget := p.bwe.Estimate()
+	if c := p.maxBitrate.Load(); c > 0 && c < int64(budget) {
+		budget = int(c)
+	}
 	var video []*DownTrack
 	for _, d := range subs {
 		if d.pub.kind == webrtc.RTPCodecTypeAudio {
@@ -103,8 +106,13 @@ func (p *Participant) allocate() {
 		if rate, ok := d.pub.layerRateT(grant, grantT); ok {
 			budget -= rate
 		}
-		d.allocT.Store(int32(grantT))
-		if int(d.allocLayer.Swap(int32(grant))) != grant {
+		prevT := d.allocT.Swap(int32(grantT))
+		prev := int(d.allocLayer.Swap(int32(grant)))
+		if (prev != grant || prevT != int32(grantT)) && p.log != nil {
+			p.log.Debug("allocation changed", "track", d.pub.sid, "layer", grant, "temporal", grantT,
+				"of", d.pub.temporalLayers(grant), "left", budget, "estimate", p.bwe.Estimate())
+		}
+		if prev != grant {
 			d.chooseLayer()
 		}
 	}

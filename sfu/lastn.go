@@ -228,6 +228,15 @@ func (p *Participant) SetLastN(n int) {
 	p.room.applyLastN(false)
 }
 
+// SetMaxBitrate caps what this receiver is sent (bit/s, 0: no cap), below
+// the bandwidth estimate: a data saver, or a test of what a slow link would
+// get (Jitsi Videobridge's assumedBandwidthBps).
+func (p *Participant) SetMaxBitrate(bps int64) {
+	p.maxBitrate.Store(bps)
+	p.log.Debug("receive bitrate capped", "bps", bps)
+	p.allocate()
+}
+
 // Pin sets the participants whose video this receiver always gets.
 func (p *Participant) Pin(sids []string) {
 	p.mu.Lock()

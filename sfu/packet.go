@@ -36,6 +36,10 @@ type vp8Descriptor struct {
 	hasTID bool
 	tid    uint8
 	sync   bool
+	// switchUp is the highest temporal layer a subscriber can switch up to at
+	// this frame whatever it had (a dependency descriptor's switch
+	// indications; -1: none, 0 without a descriptor).
+	switchUp int8
 	// start: the first packet of a frame (S set, partition 0).
 	start bool
 }

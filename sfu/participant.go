@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/rtcp"
@@ -76,6 +77,8 @@ type Participant struct {
 	// Last-N: this receiver's own limit (-1: the room's) and pinned participants.
 	lastN  int
 	pinned []string
+	// maxBitrate caps the bandwidth estimate in the allocation (0: none).
+	maxBitrate atomic.Int64
 
 	// bwe estimates the bandwidth toward this participant's subscriber connection.
 	bwe *bwe.Estimator

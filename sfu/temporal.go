@@ -3,6 +3,8 @@ package sfu
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/petrel-sfu/petrel/rtc/dd"
 )
 
 // Temporal layers: a lower frame rate for a subscriber whose bandwidth does not
@@ -177,6 +179,8 @@ func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 		t.curT = target
 	case target < t.curT:
 		t.curT = target
+	case target > t.curT && v.switchUp > t.curT:
+		t.curT = min(target, v.switchUp)
 	case target > t.curT && tid == t.curT+1 && v.sync:
 		// One layer at a time: a sync frame of layer k references TL0
 		// alone, but the frames of a layer between might reference their
@@ -245,6 +249,39 @@ func (t *vp8Temporal) decide(p *Packet, target int8) (keep bool, shift uint16, a
 	}
 	t.pics[id%picRing] = picEntry{id: id, shift: t.shift, state: state}
 	return keep, t.shift, askKey
+}
+
+// vp8DD reads a VP8 packet's temporal layer from the dependency descriptor:
+// Chromium (M156 here) negotiates the descriptor for VP8 and then sends a bare
+// VP8 payload descriptor, without picture ID, TL0PICIDX or TID. A frame is a
+// switch point for each decode target whose indication is Switch (Chromium's
+// L1T3 marks its TL0 frames so for all three). It returns false for a
+// malformed descriptor (the packet is dropped, logged at most once a second).
+func (l *layer) vp8DD(pkt *Packet) bool {
+	raw := pkt.Header.GetExtension(l.svc.ddExt)
+	if raw == nil {
+		return true
+	}
+	d := &pkt.SVC.dd
+	if err := dd.Parse(d, raw, l.svc.ddStr.Load()); err != nil {
+		l.badDescriptor("dependency descriptor", err)
+		return false
+	}
+	if d.NewStructure {
+		l.svc.ddStr.Store(d.Structure)
+	}
+	v := &pkt.VP8
+	if v.picOff != 0 && v.hasTID {
+		return true // the payload descriptor says it all
+	}
+	st := d.Structure
+	v.hasTID, v.tid, v.start, v.sync, v.switchUp = true, d.Temporal, d.StartOfFrame, false, -1
+	for i := 0; i < st.DTCount; i++ {
+		if st.DecodeTargetSpatial[i] == d.Spatial && d.DTI[i] == dd.DTISwitch && int8(st.DecodeTargetTemporal[i]) > v.switchUp {
+			v.switchUp = int8(st.DecodeTargetTemporal[i])
+		}
+	}
+	return true
 }
 
 // vp8Filter decides p for this subscriber (under d.mu): its outgoing sequence

@@ -9,6 +9,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/bwe"
+	"github.com/petrel-sfu/petrel/rtc/dd"
 )
 
 // l1t3 is Chromium's VP8 L1T3 pattern: TL0, TL2, TL1, TL2.
@@ -332,6 +333,109 @@ func TestAllocationLowersFrameRate(t *testing.T) {
 		sub.allocate()
 		if l, tl := d.allocLayer.Load(), d.allocT.Load(); l != c.layer || tl != c.temp {
 			t.Fatalf("estimate %d: layer %d TL%d, want %d TL%d", c.estimate, l, tl, c.layer, c.temp)
+		}
+	}
+}
+
+// Chromium negotiates the dependency descriptor for VP8 and then sends a bare
+// payload descriptor (no picture ID, no TID): the temporal layers come from
+// the descriptor, whose L1T3 structure (libwebrtc's) makes TL0 frames switch
+// points for every decode target and TL1 frames for the top one.
+func TestVP8TemporalFromDependencyDescriptor(t *testing.T) {
+	S, D, N := uint8(dd.DTISwitch), uint8(dd.DTIDiscardable), uint8(dd.DTINotPresent)
+	st := dd.NewStructure(3,
+		[]uint8{0, 0, 0, 0, 0},
+		[]uint8{0, 0, 1, 2, 2},
+		[][]uint8{{S, S, S}, {S, S, S}, {N, D, S}, {N, N, D}, {N, N, D}},
+		[][]uint8{nil, {4}, {2}, {1}, {1}})
+	pub, d, w := vp8Sub(t)
+	pub.layer(0).svc.ddExt = 5
+	var pkt Packet
+	seq, frame := uint16(100), 0
+	type pic struct {
+		tid  uint8
+		refs []int
+	}
+	var pics []pic
+	send := func(tpl int) {
+		key := tpl == 0
+		for k := 0; k < 2; k++ {
+			payload := make([]byte, 100)
+			if k == 0 {
+				payload[0] = 0x10 // S, no X
+			}
+			payload[1] = 0x01
+			if key {
+				payload[1] = 0x00
+			}
+			payload[7], payload[8] = byte(frame>>8), byte(frame)
+			p := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: uint32(frame) * 3000, SSRC: 42, Marker: k == 1}, Payload: payload}
+			desc := dd.Build(nil, dd.Frame{StartOfFrame: k == 0, EndOfFrame: k == 1, Template: tpl, FrameNumber: uint16(frame), WithStructure: key}, st)
+			_ = p.Header.SetExtension(5, desc)
+			raw, _ := p.Marshal()
+			if !pub.layer(0).parse(&pkt, raw) {
+				t.Fatal("parse")
+			}
+			pkt.Arrival = now()
+			pub.fanout(&pkt)
+			seq++
+		}
+		var refs []int
+		for _, f := range st.Fdiffs[tpl] {
+			refs = append(refs, frame-int(f))
+		}
+		pics = append(pics, pic{tid: st.Temporal[tpl], refs: refs})
+		frame++
+	}
+	cycle := func(n int) {
+		for c := 0; c < n; c++ {
+			for _, tpl := range []int{1, 3, 2, 4} {
+				send(tpl)
+			}
+		}
+	}
+	// vp8Writer reads the frame's index from payload bytes 7-8.
+	send(0)
+	send(3)
+	send(2)
+	send(4)
+	cycle(2)
+	if n := len(w.got); n != 12*2 {
+		t.Fatalf("all layers: %d packets of 24", n)
+	}
+	d.allocT.Store(0)
+	from := len(w.got)
+	cycle(5)
+	if n := len(w.got) - from; n != 5*2 {
+		t.Fatalf("TL0 only: %d packets, want 10 (a quarter)", n)
+	}
+	d.allocT.Store(1)
+	from = len(w.got)
+	cycle(3)
+	if n := len(w.got) - from; n != 3*2*2 {
+		t.Fatalf("up to TL1: %d packets, want 12 (half)", n)
+	}
+	d.allocT.Store(allTemporal)
+	from = len(w.got)
+	cycle(3)
+	if n := len(w.got) - from; n != 3*4*2 {
+		t.Fatalf("all again: %d packets, want 24", n)
+	}
+	for i := 1; i < len(w.got); i++ {
+		if w.got[i].seq != w.got[i-1].seq+1 {
+			t.Fatalf("packet %d: sequence %d after %d", i, w.got[i].seq, w.got[i-1].seq)
+		}
+	}
+	// Every frame forwarded has its references (the structure's frame diffs).
+	got := map[int]bool{}
+	for _, x := range w.got {
+		got[x.index] = true
+	}
+	for i, p := range pics {
+		for _, r := range p.refs {
+			if got[i] && !got[r] {
+				t.Fatalf("frame %d (TL%d) forwarded without frame %d it references", i, p.tid, r)
+			}
 		}
 	}
 }

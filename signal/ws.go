@@ -358,6 +358,9 @@ func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, 
 	case "pin":
 		p.Pin(r.ParticipantSids)
 		return protocol.Response(r.ID, nil), nil
+	case "setMaxBitrate":
+		p.SetMaxBitrate(*r.Bitrate)
+		return protocol.Response(r.ID, nil), nil
 	case "updateTrackSettings":
 		return protocol.Response(r.ID, nil), p.UpdateTrackSettings(r)
 	case "updateMetadata":

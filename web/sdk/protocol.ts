@@ -102,6 +102,7 @@ export type ClientMessage =
   | { type: 'subscribe'; trackSids: string[]; subscribe: boolean }
   | { type: 'setLastN'; n: number }
   | { type: 'pin'; participantSids: string[] }
+  | { type: 'setMaxBitrate'; bitrate: number }
   | { type: 'updateMetadata'; metadata?: string; name?: string }
   | { type: 'restartIce' }
   | { type: 'relay'; to: string; data: unknown }

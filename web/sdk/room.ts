@@ -507,6 +507,15 @@ export class Room extends Emitter<RoomEvents> {
     await this.signal.request({ type: 'setLastN', n });
   }
 
+  /**
+   * Receive at most `bitrate` bit/s (0: no cap): the server lowers layers and
+   * frame rates to fit, as it does when the network is the limit.
+   */
+  async setMaxBitrate(bitrate: number): Promise<void> {
+    if (!this.signal) throw new Error('setMaxBitrate: not connected');
+    await this.signal.request({ type: 'setMaxBitrate', bitrate });
+  }
+
   /** Always receive these participants' video, whatever Last-N says (replaces earlier pins). */
   async pin(participantSids: string[]): Promise<void> {
     if (!this.signal) throw new Error('pin: not connected');

@@ -1,0 +1,126 @@
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { launchChromium } from '../lib/browsers.mjs';
+import { Participant, sleep, waitFor } from '../lib/page.mjs';
+import { scenario } from '../lib/scenario.mjs';
+
+// A viewer without a camera (the app joins with its microphone alone).
+const noCamera = (p) =>
+  p.page.addInitScript(() => {
+    const gum = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+    navigator.mediaDevices.getUserMedia = (c) =>
+      c?.video ? Promise.reject(new DOMException('no camera in this test', 'NotFoundError')) : gum(c);
+  });
+
+// Records when each frame of `sid`'s tile is shown (requestVideoFrameCallback),
+// so that frame rates and freezes are read as a user would see them.
+const recordFrames = (viewer, sid) =>
+  viewer.page.evaluate((sid) => {
+    const video = document.querySelector(`.tile[data-sid="${sid}"] video`);
+    window.__frames = [];
+    const step = (now, meta) => {
+      window.__frames.push({ t: now, n: meta.presentedFrames });
+      video.requestVideoFrameCallback(step);
+    };
+    video.requestVideoFrameCallback(step);
+  }, sid);
+
+// Frames shown in the last `ms`: frames per second and the longest gap.
+const shownOver = async (viewer, ms) => {
+  await sleep(ms);
+  return viewer.page.evaluate((ms) => {
+    const end = performance.now();
+    const f = window.__frames.filter((x) => x.t >= end - ms);
+    let gap = f.length ? f[0].t - (end - ms) : ms;
+    for (let i = 1; i < f.length; i++) gap = Math.max(gap, f[i].t - f[i - 1].t);
+    if (f.length) gap = Math.max(gap, end - f[f.length - 1].t);
+    return { fps: f.length ? ((f[f.length - 1].n - f[0].n) * 1000) / ms : 0, gapMs: Math.round(gap) };
+  }, ms);
+};
+
+// The viewer's counters of the video it receives: a renumbering mistake shows as
+// lost packets, NACKs and keyframe requests.
+const inbound = (viewer) =>
+  viewer.page.evaluate(async () => {
+    let o;
+    (await window.petrel.room.subscriberPc.getStats()).forEach((r) => {
+      if (r.type === 'inbound-rtp' && r.kind === 'video') o = { lost: r.packetsLost, nack: r.nackCount, pli: r.pliCount, decoded: r.framesDecoded };
+    });
+    return o;
+  });
+
+// The low (q) encoding at the publisher: its frame rate, bit rate and scalability mode.
+const lowEncoding = (sender) =>
+  sender.page.evaluate(async () => {
+    let o;
+    (await window.petrel.room.publisherPc.getStats()).forEach((r) => {
+      if (r.type === 'outbound-rtp' && r.kind === 'video' && r.rid === 'q') o = { bytes: r.bytesSent, frames: r.framesEncoded, mode: r.scalabilityMode, at: r.timestamp };
+    });
+    return o;
+  });
+
+// A VP8 simulcast publisher (Chromium sends each encoding as L1T3) and a viewer
+// that wants the low layer. The viewer caps what it receives below that layer's
+// rate (setMaxBitrate: the allocation treats the cap as its bandwidth estimate):
+// the server drops temporal layers, and the viewer keeps decoding at a half or
+// a quarter of the frame rate, without a freeze; when the cap goes, the full
+// frame rate comes back at the next layer-sync frames.
+test('temporal layers: a viewer short of bandwidth gets a lower frame rate and keeps decoding, then the full rate again', { timeout: 120_000 }, () =>
+  scenario('temporal', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const sender = watch(new Participant('sender', await chromium.newPage()));
+    const viewer = watch(new Participant('viewer', await chromium.newPage()));
+    await noCamera(viewer);
+    await sender.join(server.base, await server.token('temporal', 'sender'), { simulcast: true });
+    await viewer.join(server.base, await server.token('temporal', 'viewer'), { tracks: 1 });
+    await viewer.seesVideoOf(sender);
+    await viewer.page.evaluate(async (sid) => {
+      const room = window.petrel.room;
+      room.unobserveVideo(document.querySelector(`.tile[data-sid="${sid}"] video`));
+      const track = [...room.participants.get(sid).tracks.values()].find((t) => t.kind === 'video');
+      await room.updateTrackSettings(track.sid, { quality: 'low' });
+    }, sender.sid);
+    await waitFor(viewer.page, 'the low layer', (sid) => {
+      const w = document.querySelector(`.tile[data-sid="${sid}"] video`)?.videoWidth ?? 0;
+      return w > 0 && w <= 400;
+    }, sender.sid);
+    await recordFrames(viewer, sender.sid);
+
+    // Full rate: what the low encoding costs and how many frames it carries.
+    const e0 = await lowEncoding(sender);
+    const full = await shownOver(viewer, 4_000);
+    const e1 = await lowEncoding(sender);
+    const lowBps = ((e1.bytes - e0.bytes) * 8 * 1000) / (e1.at - e0.at);
+    const encodedFps = ((e1.frames - e0.frames) * 1000) / (e1.at - e0.at);
+    assert.equal(e1.mode, 'L1T3', `the low encoding's scalability mode: ${e1.mode}`);
+
+    // The cap leaves 60% of the low layer's rate for video (the audio
+    // subscription's reserve, 64 kbit/s, comes off first): its full frame
+    // rate does not fit, TL0 (about half the bytes) does.
+    const cap = Math.round(64_000 + 0.6 * lowBps);
+    await viewer.page.evaluate((b) => window.petrel.room.setMaxBitrate(b), cap);
+    await sleep(1_500);
+    const c0 = await inbound(viewer);
+    const capped = await shownOver(viewer, 6_000);
+    const c1 = await inbound(viewer);
+
+    await viewer.page.evaluate(() => window.petrel.room.setMaxBitrate(0));
+    await sleep(1_500);
+    const restored = await shownOver(viewer, 4_000);
+    const c2 = await inbound(viewer);
+
+    const summary = `low layer ${Math.round(lowBps / 1000)} kbit/s at ${encodedFps.toFixed(1)} fps encoded; shown: full ${JSON.stringify(full)}, capped at ${Math.round(cap / 1000)} kbit/s ${JSON.stringify(capped)}, restored ${JSON.stringify(restored)}; viewer inbound ${JSON.stringify([c0, c1, c2])}`;
+    console.log(`temporal: ${summary}`);
+    // Capped: a half or a quarter of the frame rate (the allocation's measured
+    // layer rates decide which), decoding throughout.
+    assert.ok(capped.fps <= full.fps * 0.65, `the frame rate did not drop: ${summary}`);
+    assert.ok(capped.fps >= full.fps * 0.15 && capped.fps >= 2, `too few frames while capped: ${summary}`);
+    assert.ok(capped.gapMs < 1_000, `a freeze while capped: ${summary}`);
+    // Dropped layers leave no hole in the numbering: no loss, no NACK storm,
+    // no keyframe request from a decoder that lost its references.
+    assert.ok(c1.lost - c0.lost <= 3 && c1.nack - c0.nack <= 3, `sequence gaps while capped: ${summary}`);
+    assert.ok(c1.pli - c0.pli <= 1, `the decoder asked for keyframes while capped: ${summary}`);
+    // Restored: the full rate again.
+    assert.ok(restored.fps >= full.fps * 0.8, `the full frame rate did not come back: ${summary}`);
+    assert.ok(restored.gapMs < 1_000, `a freeze after the cap: ${summary}`);
+  }));
