@@ -1,6 +1,7 @@
 // Direct sessions with WebRTC cameras (docs/cameras.md#direct-sessions): the
 // viewer, connected to the camera's room, offers to the camera through relay
-// messages (every candidate in the SDP: one round trip) and receives its video
+// messages, trickling its ICE candidates after the offer as they are gathered
+// (the camera answers at once and trickles its own), and receives its video
 // on a peer connection of its own — peer to peer where the network allows,
 // else through the server's TURN. When the camera refuses (its direct-session
 // limit) or nothing connects in time, the viewer subscribes to the camera
@@ -21,6 +22,11 @@ export interface ViewCameraOptions {
   iceTransportPolicy?: RTCIceTransportPolicy;
   /** Steps as they happen, in ms since viewCamera was called. */
   onStep?: (step: DirectStep, ms: number) => void;
+  /**
+   * Trickle ICE (default true): the offer goes at once and candidates follow
+   * as relay messages. false gathers every candidate into the offer first.
+   */
+  trickle?: boolean;
 }
 
 export type DirectStep = 'pcCreated' | 'offerCreated' | 'answerArrived' | 'iceConnected' | 'dtlsConnected' | 'firstTrack';
@@ -46,11 +52,27 @@ export interface CameraView {
 }
 
 interface DirectSignal {
-  direct: 'offer' | 'answer' | 'bye' | 'timing';
+  direct: 'offer' | 'answer' | 'bye' | 'timing' | 'candidate' | 'error';
   session: string;
   sdp?: string;
   reason?: string;
   stepsMs?: Record<string, number>;
+  /** A trickled candidate; end: true says there are no more. */
+  candidate?: RTCIceCandidateInit;
+  end?: boolean;
+}
+
+/** Why a trickled candidate from the network is refused (undefined: it is fine). */
+export function badCandidate(c: unknown): string | undefined {
+  if (!c || typeof c !== 'object') return 'no candidate';
+  const { candidate, sdpMid, sdpMLineIndex } = c as RTCIceCandidateInit;
+  if (typeof candidate !== 'string') return 'candidate is not a string';
+  if (candidate.length > 512) return `candidate of ${candidate.length} bytes`;
+  if (candidate !== '' && !candidate.startsWith('candidate:')) return 'not an ICE candidate';
+  if (/[\r\n\0]/.test(candidate)) return 'candidate with a line break';
+  if (sdpMid != null && (typeof sdpMid !== 'string' || sdpMid.length > 32)) return 'bad sdpMid';
+  if (sdpMLineIndex != null && (typeof sdpMLineIndex !== 'number' || sdpMLineIndex < 0 || sdpMLineIndex > 16)) return 'bad sdpMLineIndex';
+  return undefined;
 }
 
 const CAMERA_IDENTITY = 'camera';
@@ -104,10 +126,31 @@ async function openDirect(
   let audio: MediaStreamTrack | undefined;
   let cameraSteps: Record<string, number> | undefined;
   let onSignal: ((s: DirectSignal) => void) | undefined;
+  const trickle = opts.trickle !== false;
+  // The camera's candidates wait for its answer to be applied.
+  let remoteSet = false;
+  const early: RTCIceCandidateInit[] = [];
+  const addRemote = (c: RTCIceCandidateInit) => {
+    pc.addIceCandidate(c).catch((err) => {
+      console.warn(`petrel: direct session: the camera's candidate refused: ${err}`);
+      void room.relay(cam.sid, { direct: 'error', session, reason: `candidate refused: ${err}` }).catch(() => {});
+    });
+  };
   const listener = (from: string, data: unknown) => {
     const s = data as DirectSignal;
     if (from !== cam.sid || !s || typeof s !== 'object' || s.session !== session) return;
     if (s.direct === 'timing') cameraSteps = s.stepsMs;
+    if (s.direct === 'error') console.warn(`petrel: direct session: the camera says ${s.reason}`);
+    if (s.direct === 'candidate' && !s.end) {
+      const bad = badCandidate(s.candidate);
+      if (bad) {
+        console.warn(`petrel: direct session: the camera's candidate refused: ${bad}`);
+        void room.relay(cam.sid, { direct: 'error', session, reason: `candidate refused: ${bad}` }).catch(() => {});
+      } else if (s.candidate?.candidate) {
+        if (remoteSet) addRemote(s.candidate);
+        else if (early.length < 32) early.push(s.candidate);
+      }
+    }
     onSignal?.(s);
   };
   room.on('relayReceived', listener);
@@ -152,9 +195,22 @@ async function openDirect(
     };
   });
   ready.catch(() => {}); // observed below; an early rejection must not go unhandled
+  // Trickle: candidates gathered before the offer has gone wait for it.
+  let offered = false;
+  const queued: (RTCIceCandidate | null)[] = [];
+  const sendCandidate = (c: RTCIceCandidate | null) => {
+    const msg = c ? { direct: 'candidate', session, candidate: c.toJSON() } : { direct: 'candidate', session, end: true };
+    void room.relay(cam.sid, msg).catch(() => {});
+  };
+  if (trickle) {
+    pc.onicecandidate = (ev) => {
+      if (offered) sendCandidate(ev.candidate);
+      else queued.push(ev.candidate);
+    };
+  }
   try {
     await pc.setLocalDescription(await pc.createOffer());
-    await gathered(pc, 2000);
+    if (!trickle) await gathered(pc, 2000);
     mark('offerCreated');
     const answer = new Promise<string>((resolve, reject) => {
       const prev = onSignal;
@@ -165,9 +221,13 @@ async function openDirect(
       };
     });
     await room.relay(cam.sid, { direct: 'offer', session, sdp: pc.localDescription?.sdp });
+    offered = true;
+    for (const c of queued.splice(0)) sendCandidate(c);
     const sdp = await Promise.race([answer, ready.then(() => answer)]);
     mark('answerArrived');
     await pc.setRemoteDescription({ type: 'answer', sdp });
+    remoteSet = true;
+    for (const c of early.splice(0)) addRemote(c);
     await ready;
   } catch (err) {
     fail(err instanceof Error ? err.message : String(err));
