@@ -285,6 +285,9 @@ func TestWebRTCCameraDirectTrickle(t *testing.T) {
 	if n := cam.DirectCandidates.Load(); n == 0 {
 		t.Fatal("the camera added no trickled candidate: the viewer did not trickle")
 	}
+	if n := cam.DirectCandidatesSent.Load(); n == 0 {
+		t.Fatal("the camera trickled no candidate: it gathered before answering")
+	}
 	// Hostile input: malformed candidates get an error back, and the session streams on.
 	before := v.Frames()
 	for _, bad := range []map[string]any{
@@ -316,7 +319,7 @@ func TestWebRTCCameraDirectTrickle(t *testing.T) {
 	}
 	v.Close()
 
-	added := cam.DirectCandidates.Load()
+	added, sent := cam.DirectCandidates.Load(), cam.DirectCandidatesSent.Load()
 	nv, err := probe.OpenDirect(ctx, probe.DirectOptions{URL: ws, Token: token(t, room, "gatherer", false), API: client.LoopbackAPI(), NoTrickle: true})
 	if err != nil {
 		t.Fatal(err)
@@ -327,5 +330,8 @@ func TestWebRTCCameraDirectTrickle(t *testing.T) {
 	}
 	if n := cam.DirectCandidates.Load(); n != added {
 		t.Fatalf("a viewer that does not trickle sent %d candidates", n-added)
+	}
+	if n := cam.DirectCandidatesSent.Load(); n != sent {
+		t.Fatalf("the camera trickled %d candidates to a viewer that did not offer trickle", n-sent)
 	}
 }

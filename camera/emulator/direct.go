@@ -299,7 +299,11 @@ func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 			return fmt.Errorf("audio: %w", err)
 		}
 	}
-	ans, err := pc.CreateAnswer(nil)
+	var aopts *webrtc.AnswerOptions
+	if trickle {
+		aopts = &webrtc.AnswerOptions{OfferAnswerOptions: webrtc.OfferAnswerOptions{ICETricklingSupported: true}}
+	}
+	ans, err := pc.CreateAnswer(aopts)
 	if err != nil {
 		return fmt.Errorf("answer: %w", err)
 	}
@@ -313,6 +317,7 @@ func (w *WebRTCCamera) answerDirect(from string, sig DirectSignal) error {
 				return
 			}
 			ci := c.ToJSON()
+			w.DirectCandidatesSent.Add(1)
 			w.relay(from, DirectSignal{Direct: "candidate", Session: sig.Session, Candidate: &ci})
 		}
 		var queued []*webrtc.ICECandidate

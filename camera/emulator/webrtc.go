@@ -37,6 +37,8 @@ type WebRTCCamera struct {
 	// DirectCandidateErrors those refused (malformed, or pion said no).
 	DirectCandidates      atomic.Int64
 	DirectCandidateErrors atomic.Int64
+	// DirectCandidatesSent counts candidates the camera trickled to viewers.
+	DirectCandidatesSent atomic.Int64
 	// TalkSFU and TalkDirect count the audio the camera received.
 	TalkSFU, TalkDirect TalkStats
 	cancel              context.CancelFunc

@@ -142,7 +142,8 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 			}
 			sendCandidate(c)
 		})
-		offer, err := pc.CreateOffer(nil)
+		// a=ice-options:trickle tells the camera it may answer at once.
+		offer, err := pc.CreateOffer(&webrtc.OfferOptions{OfferAnswerOptions: webrtc.OfferAnswerOptions{ICETricklingSupported: true}})
 		if err != nil {
 			return nil, err
 		}
