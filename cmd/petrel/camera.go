@@ -41,7 +41,8 @@ func cameraMain(args []string) int {
 // loadOrMakeClip loads the test clip from dir, generating it with
 // scripts/make-test-clip.sh when it is missing and the script is at hand.
 func loadOrMakeClip(dir string) (*emulator.Clip, error) {
-	if _, err := os.Stat(filepath.Join(dir, "clip.h264")); err != nil {
+	_, err := os.Stat(filepath.Join(dir, "clip.h264"))
+	if _, aerr := os.Stat(filepath.Join(dir, "clip.aac")); err != nil || aerr != nil {
 		script := "scripts/make-test-clip.sh"
 		if _, serr := os.Stat(script); serr != nil {
 			return nil, fmt.Errorf("no clip in %s: run scripts/make-test-clip.sh %s", dir, dir)
@@ -65,7 +66,12 @@ func cameraEmulate(args []string) int {
 	clipDir := fs.String("clip", filepath.Join(os.TempDir(), "petrel-clip"), "test clip directory (generated if missing)")
 	noAudio := fs.Bool("no-audio", false, "video only")
 	inBand := fs.Bool("in-band-params", false, "send SPS/PPS before each IDR too")
+	audio := fs.String("audio", "g711", "audio codec: g711 (mu-law), aac (MPEG4-GENERIC) or aac-latm (MP4A-LATM)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *audio != "g711" && *audio != "aac" && *audio != "aac-latm" {
+		fmt.Fprintln(os.Stderr, "petrel camera emulate: --audio must be g711, aac or aac-latm")
 		return 2
 	}
 	clip, err := loadOrMakeClip(*clipDir)
@@ -73,7 +79,7 @@ func cameraEmulate(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate:", err)
 		return 1
 	}
-	e, err := emulator.Start(emulator.Options{Addr: *addr, Clip: clip, NoAudio: *noAudio, InBandParams: *inBand,
+	e, err := emulator.Start(emulator.Options{Addr: *addr, Clip: clip, NoAudio: *noAudio, InBandParams: *inBand, Audio: *audio,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate:", err)
