@@ -60,6 +60,10 @@ const (
 	// exhaustiveMax bounds the assignments enumerated; larger rooms use local
 	// search from several starts.
 	exhaustiveMax = 50000
+	// singleMovesMax: above this many movable participants the local search
+	// moves groups only, which keeps a placement in a room of thousands to
+	// milliseconds.
+	singleMovesMax = 200
 )
 
 func margin(cost float64) float64 { return math.Max(marginMS, marginFrac*cost) }
@@ -278,6 +282,9 @@ func placeRoom(nodes []NodeInfo, candidates map[string]bool, people []Person, jo
 					}
 				}
 				for _, i := range movable {
+					if len(movable) > singleMovesMax {
+						break // a big room: groups only (each try costs O(n))
+					}
 					for _, k := range cands {
 						if x.at[i] != k {
 							y := append([]int(nil), x.at...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The three-region topology of bench/cluster/regions: nodes a, b, c with
@@ -174,5 +175,23 @@ func TestPlaceRoomLarge(t *testing.T) {
 	}
 	if p.Node != "c" {
 		t.Fatalf("joiner from region c on %s", p.Node)
+	}
+}
+
+// A room of a thousand is placed quickly (local search by groups).
+func TestPlaceRoomHuge(t *testing.T) {
+	var people []Person
+	for i := 0; i < 999; i++ {
+		r := []string{"a", "b", "c"}[i%3]
+		people = append(people, Person{Identity: fmt.Sprint(r, i), Node: "b", RTT: benchClientRTT[r]})
+	}
+	all := map[string]bool{"a": true, "b": true, "c": true}
+	start := time.Now()
+	p := placeRoom(benchNodes(nil), all, people, Person{Identity: "c999", RTT: benchClientRTT["c"]}, "b", 0)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("placing in a room of 1000 took %s", d)
+	}
+	if p.Node != "c" || p.Moves["c2"] != "c" || p.Moves["a0"] != "" {
+		t.Fatalf("joiner on %s, c2 -> %q, a0 -> %q: want region c on c, the others stay on b", p.Node, p.Moves["c2"], p.Moves["a0"])
 	}
 }
