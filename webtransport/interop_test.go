@@ -221,6 +221,14 @@ func TestInteropMoqClockJoiningFetch(t *testing.T) {
 	out, errs := e.runClock(t, bin, "joiner", "--namespace", "petrel/interop/clock", "--track", "now", "--join-groups", "1")
 	history := regexp.MustCompile(`history complete`)
 	waitFor(t, "moq-clock's joining FETCH through Petrel", 30*time.Second, func() bool { return errs.match(history) >= 1 })
+	// stdout and stderr are separate pipes read by separate goroutines: the
+	// history's lines may still be on their way when stderr says it is
+	// complete. Live objects come once a second, so in 800 ms at most one
+	// line can be live: two or more mean history was printed.
+	deadline := time.Now().Add(800 * time.Millisecond)
+	for out.match(clockLine) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	before := out.match(clockLine)
 	if before < 2 {
 		t.Fatalf("the joiner printed %d times from history (the current minute so far)", before)
