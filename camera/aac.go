@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"strconv"
@@ -127,17 +126,43 @@ func (t *aacTranscoder) to48(ts uint32) uint32 {
 
 // forwardSR sends the camera's sender report for its AAC as one for the Opus.
 func (t *aacTranscoder) forwardSR(sr *rtcp.SenderReport) {
-	t.mu.Lock()
-	if !t.anchored || t.newSess || t.rate == 0 {
-		t.mu.Unlock()
+	ts, ok := t.srTime(sr.RTPTime)
+	if !ok {
 		return
 	}
-	ts := t.to48(sr.RTPTime)
-	t.mu.Unlock()
 	out := rtcp.SenderReport{SSRC: t.ssrc, NTPTime: sr.NTPTime, RTPTime: ts, PacketCount: sr.PacketCount, OctetCount: sr.OctetCount}
 	if b, err := out.Marshal(); err == nil {
 		t.track.WriteRTCP(b)
 	}
+}
+
+// srTime is the Opus timestamp of the camera's AAC timestamp ts, for its
+// sender reports: the same conversion as the packets' (outTime).
+func (t *aacTranscoder) srTime(ts uint32) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.anchored || t.newSess || t.rate == 0 {
+		return 0, false
+	}
+	return t.to48(ts), true
+}
+
+// outTime is the timestamp of the Opus packet that starts off 48 kHz samples
+// into ffmpeg's output: the AAC timestamp of the input sample it encodes, on
+// the 48 kHz clock (t.mu held).
+func (t *aacTranscoder) outTime(off int64) (uint32, bool) {
+	if t.rate == 0 || len(t.breaks) == 0 {
+		return 0, false
+	}
+	idx := off * int64(t.rate) / opusClock
+	b := t.breaks[0]
+	for _, x := range t.breaks[1:] {
+		if x.idx > idx {
+			break
+		}
+		b = x
+	}
+	return b.ts48 + uint32(off-b.idx*opusClock/int64(t.rate)), true
 }
 
 // consumers reports whether anyone takes the Opus.
@@ -307,7 +332,11 @@ func (t *aacTranscoder) feed(w *bufio.Writer, a aacAU) error {
 	} else if t.newSess {
 		// A new upstream session: its AAC clock starts anywhere; carry on the
 		// 48 kHz clock from where the last one left off plus the pause.
-		gap := int64(max(time.Since(t.sentAt), 20*time.Millisecond)) * int64(t.rate) / int64(time.Second)
+		pause := 20 * time.Millisecond
+		if !t.sentAt.IsZero() {
+			pause = min(max(time.Since(t.sentAt), pause), 10*time.Second)
+		}
+		gap := int64(pause) * int64(t.rate) / int64(time.Second)
 		cur := t.to48(t.lastAAC + uint32(mpeg4audio.SamplesPerAccessUnit))
 		t.base48 = cur + uint32(gap*opusClock/int64(t.rate))
 		t.baseAAC, t.lastAAC, t.ext, t.newSess = a.ts, a.ts, 0, false
@@ -360,19 +389,11 @@ func (t *aacTranscoder) readOpus(conn *net.UDPConn) {
 		}
 		off := int64(pkt.Timestamp - first) // 48 kHz samples since ffmpeg's first packet
 		t.mu.Lock()
-		if t.rate == 0 || len(t.breaks) == 0 {
+		ts, ok := t.outTime(off)
+		if !ok {
 			t.mu.Unlock()
 			continue
 		}
-		idx := off * int64(t.rate) / opusClock
-		b := t.breaks[0]
-		for _, x := range t.breaks[1:] {
-			if x.idx > idx {
-				break
-			}
-			b = x
-		}
-		ts := b.ts48 + uint32(off-b.idx*opusClock/int64(t.rate))
 		t.seq++
 		h := rtp.Header{Version: 2, PayloadType: 111, SequenceNumber: t.seq, Timestamp: ts, SSRC: t.ssrc, Marker: pkt.Marker}
 		t.last48, t.sentAt = ts, time.Now()
@@ -382,7 +403,6 @@ func (t *aacTranscoder) readOpus(conn *net.UDPConn) {
 	}
 }
 
-var _ io.Writer = (*bufio.Writer)(nil)
 
 // aacTap receives a camera's AAC access units as they come (the recorder).
 type aacTap struct{ fn func(ts uint32, au []byte) }
