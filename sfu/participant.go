@@ -790,6 +790,7 @@ func (p *Participant) Stats() map[string]any {
 			"retransmits": d.retransmits.Load(), "plis": d.plis.Load(),
 			"rttMs": float64(d.rtt.Load()) / 1e6, "fractionLost": float64(d.lossFrac.Load()) / 256,
 			"layer": d.CurrentLayer(), "allocatedLayer": d.allocLayer.Load(), "switches": d.switches.Load(),
+			"temporal": d.CurrentTemporal(), "allocatedTemporal": d.allocT.Load(),
 		})
 	}
 	var pubs []map[string]any
