@@ -151,8 +151,8 @@ out += ["", "Goals (loopback): "
         ""]
 d, sfu, dr = by.get("WebRTC camera, direct session"), by.get("WebRTC camera, through the SFU (WHEP)"), by.get("WebRTC camera, direct session, relay")
 if None not in (d, sfu, dr):
-    out += ["The WebRTC camera rows (`petrel camera webrtc`, the same clip) were measured interleaved: one session through the",
-            "SFU (WHEP), one direct, one direct through the TURN server, in turn. A direct session's clock starts after the",
+    out += ["The WebRTC camera rows (`petrel camera webrtc`, the same clip) were measured interleaved: one session of each",
+            "row in turn (through the SFU, direct, direct through the TURN server, the last two without trickle too). A direct session's clock starts after the",
             "probe has joined the camera's room (the room connection is the viewer's standing signaling channel; WHEP needs",
             "none); its offer and answer travel as relay messages through the server. The camera answers on a new peer",
             "connection and makes a keyframe once DTLS is up (no GOP cache: the media does not pass the server), so first",
@@ -167,9 +167,10 @@ if None not in (d, dr, nt, ntr):
             "gathers every candidate before the offer (and the camera, seeing no `a=ice-options:trickle`, before its",
             f"answer), as before. First frame p50, interleaved in the same run: direct {d:.1f} ms with trickle against",
             f"{nt:.1f} ms without ({d / nt:.2f}x); relayed {dr:.1f} ms against {ntr:.1f} ms ({dr / ntr:.2f}x). On loopback",
-            "host candidates are gathered in about a millisecond, so what trickle saves here is the wait for the",
-            "TURN allocation (relay rows) and for gathering to be declared complete; across real networks, where",
-            "server-reflexive and relay candidates take a STUN/TURN round trip each, the saving is larger."]
+            "host candidates are gathered in about a millisecond, so trickle has nothing to save on the direct rows (the",
+            "candidate messages cost about what the wait for gathering did); on the relayed rows the offer no longer waits",
+            "for the TURN allocation. Networks where server-reflexive and relay candidates take a STUN or TURN round",
+            "trip each, where trickle should matter more, were not measured."]
 out += ["<!-- camera-bench:end -->"]
 text = "\n".join(out) + "\n"
 doc = "docs/benchmarks.md"
