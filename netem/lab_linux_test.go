@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -427,4 +428,75 @@ func TestLabScriptAndCleanup(t *testing.T) {
 	if _, err := os.Stat("/run/netns/" + l.A.NS); err != nil {
 		t.Errorf("Cleanup removed a live lab: %v", err)
 	}
+}
+
+// The emulator's real-time threads must stay its own: once a lab is closed no
+// thread of this process, and no process it starts, may be SCHED_FIFO. (They
+// were: the thread went back to the runtime's pool, and a benchmark's browser
+// and server forked after the first lab ran real-time, and could not be put in
+// a CPU-limited cgroup.)
+func TestLabRealtimeStaysInRouter(t *testing.T) {
+	for i := 0; i < 2; i++ {
+		l := newTestLab(t, Spec{})
+		tx, rx := udpPair(t, l, 7400+uint16(i))
+		if _, err := tx.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		rx.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := rx.Read(make([]byte, 16)); err != nil {
+			t.Fatal(err)
+		}
+		tx.Close()
+		rx.Close()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let exited threads go.
+	time.Sleep(100 * time.Millisecond)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, task := range tasks {
+		// A goroutine that ends locked to the main thread wedges it (Go
+		// cannot end the main thread): it keeps its policy and runs nothing.
+		if task.Name() == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if p := schedPolicy(t, "/proc/self/task/"+task.Name()+"/stat"); p != 0 {
+			t.Errorf("thread %s has scheduling policy %d after the labs closed", task.Name(), p)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		out, err := exec.Command("sh", "-c", "cat /proc/$$/stat").Output()
+		if err != nil {
+			t.Skip(err)
+		}
+		if p := policyField(t, string(out)); p != 0 {
+			t.Errorf("child process has scheduling policy %d", p)
+		}
+	}
+}
+
+func schedPolicy(t *testing.T, stat string) int {
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		return 0 // the thread exited
+	}
+	return policyField(t, string(b))
+}
+
+// policyField reads field 41 (policy) of a /proc stat line.
+func policyField(t *testing.T, s string) int {
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:]) // field 3 onwards
+	if len(f) < 39 {
+		t.Fatalf("short stat line: %q", s)
+	}
+	p, err := strconv.Atoi(f[38])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

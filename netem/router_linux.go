@@ -71,8 +71,14 @@ func (d *direction) snapshot() Stats {
 
 func (d *direction) run() {
 	defer close(d.done)
+	// The thread stays locked to the end: a thread made real-time (or with
+	// a changed timer slack) must die with this goroutine, not go back to
+	// the runtime's pool, where it ran other goroutines, os/exec forked the
+	// lab's processes from it, and the runtime cloned new threads from it,
+	// all SCHED_FIFO: the browsers and servers of every later lab run were
+	// real-time (ahead of everyone else on the machine), and a CPU-limited
+	// cgroup refused them (EINVAL, no RT runtime in the group).
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	// The default 50 µs timer slack would blur sub-millisecond delays.
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	if d.realtime {
@@ -80,8 +86,9 @@ func (d *direction) run() {
 		// a real-time thread is the userspace equivalent, so endpoints
 		// that saturate the CPUs do not add their scheduling delay to
 		// the emulated link. The loop always blocks in ppoll, and the
-		// kernel's RT throttling keeps a share for everyone else.
-		unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 10}, 0)
+		// kernel's RT throttling keeps a share for everyone else. Threads
+		// the runtime clones from this one start as normal threads.
+		unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 10, Flags: unix.SCHED_FLAG_RESET_ON_FORK}, 0)
 	}
 
 	l := d.link
