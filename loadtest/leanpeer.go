@@ -66,6 +66,7 @@ type leanPeer struct {
 
 	// The reader goroutine alone uses what follows once rx is set.
 	rx        atomic.Pointer[srtp.Context]
+	grx       atomic.Pointer[gcmRx] // AES-GCM profiles: decrypted without pion/srtp (srtpgcm.go)
 	tx        *srtp.Context
 	ssrc      uint32 // our RTCP sender SSRC
 	streams   [8]leanStream
@@ -237,6 +238,11 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	if err != nil {
 		return err
 	}
+	if g, err := leanGCM(dc); err != nil {
+		return err
+	} else if g != nil {
+		l.grx.Store(g)
+	}
 	l.tx = tx
 	l.lastRR = time.Now()
 	l.rx.Store(rx) // publishes tx and lastRR to the reader
@@ -274,12 +280,13 @@ func (l *leanPeer) read() {
 		if err != nil {
 			return
 		}
-		l.handle(buf[:n], from)
+		l.handle(buf[:n], from, time.Now())
 	}
 }
 
-// handle demultiplexes one datagram by its first byte (RFC 7983).
-func (l *leanPeer) handle(b []byte, from netip.AddrPort) {
+// handle demultiplexes one datagram, received at now, by its first byte
+// (RFC 7983). b is the reader's: it is decrypted in place.
+func (l *leanPeer) handle(b []byte, from netip.AddrPort, now time.Time) {
 	if len(b) == 0 {
 		l.junk(b, from, "empty datagram")
 		return
@@ -295,7 +302,7 @@ func (l *leanPeer) handle(b []byte, from netip.AddrPort) {
 		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 {
 			return // SRTCP (sender reports): nothing the generator needs
 		}
-		l.onRTP(b)
+		l.onRTP(b, now)
 	default:
 		l.junk(b, from, "not STUN, DTLS or SRTP")
 	}
@@ -351,14 +358,19 @@ func (l *leanPeer) onSTUN(b []byte, from netip.AddrPort) {
 	}
 }
 
-// onRTP decrypts one SRTP packet in place (into the peer's one plaintext
-// buffer) and counts it. No allocation, no lock but the stream's own.
-func (l *leanPeer) onRTP(b []byte) {
-	ctx := l.rx.Load()
-	if ctx == nil {
+// onRTP decrypts one SRTP packet in place (AES-GCM: b itself; otherwise
+// into the peer's one plaintext buffer) and counts it. No allocation, no
+// lock but the stream's own.
+func (l *leanPeer) onRTP(b []byte, now time.Time) {
+	var out []byte
+	var err error
+	if g := l.grx.Load(); g != nil {
+		out, err = g.open(b)
+	} else if ctx := l.rx.Load(); ctx != nil {
+		out, err = ctx.DecryptRTP(l.dec, b, &l.hdr)
+	} else {
 		return // media before the keys: the server is early, drop
 	}
-	out, err := ctx.DecryptRTP(l.dec, b, &l.hdr)
 	if err != nil {
 		l.authFail++ // replays, forgeries, garbage shaped like RTP
 		if l.authFail == 1 {
@@ -366,15 +378,15 @@ func (l *leanPeer) onRTP(b []byte) {
 		}
 		return
 	}
-	s := l.stream(l.hdr.SSRC, l.hdr.PayloadType)
+	s := l.stream(binary.BigEndian.Uint32(out[8:]), out[1]&0x7f)
 	if s == nil {
 		return
 	}
-	if gapFrom, gapN := s.st.onPacket(out, l.tot, l.p.onFirst); gapN > 0 {
+	if gapFrom, gapN := s.st.onPacketAt(out, l.tot, l.p.onFirst, now); gapN > 0 {
 		l.sendNACK(s.ssrc, gapFrom, gapN)
 	}
 	if l.pkts++; l.pkts&63 == 0 {
-		if now := time.Now(); now.Sub(l.lastRR) >= time.Second {
+		if now.Sub(l.lastRR) >= time.Second {
 			l.lastRR = now
 			l.sendRR()
 		}
@@ -529,4 +541,22 @@ func LeanWHEP(ctx context.Context, lr *LeanRx, endpoint, token string, p *Peer) 
 		return err
 	}
 	return nil
+}
+
+// leanGCM is the AES-GCM receiver for a finished handshake (nil for the
+// AES-CM profile, which pion/srtp decrypts).
+func leanGCM(dc *dtls.Conn) (*gcmRx, error) {
+	prof, ok := dc.SelectedSRTPProtectionProfile()
+	if !ok {
+		return nil, nil
+	}
+	state, ok := dc.ConnectionState()
+	if !ok {
+		return nil, nil
+	}
+	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
+	if err := cfg.ExtractSessionKeysFromDTLS(&state, true); err != nil {
+		return nil, fmt.Errorf("srtp keys: %w", err)
+	}
+	return newGCMRx(cfg.Profile, cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt)
 }

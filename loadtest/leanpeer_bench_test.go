@@ -22,7 +22,15 @@ import (
 //
 //	go test -run '^$' -bench 'LeanReceive' -benchmem ./loadtest/
 //	go test -run '^$' -bench 'FloorReceive/AES256' -benchmem ./bench/
+//
+// pion: pion/srtp's DecryptRTP (what the AES-CM profile still uses); gcm:
+// the generator's own AES-GCM receiver (srtpgcm.go, the default for GCM).
 func BenchmarkLeanReceive(b *testing.B) {
+	b.Run("pion", func(b *testing.B) { benchLeanReceive(b, false) })
+	b.Run("gcm", func(b *testing.B) { benchLeanReceive(b, true) })
+}
+
+func benchLeanReceive(b *testing.B, gcm bool) {
 	prof := srtp.ProtectionProfileAeadAes256Gcm
 	kl, _ := prof.KeyLen()
 	sl, _ := prof.SaltLen()
@@ -62,6 +70,13 @@ func BenchmarkLeanReceive(b *testing.B) {
 	l.tx = enc // RTCP out (a receiver report a second); any key will do
 	l.lastRR = time.Now()
 	l.rx.Store(dec)
+	if gcm {
+		g, err := newGCMRx(prof, key, salt)
+		if err != nil || g == nil {
+			b.Fatal(err)
+		}
+		l.grx.Store(g)
+	}
 
 	const batch = 256
 	h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd}
@@ -100,7 +115,7 @@ func BenchmarkLeanReceive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			l.handle(buf[:n], from)
+			l.handle(buf[:n], from, time.Now())
 		}
 		cpu += threadCPU() - c0
 		done += k

@@ -34,8 +34,11 @@ type leanShared struct {
 	every time.Duration
 	next  atomic.Uint32
 
-	mu    sync.Mutex // held while a batch is handled; remove takes it
-	peers map[[4]byte]*leanPeer
+	mu sync.Mutex // held while a batch is handled; remove takes it
+	// peers is indexed by the last two octets of a peer's address (the
+	// first two are net): an index, not a map lookup, per datagram.
+	// leanReserved marks an address taken by a peer not yet activated.
+	peers []*leanPeer
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -57,6 +60,12 @@ type mmsghdr struct {
 }
 
 var leanNets atomic.Uint32
+
+// leanReserved stands in the address table for a peer that is set up but
+// not yet receiving.
+var leanReserved = &leanPeer{}
+
+func leanIndex(a [4]byte) int { return int(a[2])<<8 | int(a[3]) }
 
 // newLeanShared opens the shared socket. bind must be a loopback address:
 // the peers' addresses are taken from 127/8.
@@ -94,7 +103,7 @@ func newLeanShared(bind string, every time.Duration) (*leanShared, error) {
 	// share an address (the ports differ anyway).
 	n := 64 + byte(leanNets.Add(1)%128)
 	s := &leanShared{fd: fd, port: uint16(sa.(*syscall.SockaddrInet4).Port), net: [2]byte{127, n}, every: every,
-		peers: map[[4]byte]*leanPeer{}, stop: make(chan struct{}), done: make(chan struct{})}
+		peers: make([]*leanPeer, 1<<16), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range s.hdrs {
 		s.iovs[i] = syscall.Iovec{Base: &s.bufs[i][0]}
 		s.iovs[i].SetLen(len(s.bufs[i]))
@@ -117,8 +126,8 @@ func (s *leanShared) reserve(l *leanPeer) error {
 			continue
 		}
 		s.mu.Lock()
-		if _, used := s.peers[a]; !used {
-			s.peers[a] = nil
+		if s.peers[leanIndex(a)] == nil {
+			s.peers[leanIndex(a)] = leanReserved
 			s.mu.Unlock()
 			l.sh, l.laddr = s, netip.AddrPortFrom(netip.AddrFrom4(a), s.port)
 			return nil
@@ -131,7 +140,7 @@ func (s *leanShared) reserve(l *leanPeer) error {
 // activate starts delivering l's datagrams to l.handle.
 func (s *leanShared) activate(l *leanPeer) {
 	s.mu.Lock()
-	s.peers[l.laddr.Addr().As4()] = l
+	s.peers[leanIndex(l.laddr.Addr().As4())] = l
 	s.mu.Unlock()
 }
 
@@ -139,9 +148,9 @@ func (s *leanShared) activate(l *leanPeer) {
 func (s *leanShared) remove(l *leanPeer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := l.laddr.Addr().As4()
-	if p, used := s.peers[a]; used && (p == l || p == nil) {
-		delete(s.peers, a)
+	i := leanIndex(l.laddr.Addr().As4())
+	if p := s.peers[i]; p == l || p == leanReserved {
+		s.peers[i] = nil
 	}
 }
 
@@ -210,21 +219,22 @@ func (s *leanShared) recv() int {
 
 // deliver hands datagrams 0..n-1 of the batch to their peers.
 func (s *leanShared) deliver(n int) {
+	now := time.Now() // one arrival time for the batch: they waited at most the interval
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range n {
 		h := &s.hdrs[i]
 		dst, ok := pktinfoDst(s.oobs[i][:h.hdr.Controllen])
-		if !ok || s.names[i].Family != syscall.AF_INET {
+		if !ok || s.names[i].Family != syscall.AF_INET || dst[0] != s.net[0] || dst[1] != s.net[1] {
 			continue
 		}
-		l := s.peers[dst]
-		if l == nil {
+		l := s.peers[leanIndex(dst)]
+		if l == nil || l == leanReserved {
 			continue // a peer already gone: late packets
 		}
 		sa := &s.names[i]
 		from := netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port>>8|sa.Port<<8))
-		l.handle(s.bufs[i][:h.n], from)
+		l.handle(s.bufs[i][:h.n], from, now)
 	}
 }
 

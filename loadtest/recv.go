@@ -161,11 +161,16 @@ func receive(tr *webrtc.TrackRemote, pc *webrtc.PeerConnection, st *streamRx, to
 
 // onPacket counts one RTP packet and returns the gap before it, if any.
 func (st *streamRx) onPacket(b []byte, tot *Counters, onFirst func(frame bool)) (gapFrom, gapN uint32) {
+	return st.onPacketAt(b, tot, onFirst, time.Now())
+}
+
+// onPacketAt is onPacket with the arrival time (a batch of datagrams read
+// at once shares one).
+func (st *streamRx) onPacketAt(b []byte, tot *Counters, onFirst func(frame bool), now time.Time) (gapFrom, gapN uint32) {
 	n := len(b)
 	if n < 12 {
 		return 0, 0
 	}
-	now := time.Now()
 	seq := uint32(binary.BigEndian.Uint16(b[2:]))
 	ts := binary.BigEndian.Uint32(b[4:])
 	marker := b[1]&0x80 != 0
