@@ -40,9 +40,14 @@ func cameraMain(args []string) int {
 
 // loadOrMakeClip loads the test clip from dir, generating it with
 // scripts/make-test-clip.sh when it is missing and the script is at hand.
-func loadOrMakeClip(dir string) (*emulator.Clip, error) {
+// loadOrMakeClip loads the clip in dir, generating it first when clip.h264 (or,
+// with needAAC, clip.aac) is missing.
+func loadOrMakeClip(dir string, needAAC bool) (*emulator.Clip, error) {
 	_, err := os.Stat(filepath.Join(dir, "clip.h264"))
-	if _, aerr := os.Stat(filepath.Join(dir, "clip.aac")); err != nil || aerr != nil {
+	if needAAC && err == nil {
+		_, err = os.Stat(filepath.Join(dir, "clip.aac"))
+	}
+	if err != nil {
 		script := "scripts/make-test-clip.sh"
 		if _, serr := os.Stat(script); serr != nil {
 			return nil, fmt.Errorf("no clip in %s: run scripts/make-test-clip.sh %s", dir, dir)
@@ -74,7 +79,7 @@ func cameraEmulate(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate: --audio must be g711, aac or aac-latm")
 		return 2
 	}
-	clip, err := loadOrMakeClip(*clipDir)
+	clip, err := loadOrMakeClip(*clipDir, *audio != "g711")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate:", err)
 		return 1
@@ -105,7 +110,7 @@ func cameraWebRTC(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel camera webrtc: --token is required")
 		return 2
 	}
-	clip, err := loadOrMakeClip(*clipDir)
+	clip, err := loadOrMakeClip(*clipDir, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera webrtc:", err)
 		return 1
