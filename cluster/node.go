@@ -112,7 +112,7 @@ func Start(o Options) (*Node, error) {
 		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.shed.init(c.MaxCPU)
+	n.shed.init(c.MaxCPU, c.MaxEgressMbps)
 	n.mgr.SetDataTap(n.onRoomData)
 	if err := n.heartbeat(); err != nil {
 		_ = rdb.Close()
@@ -180,7 +180,7 @@ func (n *Node) heartbeat() error {
 	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
 	defer cancel()
 	info := n.snapshot()
-	n.shed.update(n, info.Load.CPU)
+	n.shed.update(n, info.Load.CPU, info.Load.EgressMbps)
 	n.mu.Lock()
 	prev := n.prev
 	n.mu.Unlock()
@@ -289,7 +289,7 @@ func (n *Node) snapshot() NodeInfo {
 	}
 	n.mu.Unlock()
 	info.Load.Rooms = len(info.Rooms)
-	info.Load.CPU, info.Load.PacketsPerSec = n.load.sample(packets)
+	info.Load.CPU, info.Load.PacketsPerSec, info.Load.EgressMbps = n.load.sample(packets, n.sentBytes())
 	n.mu.Lock()
 	for id, ms := range n.probeRTT {
 		info.RTT[id] = ms

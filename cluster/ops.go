@@ -13,17 +13,23 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
-// loadMeter turns CPU time and packet counters into rates between heartbeats.
+// loadMeter turns CPU time, packet and byte counters into rates between
+// heartbeats.
 type loadMeter struct {
-	mu       sync.Mutex
-	at       time.Time
-	cpu      time.Duration
-	packets  uint64
-	lastCPU  float64
-	lastRate float64
+	mu         sync.Mutex
+	at         time.Time
+	cpu        time.Duration
+	packets    uint64
+	sent       uint64
+	lastCPU    float64
+	lastRate   float64
+	lastEgress float64
 }
 
 func processCPU() time.Duration {
@@ -34,9 +40,11 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// sample returns the CPU share of the machine and packets per second since the
-// previous sample.
-func (m *loadMeter) sample(packets uint64) (float64, float64) {
+// sample returns the CPU share of the machine, packets per second received
+// and megabits per second sent since the previous sample. sent counts the
+// bytes the node has sent so far; a counter that went back (a closed link's
+// bytes leave the sum) keeps the previous rate for one sample.
+func (m *loadMeter) sample(packets, sent uint64) (cpuShare, pps, egressMbps float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now, cpu := time.Now(), processCPU()
@@ -46,10 +54,30 @@ func (m *loadMeter) sample(packets uint64) (float64, float64) {
 			if packets >= m.packets {
 				m.lastRate = float64(packets-m.packets) / dt.Seconds()
 			}
+			if sent >= m.sent {
+				m.lastEgress = float64(sent-m.sent) * 8 / 1e6 / dt.Seconds()
+			}
 		}
 	}
-	m.at, m.cpu, m.packets = now, cpu, packets
-	return m.lastCPU, m.lastRate
+	m.at, m.cpu, m.packets, m.sent = now, cpu, packets, sent
+	return m.lastCPU, m.lastRate, m.lastEgress
+}
+
+// sentBytes is what the node has sent so far: RTP to its subscribers (the
+// petrel_bytes_total{direction="out"} counter, one per process) and media
+// over its node links. Read once a heartbeat.
+func (n *Node) sentBytes() uint64 {
+	var m dto.Metric
+	var total uint64
+	if err := metrics.BytesOut.Write(&m); err == nil {
+		total = uint64(m.GetCounter().GetValue())
+	}
+	n.mu.Lock()
+	for _, l := range n.links {
+		total += l.stats.sentBytes.Load()
+	}
+	n.mu.Unlock()
+	return total
 }
 
 func (m *loadMeter) last() (float64, float64) {
@@ -59,14 +87,16 @@ func (m *loadMeter) last() (float64, float64) {
 }
 
 // shedder lowers the Last-N of the node's rooms, one step at a time, while the
-// node is over its CPU threshold, and gives the steps back when load falls.
+// node is over its CPU or its egress threshold, and gives the steps back when
+// both have fallen.
 // Lowering Last-N first drops the video of the participants who spoke least
 // recently — the tiles receivers look at least — so the least-affected
 // receivers lose quality first; audio, the dominant speaker and pinned
 // participants are never shed.
 type shedder struct {
-	max   float64
-	level atomic.Int32
+	max       float64 // CPU share, 0: no CPU limit
+	maxEgress float64 // Mbit/s sent, 0: no egress limit
+	level     atomic.Int32
 	over  int
 	under int
 	// orig is each room's Last-N before shedding began.
@@ -79,17 +109,25 @@ const (
 	shedUnderN   = 6 // heartbeats under 70% of it before a step back up
 )
 
-func (s *shedder) init(max float64) { s.max, s.orig = max, map[string]int{} }
+func (s *shedder) init(maxCPU, maxEgressMbps float64) {
+	s.max, s.maxEgress, s.orig = maxCPU, maxEgressMbps, map[string]int{}
+}
+
+// over and under say whether a load is over its limit, or under 70% of it
+// (the hysteresis band between holds the level); a limit of 0 is never over
+// and always under.
+func over(v, limit float64) bool  { return limit > 0 && v > limit }
+func under(v, limit float64) bool { return limit <= 0 || v < 0.7*limit }
 
 // update runs on the heartbeat goroutine only.
-func (s *shedder) update(n *Node, cpu float64) {
-	if s.max <= 0 {
+func (s *shedder) update(n *Node, cpu, egressMbps float64) {
+	if s.max <= 0 && s.maxEgress <= 0 {
 		return
 	}
 	switch {
-	case cpu > s.max:
+	case over(cpu, s.max) || over(egressMbps, s.maxEgress):
 		s.over, s.under = s.over+1, 0
-	case cpu < 0.7*s.max:
+	case under(cpu, s.max) && under(egressMbps, s.maxEgress):
 		s.under, s.over = s.under+1, 0
 	default:
 		s.over, s.under = 0, 0
@@ -109,7 +147,7 @@ func (s *shedder) update(n *Node, cpu float64) {
 		return
 	}
 	s.level.Store(int32(lvl))
-	n.log.Warn("cluster load shedding", "level", lvl, "cpu", cpu, "max_cpu", s.max)
+	n.log.Warn("cluster load shedding", "level", lvl, "cpu", cpu, "max_cpu", s.max, "egress_mbps", egressMbps, "max_egress_mbps", s.maxEgress)
 	for _, r := range n.mgr.Rooms() {
 		name := r.Name()
 		orig, ok := s.orig[name]

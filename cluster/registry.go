@@ -40,6 +40,7 @@ const (
 type Load struct {
 	CPU           float64 `json:"cpu"` // share of the machine's cores, 0..1
 	PacketsPerSec float64 `json:"packetsPerSec"`
+	EgressMbps    float64 `json:"egressMbps"` // media sent to subscribers and node links
 	Participants  int     `json:"participants"`
 	Tracks        int     `json:"tracks"`
 	Rooms         int     `json:"rooms"`

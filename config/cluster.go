@@ -21,6 +21,9 @@ type Cluster struct {
 	// MaxCPU is the share of the machine's CPU (0 to 1) above which the node
 	// sheds load (lower Last-N) and is offered to new participants last.
 	MaxCPU float64 `yaml:"max_cpu"`
+	// MaxEgressMbps is the media the node may send (Mbit/s, to subscribers
+	// and node links) before it sheds load as over MaxCPU; 0: no limit.
+	MaxEgressMbps float64 `yaml:"max_egress_mbps"`
 	// DrainGrace is how long a draining node waits for participants to move
 	// before it closes the remaining ones.
 	DrainGrace time.Duration `yaml:"drain_grace" flag:"drain-grace" usage:"how long a drain waits before closing the rest"`

@@ -82,18 +82,18 @@ func clusterStatus(reg *cluster.Registry) int {
 		return 1
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tURL\tSTATE\tCPU\tPKT/S\tPARTICIPANTS\tTRACKS\tROOMS\tLINKS\tHEARTBEAT")
+	fmt.Fprintln(w, "NODE\tURL\tSTATE\tCPU\tPKT/S\tOUT MBIT/S\tPARTICIPANTS\tTRACKS\tROOMS\tLINKS\tHEARTBEAT")
 	for _, n := range live {
 		state := "up"
 		if n.Draining {
 			state = "draining"
 		}
 		age := time.Since(time.UnixMilli(n.Updated)).Round(time.Millisecond)
-		fmt.Fprintf(w, "%s\t%s\t%s\t%.0f%%\t%.0f\t%d\t%d\t%d\t%d\t%s ago\n", n.ID, n.URL, state, n.Load.CPU*100,
-			n.Load.PacketsPerSec, n.Load.Participants, n.Load.Tracks, n.Load.Rooms, n.Links, age)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.0f%%\t%.0f\t%.1f\t%d\t%d\t%d\t%d\t%s ago\n", n.ID, n.URL, state, n.Load.CPU*100,
+			n.Load.PacketsPerSec, n.Load.EgressMbps, n.Load.Participants, n.Load.Tracks, n.Load.Rooms, n.Links, age)
 	}
 	for _, id := range lost {
-		fmt.Fprintf(w, "%s\t\tlost\t\t\t\t\t\t\t\n", id)
+		fmt.Fprintf(w, "%s\t\tlost\t\t\t\t\t\t\t\t\n", id)
 	}
 	w.Flush()
 	// Rooms: where each room's participants are.
