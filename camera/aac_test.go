@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestRTSPAACReachesViewerAsOpus(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			v, err := probe.Open(ctx, probe.Options{Endpoint: whepURL(srv, "aac"), Token: token(t, camera.RoomOf("aac"), "listener", false),
-				API: client.LoopbackAPI(), KeepAudio: 150})
+				API: client.LoopbackAPI(), KeepAudio: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,6 +99,39 @@ func TestRTSPAACReachesViewerAsOpus(t *testing.T) {
 			t.Logf("%s: %d Opus packets, decoded mean volume %.1f dB", mode, len(pkts), mean)
 			if mean < -40 {
 				t.Fatalf("the decoded Opus is silence (mean volume %.1f dB)", mean)
+			}
+			if mode == "aac" {
+				// ffmpeg dies: the transcoder is restarted (after a second's
+				// backoff) and the viewer hears Opus again.
+				note := srv.Cameras.Camera("aac").Status().AudioNote
+				m := regexp.MustCompile(`pid ([0-9]+)`).FindStringSubmatch(note)
+				if m == nil {
+					t.Fatalf("no pid in %q", note)
+				}
+				pid, _ := strconv.Atoi(m[1])
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatalf("kill ffmpeg %d: %v", pid, err)
+				}
+				killed := time.Now()
+				waitStatus(t, srv, "aac", "ffmpeg restarted", func(s camera.Status) bool {
+					return strings.Contains(s.AudioNote, "pid") && !strings.Contains(s.AudioNote, "pid "+m[1]+")")
+				})
+				_, before := v.Audio()
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					if _, ps := v.Audio(); len(ps) >= len(before)+50 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("no Opus after ffmpeg was restarted")
+					}
+				}
+				t.Logf("ffmpeg killed; Opus flowing again %v later", time.Since(killed).Round(time.Millisecond))
+				// The timeline goes on from the AAC clock: forward, by about the outage.
+				_, after := v.Audio()
+				last, next := before[len(before)-1].Timestamp, after[len(before)].Timestamp
+				if d := int32(next - last); d <= 0 || d > 5*48000 {
+					t.Fatalf("across the restart the Opus timestamp moved %d ticks", d)
+				}
 			}
 			v.Close()
 			waitStatus(t, srv, "aac", "transcoder stopped without listeners", func(s camera.Status) bool { return strings.Contains(s.AudioNote, "idle") })
