@@ -38,13 +38,46 @@ type Assembler struct {
 	pending    map[ObjectKey]*partial
 	// done remembers recently completed objects, so that a late duplicate does
 	// not start a new partial object.
-	done    map[ObjectKey]time.Time
-	Dropped int // objects given up (deadline, eviction)
+	done map[ObjectKey]time.Time
+	// gaps are objects a later object of the same group skipped: every
+	// fragment of them was lost (a small delta frame is one fragment), so
+	// nothing is pending to NACK. They are NACKed for fragment 0, whose
+	// answer tells the object's size; the rest is then NACKed as usual.
+	gaps    map[ObjectKey]*gap
+	newest  map[uint64]ObjectKey // per track alias
+	Dropped int                  // objects given up (deadline, eviction)
 }
+
+type gap struct{ first, nacked time.Time }
 
 // NewAssembler makes an Assembler.
 func NewAssembler() *Assembler {
-	return &Assembler{MaxPending: 64, pending: map[ObjectKey]*partial{}, done: map[ObjectKey]time.Time{}}
+	return &Assembler{MaxPending: 64, pending: map[ObjectKey]*partial{}, done: map[ObjectKey]time.Time{},
+		gaps: map[ObjectKey]*gap{}, newest: map[uint64]ObjectKey{}}
+}
+
+// noteGap records the objects between the newest of k's track and k, when k
+// is further on in the same group, and forgets k's own gap.
+func (a *Assembler) noteGap(k ObjectKey, now time.Time) {
+	if len(a.gaps) > 0 {
+		delete(a.gaps, k)
+	}
+	n, ok := a.newest[k.TrackAlias]
+	if ok && k.Group == n.Group && k.Object > n.Object+1 {
+		for o := n.Object + 1; o < k.Object && o <= n.Object+64 && len(a.gaps) < a.MaxPending; o++ {
+			gk := ObjectKey{k.TrackAlias, k.Group, o}
+			if _, done := a.done[gk]; done {
+				continue
+			}
+			if _, p := a.pending[gk]; p {
+				continue
+			}
+			a.gaps[gk] = &gap{first: now}
+		}
+	}
+	if !ok || k.Group > n.Group || k.Group == n.Group && k.Object > n.Object {
+		a.newest[k.TrackAlias] = k
+	}
 }
 
 // fragSpan is fragment i's byte range in an object of length l cut into c.
@@ -68,6 +101,7 @@ func (a *Assembler) Add(f *Fragment, now time.Time) ([]byte, bool, error) {
 	if hi-lo != len(f.Data) {
 		return nil, false, fmt.Errorf("%w: fragment %d/%d has %d bytes, want %d", ErrDatagram, f.Index, f.Count, len(f.Data), hi-lo)
 	}
+	a.noteGap(k, now)
 	if f.Count == 1 {
 		a.finish(k, now)
 		return append([]byte(nil), f.Data...), true, nil
@@ -181,8 +215,9 @@ func (a *Assembler) evictOldest() {
 
 // Nacks returns NACKs for incomplete objects that have waited at least wait
 // since their first fragment (a reorder window) and were not NACKed within
-// every; objects older than giveUp are dropped (their playout deadline passed)
-// and returned in dropped.
+// every, and for fragment 0 of objects a later object of their group skipped;
+// objects older than giveUp are dropped (their playout deadline passed) and
+// returned in dropped.
 func (a *Assembler) Nacks(now time.Time, wait, every, giveUp time.Duration) (nacks []Nack, dropped []ObjectKey) {
 	for k, p := range a.pending {
 		age := now.Sub(p.first)
@@ -204,6 +239,20 @@ func (a *Assembler) Nacks(now time.Time, wait, every, giveUp time.Duration) (nac
 		p.nacked = now
 		p.nacks++
 		nacks = append(nacks, n)
+	}
+	for k, g := range a.gaps {
+		age := now.Sub(g.first)
+		if age > giveUp {
+			delete(a.gaps, k)
+			a.Dropped++
+			dropped = append(dropped, k)
+			continue
+		}
+		if age < wait || now.Sub(g.nacked) < every {
+			continue
+		}
+		g.nacked = now
+		nacks = append(nacks, Nack{TrackAlias: k.TrackAlias, Group: k.Group, Object: k.Object, Missing: []int{0}})
 	}
 	sort.Slice(nacks, func(i, j int) bool {
 		return ObjectKey{nacks[i].TrackAlias, nacks[i].Group, nacks[i].Object}.less(ObjectKey{nacks[j].TrackAlias, nacks[j].Group, nacks[j].Object})

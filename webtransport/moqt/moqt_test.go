@@ -290,6 +290,62 @@ func TestReassemblyFECAndDeadline(t *testing.T) {
 	}
 }
 
+// A small delta frame is one fragment: when it is lost whole, nothing of it is
+// pending, and only the next object shows the gap. The receiver asks for its
+// fragment 0, takes the answer, and gives up a gap nobody fills.
+func TestReassemblyNacksSkippedObjects(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := NewAssembler()
+	objs := map[uint64][]byte{}
+	for id := uint64(0); id < 6; id++ {
+		objs[id] = bytes.Repeat([]byte{byte(id)}, 300)
+	}
+	objs[4] = bytes.Repeat([]byte("big"), 1000) // three fragments, all lost
+	for _, id := range []uint64{0, 1, 3, 5} {
+		if _, ok, err := a.Add(fragments(t, 1, 3, id, objs[id], 1215)[0], now); err != nil || !ok {
+			t.Fatalf("object %d: ok=%v err=%v", id, ok, err)
+		}
+	}
+	nacks, _ := a.Nacks(now.Add(5*time.Millisecond), 10*time.Millisecond, 40*time.Millisecond, 400*time.Millisecond)
+	if len(nacks) != 0 {
+		t.Fatalf("NACKs within the reorder window: %v", nacks)
+	}
+	now = now.Add(20 * time.Millisecond)
+	nacks, dropped := a.Nacks(now, 10*time.Millisecond, 40*time.Millisecond, 400*time.Millisecond)
+	if len(dropped) != 0 || len(nacks) != 2 || nacks[0].Object != 2 || nacks[1].Object != 4 || len(nacks[0].Missing) != 1 || nacks[0].Missing[0] != 0 {
+		t.Fatalf("nacks %+v dropped %v, want fragment 0 of objects 2 and 4", nacks, dropped)
+	}
+	// The sender answers object 2 with its one fragment, object 4 with fragment 0:
+	// the rest of 4 is then NACKed as a partial object.
+	if got, ok, _ := a.Add(fragments(t, 1, 3, 2, objs[2], 1215)[0], now); !ok || !bytes.Equal(got, objs[2]) {
+		t.Fatal("object 2 not completed by its retransmission")
+	}
+	big := fragments(t, 1, 3, 4, objs[4], 1215)
+	a.Add(big[0], now)
+	now = now.Add(20 * time.Millisecond)
+	nacks, _ = a.Nacks(now, 10*time.Millisecond, 40*time.Millisecond, 400*time.Millisecond)
+	if len(nacks) != 1 || nacks[0].Object != 4 || len(nacks[0].Missing) != len(big)-1 {
+		t.Fatalf("nacks %+v, want the rest of object 4", nacks)
+	}
+	for _, i := range nacks[0].Missing {
+		if got, ok, _ := a.Add(big[i], now); ok && !bytes.Equal(got, objs[4]) {
+			t.Fatal("object 4 corrupt")
+		}
+	}
+	if a.Pending() != 0 {
+		t.Fatalf("%d pending", a.Pending())
+	}
+	// A gap nobody fills is given up at the deadline, once.
+	a.Add(fragments(t, 1, 3, 7, objs[0], 1215)[0], now) // skips 6
+	_, dropped = a.Nacks(now.Add(time.Second), 10*time.Millisecond, 40*time.Millisecond, 400*time.Millisecond)
+	if len(dropped) != 1 || dropped[0].Object != 6 {
+		t.Fatalf("dropped %v, want object 6", dropped)
+	}
+	if nacks, dropped = a.Nacks(now.Add(2*time.Second), 10*time.Millisecond, 40*time.Millisecond, 400*time.Millisecond); len(nacks)+len(dropped) != 0 {
+		t.Fatalf("after the deadline: nacks %v dropped %v", nacks, dropped)
+	}
+}
+
 // The example bytes in docs/protocol.md, so the document stays exact.
 func TestDocumentedExample(t *testing.T) {
 	b, _ := AppendMessage(nil, Subscribe{RequestID: 0, Namespace: []string{"petrel", "r1", "alice"}, Track: "video"})
