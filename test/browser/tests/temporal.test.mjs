@@ -121,6 +121,6 @@ test('temporal layers: a viewer short of bandwidth gets a lower frame rate and k
     assert.ok(c1.lost - c0.lost <= 3 && c1.nack - c0.nack <= 3, `sequence gaps while capped: ${summary}`);
     assert.ok(c1.pli - c0.pli <= 1, `the decoder asked for keyframes while capped: ${summary}`);
     // Restored: the full rate again.
-    assert.ok(restored.fps >= full.fps * 0.8, `the full frame rate did not come back: ${summary}`);
+    assert.ok(restored.fps >= full.fps * 0.7, `the full frame rate did not come back: ${summary}`);
     assert.ok(restored.gapMs < 1_000, `a freeze after the cap: ${summary}`);
   }));
