@@ -265,6 +265,10 @@ func (t *aacTranscoder) transcode() error {
 	exited := make(chan error, 1)
 	go func() { <-errDone; exited <- cmd.Wait() }()
 
+	// Audio queued while nobody listened is stale: start with what comes next.
+	for len(t.in) > 0 {
+		<-t.in
+	}
 	t.mu.Lock()
 	t.fed, t.breaks, t.nextTS = 0, t.breaks[:0], 0
 	t.mu.Unlock()
