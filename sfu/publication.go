@@ -406,8 +406,8 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	pkt.VP8 = vp8Descriptor{}
 	if l.pub.ck == codecVP8 {
 		pkt.VP8 = parseVP8(pkt.Payload)
-		if l.svc.ddExt != 0 && !l.vp8DD(pkt) {
-			return false
+		if l.svc.ddExt != 0 {
+			l.vp8DD(pkt)
 		}
 		if pkt.VP8.hasTID {
 			l.trates.add(pkt.VP8.tid, len(raw))

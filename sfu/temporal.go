@@ -255,24 +255,25 @@ func (t *vp8Temporal) decide(p *Packet, target int8) (keep bool, shift uint16, a
 // Chromium (M156 here) negotiates the descriptor for VP8 and then sends a bare
 // VP8 payload descriptor, without picture ID, TL0PICIDX or TID. A frame is a
 // switch point for each decode target whose indication is Switch (Chromium's
-// L1T3 marks its TL0 frames so for all three). It returns false for a
-// malformed descriptor (the packet is dropped, logged at most once a second).
-func (l *layer) vp8DD(pkt *Packet) bool {
+// L1T3 marks its TL0 frames so for all three). A malformed descriptor is
+// logged (at most once a second) and the packet forwarded without temporal
+// information: the VP8 payload does not need the descriptor.
+func (l *layer) vp8DD(pkt *Packet) {
 	raw := pkt.Header.GetExtension(l.svc.ddExt)
 	if raw == nil {
-		return true
+		return
 	}
 	d := &pkt.SVC.dd
 	if err := dd.Parse(d, raw, l.svc.ddStr.Load()); err != nil {
-		l.badDescriptor("dependency descriptor", err)
-		return false
+		l.badDescriptor("VP8 dependency descriptor (temporal layers not filtered)", err)
+		return
 	}
 	if d.NewStructure {
 		l.svc.ddStr.Store(d.Structure)
 	}
 	v := &pkt.VP8
 	if v.picOff != 0 && v.hasTID {
-		return true // the payload descriptor says it all
+		return // the payload descriptor says it all
 	}
 	st := d.Structure
 	v.hasTID, v.tid, v.start, v.sync, v.switchUp = true, d.Temporal, d.StartOfFrame, false, -1
@@ -281,7 +282,6 @@ func (l *layer) vp8DD(pkt *Packet) bool {
 			v.switchUp = int8(st.DecodeTargetTemporal[i])
 		}
 	}
-	return true
 }
 
 // vp8Filter decides p for this subscriber (under d.mu): its outgoing sequence

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"log/slog"
 	"math/rand"
 	"testing"
 	"time"
@@ -349,6 +350,7 @@ func TestVP8TemporalFromDependencyDescriptor(t *testing.T) {
 		[][]uint8{{S, S, S}, {S, S, S}, {N, D, S}, {N, N, D}, {N, N, D}},
 		[][]uint8{nil, {4}, {2}, {1}, {1}})
 	pub, d, w := vp8Sub(t)
+	pub.owner.log = slog.New(slog.DiscardHandler)
 	pub.layer(0).svc.ddExt = 5
 	var pkt Packet
 	seq, frame := uint16(100), 0
@@ -425,6 +427,18 @@ func TestVP8TemporalFromDependencyDescriptor(t *testing.T) {
 		if w.got[i].seq != w.got[i-1].seq+1 {
 			t.Fatalf("packet %d: sequence %d after %d", i, w.got[i].seq, w.got[i-1].seq)
 		}
+	}
+	// A malformed descriptor does not cost the packet: VP8 needs none.
+	n := len(w.got)
+	bad := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: uint32(frame) * 3000, SSRC: 42}, Payload: []byte{0x10, 0x01, 0, 0, 0, 0, 0, 0, 0}}
+	_ = bad.Header.SetExtension(5, []byte{0xff})
+	raw, _ := bad.Marshal()
+	if !pub.layer(0).parse(&pkt, raw) || pkt.VP8.hasTID {
+		t.Fatal("a packet with a malformed descriptor was rejected or given a temporal layer")
+	}
+	pub.fanout(&pkt)
+	if len(w.got) != n+1 {
+		t.Fatal("a packet with a malformed descriptor was not forwarded")
 	}
 	// Every frame forwarded has its references (the structure's frame diffs).
 	got := map[int]bool{}
