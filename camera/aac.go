@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
@@ -85,6 +86,10 @@ type aacTranscoder struct {
 	last48 uint32 // last timestamp sent
 	sentAt time.Time
 	note   string
+	// Transcoding delay: when each of the last access units went to ffmpeg,
+	// and the smoothed time from there to its Opus packet (ns).
+	fedAt   [64]time.Time
+	latency atomic.Int64
 }
 
 func newAACTranscoder(c *Camera, track *sfu.LocalTrack, ssrc uint32) *aacTranscoder {
@@ -177,9 +182,13 @@ func (t *aacTranscoder) setNote(s string) {
 	t.mu.Unlock()
 }
 
+// Note says what the transcoder does, with its delay while it runs.
 func (t *aacTranscoder) Note() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if l := t.latency.Load(); l > 0 && strings.HasSuffix(t.note, ")") && strings.Contains(t.note, "(pid ") {
+		return strings.TrimSuffix(t.note, ")") + fmt.Sprintf(", %.0f ms AAC to Opus)", float64(l)/1e6)
+	}
 	return t.note
 }
 
@@ -271,7 +280,9 @@ func (t *aacTranscoder) transcode() error {
 	}
 	t.mu.Lock()
 	t.fed, t.breaks, t.nextTS = 0, t.breaks[:0], 0
+	t.fedAt = [64]time.Time{}
 	t.mu.Unlock()
+	t.latency.Store(0)
 	readDone := make(chan struct{})
 	go func() { defer close(readDone); t.readOpus(conn) }()
 
@@ -360,6 +371,7 @@ func (t *aacTranscoder) feed(w *bufio.Writer, a aacAU) error {
 		}
 	}
 	t.nextTS = a.ts + mpeg4audio.SamplesPerAccessUnit
+	t.fedAt[(t.fed/mpeg4audio.SamplesPerAccessUnit)%int64(len(t.fedAt))] = time.Now()
 	t.fed += mpeg4audio.SamplesPerAccessUnit
 	cfg := t.cfg
 	t.mu.Unlock()
@@ -397,6 +409,16 @@ func (t *aacTranscoder) readOpus(conn *net.UDPConn) {
 		if !ok {
 			t.mu.Unlock()
 			continue
+		}
+		// The delay from the access unit this packet starts in to now.
+		if k := off * int64(t.rate) / opusClock / mpeg4audio.SamplesPerAccessUnit; k >= 0 && t.fed/mpeg4audio.SamplesPerAccessUnit-k <= int64(len(t.fedAt)) && k < t.fed/mpeg4audio.SamplesPerAccessUnit {
+			if at := t.fedAt[k%int64(len(t.fedAt))]; !at.IsZero() {
+				d := int64(time.Since(at))
+				if prev := t.latency.Load(); prev > 0 {
+					d = prev + (d-prev)/8
+				}
+				t.latency.Store(d)
+			}
 		}
 		t.seq++
 		h := rtp.Header{Version: 2, PayloadType: 111, SequenceNumber: t.seq, Timestamp: ts, SSRC: t.ssrc, Marker: pkt.Marker}

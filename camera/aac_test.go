@@ -80,8 +80,10 @@ func TestRTSPAACReachesViewerAsOpus(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if st := srv.Cameras.Camera("aac").Status(); !strings.Contains(st.AudioNote, "pid") {
+			if st := srv.Cameras.Camera("aac").Status(); !strings.Contains(st.AudioNote, "pid") || !strings.Contains(st.AudioNote, "ms AAC to Opus") {
 				t.Errorf("status while transcoding: %q", st.AudioNote)
+			} else {
+				t.Logf("status: %s", st.AudioNote)
 			}
 			// Rising timestamps, 20 ms apart; Opus packets with a TOC of 20 ms frames.
 			for i, p := range pkts {
