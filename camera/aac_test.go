@@ -116,7 +116,8 @@ func TestRTSPAACReachesViewerAsOpus(t *testing.T) {
 				}
 				killed := time.Now()
 				waitStatus(t, srv, "aac", "ffmpeg restarted", func(s camera.Status) bool {
-					return strings.Contains(s.AudioNote, "pid") && !strings.Contains(s.AudioNote, "pid "+m[1]+")")
+					n := regexp.MustCompile(`pid ([0-9]+)`).FindStringSubmatch(s.AudioNote)
+					return n != nil && n[1] != m[1]
 				})
 				_, before := v.Audio()
 				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
