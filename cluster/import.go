@@ -139,19 +139,29 @@ func (im *importer) materialize(mr *mirror) {
 		return
 	}
 	im.mu.Unlock()
+	keep := false
 	if r := n.mgr.Room(mr.room); r != nil {
 		if q := r.ByIdentity(mr.identity); q != nil {
 			// Someone holds the identity: the same person on this node, or a
 			// mirror from another node. A mirror from a draining node gives
 			// way at once (make before break: the person has moved), any
 			// other holder is kept and this mirror waits for it to leave.
-			if from, ok := n.mirrorPeer(q); !ok || from == im.l.peer || !n.isDraining(from) {
+			from, ok := n.mirrorPeer(q)
+			switch {
+			case !ok && n.draining.Load():
+				// The person is moving off this draining node: its new
+				// session comes in beside the old one, so that those still
+				// here get its media before the old one leaves (clients
+				// take a second session of an identity for its successor).
+				keep = true
+			case !ok || from == im.l.peer || !n.isDraining(from):
 				return
+			default:
+				q.Close("moved")
 			}
-			q.Close("moved")
 		}
 	}
-	p, err := n.mgr.JoinLocal(sfu.LocalOptions{Room: mr.room, Identity: mr.identity, Name: mr.name, Metadata: mr.meta})
+	p, err := n.mgr.JoinLocal(sfu.LocalOptions{Room: mr.room, Identity: mr.identity, Name: mr.name, Metadata: mr.meta, KeepIdentity: keep})
 	if err != nil {
 		im.l.log.Warn("mirror join failed", "room", mr.room, "identity", mr.identity, "err", err)
 		return

@@ -114,6 +114,11 @@ func Start(o Options) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.shed.init(c.MaxCPU, c.MaxEgressMbps)
 	n.mgr.SetDataTap(n.onRoomData)
+	// A participant joining here while a mirror of its session on another
+	// node is here (it moves: drain, re-placement) does not push the mirror
+	// out: the mirror leaves when the old session does, so the room sees its
+	// media without a gap.
+	n.mgr.SetHandover(n.isMirror)
 	if err := n.heartbeat(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cluster: first heartbeat: %w", err)
@@ -427,6 +432,7 @@ func (n *Node) leave() {
 	n.cancel()
 	<-n.done
 	n.mgr.SetDataTap(nil)
+	n.mgr.SetHandover(nil)
 	n.mu.Lock()
 	links := make([]*Link, 0, len(n.links))
 	for _, l := range n.links {

@@ -40,6 +40,9 @@ type LocalOptions struct {
 	// Out receives the room's messages for this participant (events, errors); nil
 	// discards them.
 	Out Sender
+	// KeepIdentity lets a participant holding the identity stay (a mirror of
+	// the same person's session on another node, while it moves there).
+	KeepIdentity bool
 }
 
 // JoinLocal admits a participant that publishes and receives inside the server.
@@ -58,7 +61,7 @@ func (m *Manager) JoinLocal(opt LocalOptions) (*Participant, error) {
 	p.local = true
 	p.audience = append([]string(nil), opt.Audience...)
 	p.out = opt.Out
-	if old := p.room.ByIdentity(p.identity); old != nil {
+	if old := p.room.ByIdentity(p.identity); old != nil && !opt.KeepIdentity && !m.keeps(old) {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
 	if err := m.admit(p); err != nil {

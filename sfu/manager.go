@@ -30,6 +30,10 @@ type Manager struct {
 	rooms map[string]*Room
 
 	dataTap  dataTapPtr  // cascade.go
+	// handover says whether a participant holding an identity stays when the
+	// same identity joins (a cluster mirror of someone moving here: it leaves
+	// when its node says so, after the new session has media).
+	handover atomic.Pointer[func(*Participant) bool]
 	relayTap relayTapPtr // relaytap.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
@@ -170,7 +174,7 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	tm := p.startTiming("room", start) // timing.go: the viewer's side of time-to-stream
 	tm.Mark(StepPCCreated)
 	tm.watchTransport(sub)
-	if old := p.room.ByIdentity(p.identity); old != nil {
+	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
 	if err := m.admit(p); err != nil {
@@ -256,7 +260,7 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 			p.Close("disconnected")
 		}
 	})
-	if old := p.room.ByIdentity(p.identity); old != nil {
+	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
 	if err := m.admit(p); err != nil {
@@ -420,4 +424,19 @@ func (m *Manager) Shutdown() {
 		}
 	}
 	wg.Wait()
+}
+
+// SetHandover sets which holders of an identity stay when it joins again
+// (cluster/: mirrors of participants moving to this node); nil: none.
+func (m *Manager) SetHandover(fn func(*Participant) bool) {
+	if fn == nil {
+		m.handover.Store(nil)
+		return
+	}
+	m.handover.Store(&fn)
+}
+
+func (m *Manager) keeps(old *Participant) bool {
+	fn := m.handover.Load()
+	return fn != nil && (*fn)(old)
 }
