@@ -53,30 +53,7 @@ func (v *Viewer) QueueRTP(b *Batch, h *rtp.Header, payload []byte) (int, error) 
 		b.s = v.s
 	}
 	v.wmu.Lock()
-	n, err := h.MarshalTo(v.plain)
-	if err != nil {
-		v.wmu.Unlock()
-		return 0, err
-	}
-	pad := 0
-	if h.Padding {
-		pad = int(h.PaddingSize)
-	}
-	if n+len(payload)+pad > mtu {
-		v.wmu.Unlock()
-		return 0, fmt.Errorf("egress: packet of %d bytes over the MTU", n+len(payload)+pad)
-	}
-	n += copy(v.plain[n:], payload)
-	if pad > 0 {
-		clear(v.plain[n : n+pad-1])
-		v.plain[n+pad-1] = byte(pad)
-		n += pad
-	}
-	slot := b.bufs[b.n][:0]
-	out, err := v.tx.EncryptRTP(slot, v.plain[:n], h)
-	if err == nil && &out[0] != &b.bufs[b.n][0] {
-		err = fmt.Errorf("egress: SRTP packet of %d bytes does not fit the batch buffer", len(out))
-	}
+	out, n, err := v.protect(b.bufs[b.n][:], h, payload)
 	if err == nil && !b.sys.put(b.n, v.remote, len(out), v.s.v6) {
 		err = fmt.Errorf("egress: %s cannot be reached from the server's socket", v.remote)
 	}

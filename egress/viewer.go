@@ -67,6 +67,7 @@ type Viewer struct {
 	wmu       sync.Mutex
 	remote    netip.AddrPort
 	tx        *srtp.Context
+	gtx       *gcmTx // AES-GCM: RTP sealed without pion/srtp (srtpgcm.go); nil for AES-CM
 	plain     []byte
 	cipher    []byte
 	rtcpPlain []byte
@@ -247,8 +248,13 @@ func (v *Viewer) handshake() {
 		v.Close(err.Error())
 		return
 	}
+	gtx, err := viewerGCM(dc)
+	if err != nil {
+		v.Close(err.Error())
+		return
+	}
 	v.wmu.Lock()
-	v.tx = tx
+	v.tx, v.gtx = tx, gtx
 	v.wmu.Unlock()
 	v.rx.Store(rx)
 	v.ready.Store(true)
@@ -299,28 +305,8 @@ func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 		return 0, nil
 	}
 	v.wmu.Lock()
-	n, err := h.MarshalTo(v.plain)
-	if err != nil {
-		v.wmu.Unlock()
-		return 0, err
-	}
-	pad := 0
-	if h.Padding {
-		pad = int(h.PaddingSize)
-	}
-	if n+len(payload)+pad > mtu {
-		v.wmu.Unlock()
-		return 0, fmt.Errorf("egress: packet of %d bytes over the MTU", n+len(payload)+pad)
-	}
-	n += copy(v.plain[n:], payload)
-	if pad > 0 {
-		clear(v.plain[n : n+pad-1])
-		v.plain[n+pad-1] = byte(pad)
-		n += pad
-	}
-	out, err := v.tx.EncryptRTP(v.cipher[:0], v.plain[:n], h)
+	out, n, err := v.protect(v.cipher, h, payload)
 	if err == nil {
-		v.cipher = out[:cap(out)]
 		_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
 	}
 	v.wmu.Unlock()
@@ -328,6 +314,45 @@ func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// protect builds the RTP packet (h, payload and h's padding) and its SRTP
+// protection in dst, which has room for mtu+srtpOverhead bytes, and returns
+// the SRTP packet and the RTP packet's size. Under wmu, keys in place.
+func (v *Viewer) protect(dst []byte, h *rtp.Header, payload []byte) ([]byte, int, error) {
+	pad := 0
+	if h.Padding {
+		pad = int(h.PaddingSize)
+	}
+	buf := dst
+	if v.gtx == nil {
+		buf = v.plain // pion/srtp encrypts from a second buffer
+	}
+	n, err := h.MarshalTo(buf)
+	if err != nil {
+		return nil, 0, err
+	}
+	hl := n
+	if n+len(payload)+pad > mtu {
+		return nil, 0, fmt.Errorf("egress: packet of %d bytes over the MTU", n+len(payload)+pad)
+	}
+	n += copy(buf[n:], payload)
+	if pad > 0 {
+		clear(buf[n : n+pad-1])
+		buf[n+pad-1] = byte(pad)
+		n += pad
+	}
+	if v.gtx != nil {
+		return v.gtx.seal(buf, n, hl), n, nil
+	}
+	out, err := v.tx.EncryptRTP(dst[:0], buf[:n], h)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(out) > 0 && &out[0] != &dst[0] {
+		return nil, 0, fmt.Errorf("egress: SRTP packet of %d bytes does not fit its buffer", len(out))
+	}
+	return out, n, nil
 }
 
 // WriteRTCP sends RTCP (sender reports) to the viewer.
