@@ -154,6 +154,18 @@ function wireRoom(r: Room): void {
     }
   });
   r.on('participantUpdated', (p) => updateLabel(p));
+  // Moved to another node (a drain): the same tile, under the new sid; its
+  // tracks follow by trackSubscribed and swap on their first frame.
+  r.on('participantMoved', (p, oldSid) => {
+    const tile = tileOf(oldSid);
+    if (tile) tile.dataset.sid = p.sid;
+    const screen = tileOf(`${oldSid}/screen`);
+    if (screen) screen.dataset.sid = `${p.sid}/screen`;
+    if (pinned.delete(oldSid)) {
+      pinned.add(p.sid);
+      void sendPins();
+    }
+  });
   r.on('participantLeft', (p) => {
     tileOf(p.sid)?.remove();
     if (pinned.delete(p.sid)) void sendPins();

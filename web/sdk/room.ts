@@ -120,7 +120,8 @@ export class RemoteTrackPublication {
   subscribed = false;
   constructor(
     public info: TrackInfo,
-    readonly participantSid: string,
+    /** Changes when the participant moves to another node (participantMoved). */
+    public participantSid: string,
   ) {}
   get sid(): string {
     return this.info.sid;
@@ -168,6 +169,8 @@ export class LocalTrackPublication {
 
 export class RemoteParticipant {
   readonly tracks = new Map<string, RemoteTrackPublication>();
+  /** @internal the same identity's new session (it moves to another node), shown when this one leaves */
+  successor?: ParticipantInfo;
   constructor(public info: ParticipantInfo) {}
   get sid(): string {
     return this.info.sid;
@@ -185,6 +188,12 @@ export interface RoomEvents {
   participantJoined: (p: RemoteParticipant) => void;
   participantLeft: (p: RemoteParticipant, reason: string) => void;
   participantUpdated: (p: RemoteParticipant) => void;
+  /**
+   * The participant's session moved (another node, or we moved): same person,
+   * same object and publications, a new sid (was `oldSid`). Tiles keyed by sid
+   * take the new one; their tracks follow by trackSubscribed.
+   */
+  participantMoved: (p: RemoteParticipant, oldSid: string) => void;
   trackPublished: (pub: RemoteTrackPublication, p: RemoteParticipant) => void;
   trackUnpublished: (pub: RemoteTrackPublication, p: RemoteParticipant) => void;
   trackMuted: (pub: RemoteTrackPublication, p: RemoteParticipant, muted: boolean) => void;
@@ -222,6 +231,11 @@ const P2P_RETRY_MAX_MS = 120_000;
 // new one before the old one goes.
 const SIMULCAST_SWITCH_WAIT_MS = 8_000;
 const SIMULCAST_OVERLAP_MS = 1_500;
+// A move to another node (reconnect hint: drain, re-placement) is make before
+// break: the old connections stay until the new ones decode everyone's video,
+// or this long.
+const MOVE_MEDIA_WAIT_MS = 4_000;
+const MOVE_SETUP_TIMEOUT_MS = 10_000;
 
 // The direct connection of a 1:1 call. The lower sid offers (no glare); one audio
 // and one video transceiver, both sendrecv, each side's camera and microphone.
@@ -286,6 +300,12 @@ export class Room extends Emitter<RoomEvents> {
   private qualityTimer: ReturnType<typeof setInterval> | null = null;
   private videoObservers = new Map<HTMLElement, VideoObserver>();
   private iceTimers: Partial<Record<PcTarget, ReturnType<typeof setTimeout>>> = {};
+  // Sessions of an identity already shown (it moves): successor sid -> the participant shown.
+  private successorOf = new Map<string, RemoteParticipant>();
+  // A move in progress: participants that left the old node meanwhile stay
+  // shown (frozen) until the new node's session takes them over.
+  private moving = false;
+  private leftDuringMove = new Set<string>();
 
   /** The publisher peer connection (client offers), for diagnostics and tests. */
   get publisherPc(): RTCPeerConnection | null {
@@ -638,7 +658,10 @@ export class Room extends Emitter<RoomEvents> {
       this.upsertParticipant(info);
     }
     for (const p of [...this.participants.values()]) {
-      if (!present.has(p.sid)) this.removeParticipant(p, 'left');
+      if (present.has(p.sid)) continue;
+      // Gone, but its successor is here (it moved nodes): the same tile.
+      if (p.successor && present.has(p.successor.sid)) this.promote(p);
+      else this.removeParticipant(p, 'left');
     }
   }
 
@@ -737,8 +760,7 @@ export class Room extends Emitter<RoomEvents> {
         }
         break;
       case 'participantLeft': {
-        const p = this.participants.get(msg.participantSid);
-        if (p) this.removeParticipant(p, msg.reason);
+        this.participantLeft(msg.participantSid, msg.reason);
         this.evaluateP2P();
         break;
       }
@@ -749,6 +771,19 @@ export class Room extends Emitter<RoomEvents> {
       case 'trackPublished': {
         const p = this.participants.get(msg.participantSid);
         if (p && !p.tracks.has(msg.track.sid)) this.addPublication(p, msg.track);
+        const prev = p ? undefined : this.successorOf.get(msg.participantSid);
+        if (prev?.successor) {
+          // A moving participant's new session publishes: its track takes over
+          // the shown publication of the same kind and source when it arrives.
+          const tracks = (prev.successor.tracks ?? []).filter((t) => t.sid !== msg.track.sid);
+          prev.successor = { ...prev.successor, tracks: [...tracks, msg.track] };
+          const orphan = this.orphanTracks.get(msg.track.sid);
+          const pub = orphan && this.takeOver(prev, msg.track.sid);
+          if (orphan && pub) {
+            this.orphanTracks.delete(msg.track.sid);
+            this.attachTrack(pub, prev, orphan);
+          }
+        }
         break;
       }
       case 'trackUnpublished': {
@@ -877,7 +912,17 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private upsertParticipant(info: ParticipantInfo): void {
+    // Our own session on another node (we are moving): not someone else.
+    if (info.identity === this.localParticipant?.identity) return;
     let p = this.participants.get(info.sid);
+    const prev = p ? undefined : this.successorOf.get(info.sid) ?? this.byIdentity(info.identity);
+    if (prev) {
+      // The same person's second session (it moves to another node): keep
+      // showing it as one participant; its tracks take over as they arrive.
+      prev.successor = info;
+      this.successorOf.set(info.sid, prev);
+      return;
+    }
     if (!p) {
       p = new RemoteParticipant(info);
       this.participants.set(info.sid, p);
@@ -898,6 +943,61 @@ export class Room extends Emitter<RoomEvents> {
       } else pub.info = t;
     }
     for (const pub of [...p.tracks.values()]) if (!listed.has(pub.sid)) this.removePublication(p, pub);
+  }
+
+  private byIdentity(identity: string): RemoteParticipant | undefined {
+    for (const p of this.participants.values()) if (p.identity === identity) return p;
+    return undefined;
+  }
+
+  private participantLeft(sid: string, reason: string): void {
+    const p = this.participants.get(sid);
+    if (p?.successor) this.promote(p);
+    else if (p && this.moving) this.leftDuringMove.add(sid);
+    else if (p) this.removeParticipant(p, reason);
+    else {
+      const shown = this.successorOf.get(sid);
+      this.successorOf.delete(sid);
+      if (shown?.successor?.sid === sid) shown.successor = undefined;
+    }
+  }
+
+  // The publication of p that the successor's track `trackSid` replaces (same
+  // kind and source, not yet taken over), re-keyed to the new track; a new
+  // publication if there is none.
+  private takeOver(p: RemoteParticipant, trackSid: string): RemoteTrackPublication | undefined {
+    const t = p.successor?.tracks?.find((x) => x.sid === trackSid);
+    if (!t) return undefined;
+    const taken = new Set((p.successor?.tracks ?? []).map((x) => x.sid));
+    for (const pub of p.tracks.values()) {
+      if (taken.has(pub.sid) || pub.kind !== t.kind || pub.source !== t.source) continue;
+      p.tracks.delete(pub.sid);
+      pub.info = t;
+      p.tracks.set(t.sid, pub);
+      return pub;
+    }
+    const pub = new RemoteTrackPublication(t, p.sid);
+    p.tracks.set(t.sid, pub);
+    this.emit('trackPublished', pub, p);
+    return pub;
+  }
+
+  // The old session of a moving participant is gone: the shown participant
+  // becomes its successor (same object, tiles and publications, new sids).
+  private promote(p: RemoteParticipant): void {
+    const info = p.successor;
+    if (!info) return;
+    const oldSid = p.sid;
+    for (const t of info.tracks ?? []) if (!p.tracks.has(t.sid)) this.takeOver(p, t.sid);
+    p.successor = undefined;
+    this.successorOf.delete(info.sid);
+    this.leftDuringMove.delete(oldSid);
+    this.participants.delete(oldSid);
+    p.info = info;
+    this.participants.set(info.sid, p);
+    for (const pub of p.tracks.values()) pub.participantSid = info.sid;
+    this.emit('participantMoved', p, oldSid);
+    this.upsertParticipant(info);
   }
 
   private removeParticipant(p: RemoteParticipant, reason: string): void {
@@ -936,8 +1036,8 @@ export class Room extends Emitter<RoomEvents> {
     const m = mid !== null ? this.subMids.get(mid) : undefined;
     const trackSid = m?.trackId ?? ev.track.id;
     const participantSid = m?.streamId ?? ev.streams[0]?.id ?? '';
-    const p = this.participants.get(participantSid);
-    const pub = p?.tracks.get(trackSid);
+    const p = this.participants.get(participantSid) ?? this.successorOf.get(participantSid);
+    const pub = p?.tracks.get(trackSid) ?? (p?.successor?.sid === participantSid ? this.takeOver(p, trackSid) : undefined);
     if (!p || !pub) {
       this.orphanTracks.set(trackSid, ev.track);
       return;
@@ -1200,10 +1300,37 @@ export class Room extends Emitter<RoomEvents> {
     done.catch((err) => console.warn(`petrel: ICE restart of ${target} failed`, err));
   }
 
-  // The server asks us to move to another node (it drains): leave this one and
-  // join there, republishing our tracks (the rejoin path of reconnect).
+  // The server asks us to move to another node (it drains, or the room is
+  // re-placed). Make before break: join there with a second signaling socket
+  // and pair of connections, publish the same tracks, and leave this node only
+  // when the new connections decode everyone's video (MOVE_MEDIA_WAIT_MS at
+  // most). Others see our new session as the successor of the old one (same
+  // tile). If the new node cannot be joined, the old way: leave, then join.
   private moveTo(url: string, node: string | undefined, reason: string): void {
-    if (this.state !== 'connected' || typeof url !== 'string' || !url) return;
+    if (this.state !== 'connected' || typeof url !== 'string' || !url || this.moving) return;
+    this.moving = true;
+    this.moveBeforeBreak(wsUrl(url), node, reason)
+      .catch((err) => {
+        console.warn(`petrel: could not move to ${url} before leaving; leaving, then joining`, err);
+        if (this.state !== 'connected') return;
+        this.endMove();
+        this.leaveAndJoin(url, node, reason);
+      })
+      .finally(() => this.endMove());
+  }
+
+  private endMove(): void {
+    if (!this.moving) return;
+    this.moving = false;
+    for (const sid of [...this.leftDuringMove]) {
+      const p = this.participants.get(sid);
+      if (p?.successor) this.promote(p);
+      else if (p) this.removeParticipant(p, 'left');
+    }
+    this.leftDuringMove.clear();
+  }
+
+  private leaveAndJoin(url: string, node: string | undefined, reason: string): void {
     try {
       this.signal?.send({ type: 'leave' });
     } catch {
@@ -1215,6 +1342,277 @@ export class Room extends Emitter<RoomEvents> {
     this.resumeToken = '';
     // At once: the new node is up and waiting, and others see us frozen meanwhile.
     void this.reconnect(`moved to another node (${reason})`, 0);
+  }
+
+  private async moveBeforeBreak(url: string, node: string | undefined, reason: string): Promise<void> {
+    const t0 = performance.now();
+    let adopted = false;
+    let failed = '';
+    let pc: { pub: RTCPeerConnection; sub: RTCPeerConnection } | null = null;
+    const parts = new Map<string, ParticipantInfo>();
+    const demands = new Map<string, { active: boolean; layers?: boolean[] }>();
+    const tracks: RTCTrackEvent[] = [];
+    const channels: RTCDataChannel[] = [];
+    let subMids = new Map<string, MsidInfo>();
+    let answerWaiter: ((sdp: string) => void) | null = null;
+    const subQueue = new TaskQueue();
+    const pubCandidates = new CandidateBuffer(() => pc?.pub ?? null);
+    const subCandidates = new CandidateBuffer(() => pc?.sub ?? null);
+    const signal: SignalClient = new SignalClient({
+      message: (msg) => {
+        if (adopted) {
+          if (this.signal === signal) this.onMessage(msg);
+          return;
+        }
+        switch (msg.type) {
+          case 'answer':
+            answerWaiter?.(msg.sdp);
+            break;
+          case 'offer':
+            subQueue
+              .run(async () => {
+                const sub = pc?.sub;
+                if (!sub || sub.signalingState === 'closed') return;
+                subMids = msidByMid(msg.sdp);
+                await sub.setRemoteDescription({ type: 'offer', sdp: msg.sdp });
+                for (const t of sub.getTransceivers()) if (t.receiver.track.kind === 'video') negotiateDependencyDescriptor(t);
+                await subCandidates.flush();
+                const answer = await sub.createAnswer();
+                await sub.setLocalDescription(answer);
+                signal.send({ type: 'answer', sdp: answer.sdp ?? '' });
+              })
+              .catch((err) => (failed = `subscriber negotiation: ${err}`));
+            break;
+          case 'trickle':
+            void (msg.target === 'publisher' ? pubCandidates : subCandidates).add(msg.candidate);
+            break;
+          case 'participantJoined':
+          case 'participantUpdated':
+            parts.set(msg.participant.sid, msg.participant);
+            break;
+          case 'participantLeft':
+            parts.delete(msg.participantSid);
+            break;
+          case 'trackPublished':
+          case 'trackUnpublished': {
+            const info = parts.get(msg.participantSid);
+            if (!info) break;
+            const sid = msg.type === 'trackPublished' ? msg.track.sid : msg.trackSid;
+            const rest = (info.tracks ?? []).filter((t) => t.sid !== sid);
+            parts.set(info.sid, { ...info, tracks: msg.type === 'trackPublished' ? [...rest, msg.track] : rest });
+            break;
+          }
+          case 'trackDemand':
+            demands.set(msg.trackSid, { active: msg.active, layers: msg.layers });
+            break;
+          case 'leave':
+            failed = `the new node said leave (${msg.reason})`;
+            break;
+          case 'error':
+            if (FATAL_CODES.has(msg.code)) failed = `the new node refused: ${msg.code}`;
+            break;
+          default:
+            break;
+        }
+      },
+      lost: (why) => {
+        if (!adopted) failed = `the new node's socket: ${why}`;
+        else if (this.signal === signal) this.onSignalLost(why);
+      },
+    });
+    const abort = (): void => {
+      signal.close();
+      pc?.pub.close();
+      pc?.sub.close();
+    };
+    try {
+      const joined = await signal.join(url, {
+        type: 'join',
+        token: this.token,
+        protocol: PROTOCOL_VERSION,
+        name: this.opts.name,
+        metadata: this.opts.metadata,
+        autoSubscribe: this.opts.autoSubscribe ?? true,
+      });
+      for (const info of joined.participants ?? []) if (info.sid !== joined.participant.sid) parts.set(info.sid, info);
+      const iceServers = (joined.iceServers ?? []).map((x) => ({ urls: x.urls, username: x.username, credential: x.credential }));
+      const config: RTCConfiguration = { ...this.rtcConfig(), iceServers: [...iceServers, ...(this.opts.iceServers ?? [])] };
+      const pub = new RTCPeerConnection(config);
+      const sub = new RTCPeerConnection(config);
+      pc = { pub, sub };
+      pub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'publisher', candidate: ev.candidate ? ev.candidate.toJSON() : null });
+      sub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'subscriber', candidate: ev.candidate ? ev.candidate.toJSON() : null });
+      sub.ontrack = (ev) => tracks.push(ev);
+      sub.ondatachannel = (ev) => channels.push(ev.channel);
+      const reliable = pub.createDataChannel('_reliable', { ordered: true });
+      const lossy = pub.createDataChannel('_lossy', { ordered: false, maxRetransmits: 0 });
+
+      // The same tracks, with the same encodings (simulcast layers, SVC mode, codec).
+      const stream = new MediaStream();
+      const published: LocalTrackPublication[] = [];
+      for (const old of this.localTracks.values()) {
+        const track = old.track;
+        if (track.readyState !== 'live') continue;
+        const settings = track.getSettings();
+        const params = old.transceiver.sender.getParameters();
+        const encodings = params.encodings ?? [];
+        const layered = old.simulcast && track.kind === 'video';
+        const reply = await signal.request({
+          type: 'publishTrack',
+          cid: track.id,
+          kind: track.kind as TrackKind,
+          source: old.source,
+          name: old.info.name,
+          muted: !track.enabled,
+          width: settings.width,
+          height: settings.height,
+          layers: layered ? simulcastLayers(settings) : undefined,
+        });
+        const info = (reply as { track?: TrackInfo }).track;
+        if (!info) throw new Error('move: publishTrack reply has no track');
+        stream.addTrack(track);
+        const several = encodings.length > 1 || encodings.some((e) => (e as { scalabilityMode?: string }).scalabilityMode);
+        const transceiver = pub.addTransceiver(track, {
+          direction: 'sendonly',
+          streams: [stream],
+          sendEncodings: several
+            ? encodings.map((e) => {
+                const mode = (e as { scalabilityMode?: string }).scalabilityMode;
+                return {
+                  rid: e.rid,
+                  maxBitrate: e.maxBitrate,
+                  scaleResolutionDownBy: e.scaleResolutionDownBy,
+                  ...(mode ? { scalabilityMode: mode } : {}),
+                } as RTCRtpEncodingParameters;
+              })
+            : undefined,
+        });
+        const mime = params.codecs?.[0]?.mimeType;
+        if (mime) {
+          preferCodec(transceiver, track.kind, mime.replace(/^[a-z]+\//i, ''));
+          if (/av1/i.test(mime)) negotiateDependencyDescriptor(transceiver);
+        }
+        published.push(new LocalTrackPublication(info, track, transceiver, old.simulcast, old.autoSimulcast));
+      }
+
+      // Publisher round on the new node.
+      const offer = await pub.createOffer();
+      await pub.setLocalDescription(offer);
+      const answered = new Promise<string>((resolve) => (answerWaiter = resolve));
+      const replied = signal
+        .request({ type: 'offer', sdp: offer.sdp ?? '' })
+        .then((m) => ('sdp' in m && typeof m.sdp === 'string' ? m.sdp : answered));
+      const sdp = await Promise.race([replied, answered, sleep(MOVE_SETUP_TIMEOUT_MS).then(() => '')]);
+      if (!sdp) throw new Error('move: no answer from the new node');
+      answerWaiter = null;
+      await pub.setRemoteDescription({ type: 'answer', sdp });
+      await pubCandidates.flush();
+
+      // Wait until the new connections carry media both ways: ours out, and
+      // the video of everyone we show decoded.
+      const want = new Set<string>();
+      for (const p of this.participants.values()) {
+        if ([...p.tracks.values()].some((t) => t.kind === 'video' && t.sfuTrack)) want.add(p.identity);
+      }
+      const deadline = performance.now() + MOVE_MEDIA_WAIT_MS;
+      let decoded = new Set<string>();
+      for (;;) {
+        if (failed) throw new Error(`move: ${failed}`);
+        if (this.state !== 'connected') throw new Error(`move: room is ${this.state}`);
+        decoded = new Set<string>();
+        const stats = await sub.getStats();
+        stats.forEach((r) => {
+          if (r.type !== 'inbound-rtp' || r.kind !== 'video' || !(r.framesDecoded > 0)) return;
+          const m = r.mid !== undefined ? subMids.get(String(r.mid)) : undefined;
+          const who = m ? parts.get(m.streamId)?.identity : undefined;
+          if (who) decoded.add(who);
+        });
+        const sending = pub.connectionState === 'connected' || published.length === 0;
+        if (sending && [...want].every((id) => decoded.has(id))) break;
+        if (performance.now() > deadline) {
+          if (pub.connectionState !== 'connected' && sub.connectionState !== 'connected') throw new Error('move: the new connections did not connect');
+          console.info(`petrel: moving without the video of ${[...want].filter((id) => !decoded.has(id)).join(', ') || 'none missing'} decoded`);
+          break;
+        }
+        await sleep(100);
+      }
+      await subQueue.run(async () => {});
+
+      // Switch: the new session becomes the room's; then the old one leaves.
+      adopted = true;
+      const old = { signal: this.signal, pub: this.pub, sub: this.sub };
+      if (this.direct) this.leaveP2P('moved to another node', false, false);
+      for (const t of Object.values(this.iceTimers)) clearTimeout(t);
+      this.signal = signal;
+      this.pub = pub;
+      this.sub = sub;
+      this.reliable = reliable;
+      this.lossy = lossy;
+      this.subMids = subMids;
+      this.pubCandidates.clear();
+      this.subCandidates.clear();
+      this.orphanTracks.clear();
+      this.localStream = stream;
+      this.localTracks.clear();
+      for (const lp of published) this.localTracks.set(lp.sid, lp);
+      this.room = joined.room;
+      this.localParticipant = joined.participant;
+      this.resumeToken = joined.resumeToken;
+      this.iceServers = iceServers;
+      this.url = url;
+      if (node) this.clusterNode = node;
+      for (const [x, target] of [
+        [pub, 'publisher'],
+        [sub, 'subscriber'],
+      ] as const) {
+        x.onicecandidate = (ev) => this.sendTrickle(target, ev.candidate);
+        x.oniceconnectionstatechange = () => this.onIceState(x, target);
+      }
+      this.listenData(reliable, true);
+      this.listenData(lossy, false);
+      for (const ch of channels) this.listenData(ch, ch.label !== '_lossy');
+      sub.ondatachannel = (ev) => this.listenData(ev.channel, ev.channel.label !== '_lossy');
+      sub.ontrack = (ev) => this.onTrack(ev);
+
+      // Everyone shown becomes their session on the new node (same identity),
+      // or leaves; newcomers join.
+      // Of two sessions of one identity there (a mirror of someone still
+      // moving, and their new session), the earlier is shown and the later
+      // succeeds it when it leaves.
+      const stale = new Set(this.participants.keys());
+      const order = [...parts.values()].sort((a, b) => (a.joinedAt ?? 0) - (b.joinedAt ?? 0));
+      for (const info of order) {
+        if (info.identity === joined.participant.identity) continue;
+        const shown = this.byIdentity(info.identity);
+        if (shown && stale.has(shown.sid)) {
+          shown.successor = info;
+          this.successorOf.set(info.sid, shown);
+          this.promote(shown);
+        } else this.upsertParticipant(info);
+      }
+      for (const sid of stale) {
+        const p = this.participants.get(sid);
+        if (p?.successor) this.promote(p);
+        else if (p) this.removeParticipant(p, 'left');
+      }
+      this.leftDuringMove.clear();
+      for (const ev of tracks) this.onTrack(ev);
+      for (const [sid, d] of demands) void this.applyDemand(sid, d.active, d.layers);
+
+      try {
+        old.signal?.send({ type: 'leave' });
+      } catch {
+        /* already gone */
+      }
+      old.signal?.close();
+      old.pub?.close();
+      old.sub?.close();
+      console.info(`petrel: moved to ${node ?? url} (${reason}) in ${Math.round(performance.now() - t0)} ms, before leaving`);
+      this.evaluateP2P();
+    } catch (err) {
+      if (!adopted) abort();
+      throw err;
+    }
   }
 
   private onSignalLost(reason: string): void {

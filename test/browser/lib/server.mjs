@@ -34,7 +34,9 @@ export async function freePort() {
 // Starts `petrel serve --loopback` and waits for /healthz. With dev: true no API
 // key is set, so the server runs in development mode (POST /v1/dev/token works).
 // args are extra flags for petrel serve (e.g. --lean-egress).
-export async function startServer(name, { dev = false, args: extraArgs = [] } = {}) {
+// env adds to (or overrides) the server's environment (nodes of one cluster
+// share PETREL_API_SECRET).
+export async function startServer(name, { dev = false, args: extraArgs = [], env: extraEnv = {} } = {}) {
   mkdirSync(outDir, { recursive: true });
   const [http, udp, tcp, turn] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const env = { ...process.env };
@@ -44,6 +46,7 @@ export async function startServer(name, { dev = false, args: extraArgs = [] } = 
     env.PETREL_API_KEY = 'testkey';
     env.PETREL_API_SECRET = randomBytes(24).toString('hex');
   }
+  Object.assign(env, extraEnv);
   const args = ['serve', '--loopback', '--http', `127.0.0.1:${http}`, '--rtc-udp-port', `${udp}`,
     '--rtc-tcp-port', `${tcp}`, '--turn-port', `${turn}`, ...extraArgs];
   const logPath = `${outDir}server-${name}.log`;
