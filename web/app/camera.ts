@@ -17,6 +17,9 @@ interface CameraStatus {
   wallViewers: number;
   bitrate: number;
   video?: string;
+  audio?: string;
+  /** What happens to the camera's audio when it is not forwarded as sent (AAC). */
+  audioNote?: string;
   width?: number;
   height?: number;
 }
@@ -68,6 +71,8 @@ function badge(st: CameraStatus | null): string {
   let s = st.state;
   if (st.state === 'streaming') s += ` · ${kbps(st.bitrate)} · ${st.viewers + st.wallViewers} watching`;
   if (st.lastError && st.state !== 'streaming') s += ` · ${st.lastError}`;
+  // No sound, and why (AAC without a transcoder, or the transcoder failing).
+  if (st.audioNote && /video only|failed/.test(st.audioNote)) s += ` · ${st.audioNote}`;
   return s;
 }
 
