@@ -236,6 +236,10 @@ const SIMULCAST_OVERLAP_MS = 1_500;
 // or this long.
 const MOVE_MEDIA_WAIT_MS = 4_000;
 const MOVE_SETUP_TIMEOUT_MS = 10_000;
+// ...and then this long more, for those still on the old node: they get our new
+// stream through the node link (a mirror beside our old session) only after a
+// subscriber renegotiation and a keyframe there.
+const MOVE_OVERLAP_MS = 500;
 
 // The direct connection of a 1:1 call. The lower sid offers (no glare); one audio
 // and one video transceiver, both sendrecv, each side's camera and microphone.
@@ -1528,7 +1532,10 @@ export class Room extends Emitter<RoomEvents> {
           if (who) decoded.add(who);
         });
         const sending = pub.connectionState === 'connected' || published.length === 0;
-        if (sending && [...want].every((id) => decoded.has(id))) break;
+        if (sending && [...want].every((id) => decoded.has(id))) {
+          await sleep(MOVE_OVERLAP_MS);
+          break;
+        }
         if (performance.now() > deadline) {
           if (pub.connectionState !== 'connected' && sub.connectionState !== 'connected') throw new Error('move: the new connections did not connect');
           console.info(`petrel: moving without the video of ${[...want].filter((id) => !decoded.has(id)).join(', ') || 'none missing'} decoded`);
