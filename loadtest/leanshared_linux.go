@@ -112,7 +112,11 @@ func newLeanShared(bind string, every time.Duration) (*leanShared, error) {
 		s.hdrs[i].hdr.Iovlen = 1
 		s.hdrs[i].hdr.Control = &s.oobs[i][0]
 	}
-	go s.run()
+	if every > 0 {
+		go s.run()
+	} else {
+		close(s.done) // the caller drains with recv and deliver (benchmarks)
+	}
 	return s, nil
 }
 
