@@ -21,6 +21,7 @@ var (
 	RTT          = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "petrel_rtt_seconds", Help: "Round-trip time to subscribers from receiver reports.", Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .2, .4, .8}})
 	Joins        = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_joins_total", Help: "Join attempts by result."}, []string{"result"})
 	SignalErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_signal_errors_total", Help: "Errors returned to clients, by code."}, []string{"code"})
+	LayerSwitch  = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "petrel_layer_switch_seconds", Help: "From a subscriber's simulcast layer change (its request or the allocation's) to the new layer's keyframe reaching the server and being forwarded.", Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2}})
 	DataMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_data_messages_total", Help: "Room data messages by result."}, []string{"result"})
 
 	PacketsIn  = Packets.WithLabelValues("in")
@@ -35,6 +36,6 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(Rooms, Participants, Tracks, Subscriptions, Packets, Bytes, NACKs, PLIs, Cache, RTT, Joins, SignalErrors, DataMessages,
+	Registry.MustRegister(Rooms, Participants, Tracks, Subscriptions, Packets, Bytes, NACKs, PLIs, Cache, RTT, LayerSwitch, Joins, SignalErrors, DataMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 }

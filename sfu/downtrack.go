@@ -45,6 +45,8 @@ type DownTrack struct {
 	// allocT the highest temporal layer of it (temporal.go; allTemporal: all).
 	allocLayer atomic.Int32
 	allocT     atomic.Int32
+	// targetAt is when target last changed (for the switch delay metric).
+	targetAt atomic.Int64
 	needSync   atomic.Bool
 
 	// Transport-wide congestion control: the negotiated extension id, and the
@@ -319,9 +321,12 @@ func (d *DownTrack) chooseLayer() {
 	if best == -1 {
 		best = 0
 	}
-	if int(d.target.Swap(int32(best))) != best && d.bound.Load() {
-		if l := d.pub.layer(int8(best)); l != nil {
-			l.requestKeyframe()
+	if int(d.target.Swap(int32(best))) != best {
+		d.targetAt.Store(now())
+		if d.bound.Load() {
+			if l := d.pub.layer(int8(best)); l != nil {
+				l.requestKeyframe()
+			}
 		}
 	}
 }
@@ -352,6 +357,9 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 		}
 		if d.current != -1 && d.current != p.Layer {
 			d.switches.Add(1)
+			if at := d.targetAt.Load(); at != 0 {
+				metrics.LayerSwitch.Observe(float64(p.Arrival-at) / 1e9)
+			}
 		}
 		d.current = p.Layer
 		d.sync(p)

@@ -66,6 +66,17 @@ try {
     };
     video.requestVideoFrameCallback(step);
     const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    // petrel_layer_switch_seconds from the server's /metrics (loopback: allowed).
+    const switchMetric = async () => {
+      try {
+        const text = await (await fetch('/metrics')).text();
+        const sum = Number(/^petrel_layer_switch_seconds_sum (\S+)$/m.exec(text)?.[1]);
+        const count = Number(/^petrel_layer_switch_seconds_count (\S+)$/m.exec(text)?.[1]);
+        return Number.isFinite(sum) && Number.isFinite(count) ? { sum, count } : null;
+      } catch {
+        return null;
+      }
+    };
     // The first frame after t0 whose width `ok` accepts.
     const firstFrame = async (t0, ok, timeoutMs) => {
       const end = performance.now() + timeoutMs;
@@ -107,11 +118,15 @@ try {
         continue;
       }
       frames = frames.slice(-10);
+      const m0 = await switchMetric();
       const t0 = performance.now();
       await room.updateTrackSettings(track.sid, { quality: want });
       const acked = performance.now();
       const f = await firstFrame(t0, want === 'low' ? isLow : isHigh, 10_000);
-      out.samples.push({ to: want, ms: f ? f.presented - t0 : null, callbackMs: f ? f.now - t0 : null, ackMs: acked - t0, width: f?.width });
+      const m1 = await switchMetric();
+      // The server's part: the request to the new layer's keyframe forwarded.
+      const serverMs = m1 && m0 && m1.count - m0.count === 1 ? (m1.sum - m0.sum) * 1000 : null;
+      out.samples.push({ to: want, ms: f ? f.presented - t0 : null, callbackMs: f ? f.now - t0 : null, ackMs: acked - t0, serverMs, width: f?.width });
       want = want === 'low' ? 'high' : 'low';
       // Out of step with the publisher's keyframe rhythm.
       await sleep(1_200 + Math.random() * 800);
@@ -140,6 +155,10 @@ try {
   console.log(row('all', ok.map((s) => s.ms)));
   console.log(row('up (low → high)', ok.filter((s) => s.to === 'high').map((s) => s.ms)));
   console.log(row('down (high → low)', ok.filter((s) => s.to === 'low').map((s) => s.ms)));
+  const srv = results.samples.filter((s) => s.serverMs !== null && s.serverMs !== undefined);
+  console.log(row('server part: request to keyframe forwarded', srv.map((s) => s.serverMs)));
+  console.log(row('  of switches up', srv.filter((s) => s.to === 'high').map((s) => s.serverMs)));
+  console.log(row('  of switches down', srv.filter((s) => s.to === 'low').map((s) => s.serverMs)));
 } finally {
   await chromium.close();
   await server.stop();
