@@ -148,11 +148,12 @@ func (im *importer) materialize(mr *mirror) {
 			// other holder is kept and this mirror waits for it to leave.
 			from, ok := n.mirrorPeer(q)
 			switch {
-			case !ok && n.draining.Load():
-				// The person is moving off this draining node: its new
-				// session comes in beside the old one, so that those still
-				// here get its media before the old one leaves (clients
-				// take a second session of an identity for its successor).
+			case !ok && (n.draining.Load() || n.moving(q)):
+				// The person is moving off this node (it drains, or the
+				// room was re-placed): its new session comes in beside the
+				// old one, so that those still here get its media before
+				// the old one leaves (clients take a second session of an
+				// identity for its successor).
 				keep = true
 			case !ok || from == im.l.peer || !n.isDraining(from):
 				return

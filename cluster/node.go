@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -71,6 +72,10 @@ type Node struct {
 	started  time.Time
 
 	mirrors sync.Map // *sfu.Participant -> id of the node it mirrors
+	// hinted holds the participants sent a reconnect hint (drain,
+	// placement) until they leave: the mirror of their new session on
+	// another node comes in beside them (import.go).
+	hinted sync.Map // *sfu.Participant -> struct{}
 	// pulled counts the sessions (WHEP viewers) that hold a room here
 	// without being participants of it: such a room is hosted all the same,
 	// so that its tracks cascade to this node.
@@ -472,4 +477,18 @@ func (n *Node) crash() {
 		l.closeOnce.Do(func() { close(l.closed); l.ex.closeAll() })
 	}
 	_ = n.rdb.Close()
+}
+
+// hint sends p a reconnect hint naming node to, and remembers that p moves.
+func (n *Node) hint(p *sfu.Participant, to NodeInfo, reason string) {
+	if _, was := n.hinted.LoadOrStore(p, struct{}{}); !was {
+		p.OnClose(func() { n.hinted.Delete(p) })
+	}
+	p.Send(protocol.Msg{"type": "reconnect", "url": to.WSURL(), "node": to.ID, "reason": reason})
+}
+
+// moving reports whether p was asked to move to another node.
+func (n *Node) moving(p *sfu.Participant) bool {
+	_, ok := n.hinted.Load(p)
+	return ok
 }

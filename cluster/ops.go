@@ -16,7 +16,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/petrel-sfu/petrel/metrics"
-	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // loadMeter turns CPU time, packet and byte counters into rates between
@@ -97,8 +96,8 @@ type shedder struct {
 	max       float64 // CPU share, 0: no CPU limit
 	maxEgress float64 // Mbit/s sent, 0: no egress limit
 	level     atomic.Int32
-	over  int
-	under int
+	over      int
+	under     int
 	// orig is each room's Last-N before shedding began.
 	orig map[string]int
 }
@@ -293,7 +292,7 @@ func (n *Node) askToMove() int {
 			if len(c) == 0 {
 				continue // nowhere to go: stay until the grace period ends
 			}
-			p.Send(protocol.Msg{"type": "reconnect", "url": c[0].Node.WSURL(), "node": c[0].Node.ID, "reason": "drain"})
+			n.hint(p, c[0].Node, "drain")
 		}
 	}
 	return left

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // Placement records: the /v1/cluster/place handler writes its decision for a
@@ -255,7 +253,7 @@ func (n *Node) moveLocal(mv moveMsg) {
 	}
 	for _, p := range r.Participants() {
 		if p.Identity() == mv.Identity && !n.isMirror(p) && !p.Local() {
-			p.Send(protocol.Msg{"type": "reconnect", "url": to.WSURL(), "node": to.ID, "reason": "placement"})
+			n.hint(p, *to, "placement")
 			n.log.Info("cluster move: participant asked to reconnect", "room", mv.Room, "identity", mv.Identity, "to", to.ID)
 		}
 	}
