@@ -18,6 +18,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -25,8 +26,17 @@ import (
 // H.264 video as fragmented MP4 (one fragment per frame), for networks where
 // neither UDP nor TURN gets through. It starts at the cached last keyframe, so
 // the first frame comes at once; a <video> plays it through Media Source
-// Extensions (web/app/camera.ts). Video only: G.711 has no MSE form and the
-// page is a fallback, not the main path.
+// Extensions (web/app/camera.ts).
+//
+// Audio: when the camera's audio reaches the room as Opus (an Opus camera, or
+// an AAC camera's audio transcoded to Opus by camera/aac.go, which this
+// stream's sink starts like any listener), it is track 2, Opus in ISO-BMFF
+// (the recorder's sample entry, record.OpusSampleEntry), 48 kHz, one fragment
+// per packet. Its timeline is anchored on the video's: the first packet goes
+// at the decode time of the last video frame written plus the wall-clock time
+// since, then it follows its RTP clock. G.711 has no form that MSE plays (no
+// browser's MSE takes 'ulaw'/'alaw' in MP4), so G.711 cameras' fallback is
+// video only; the WebRTC path carries their audio.
 
 // Verifier checks a token (the signal package's).
 type Verifier func(token string) (*auth.Claims, error)
@@ -95,6 +105,8 @@ func (c *Camera) videoPublication() *sfu.Publication {
 type livePacket struct {
 	h       rtp.Header
 	payload []byte
+	audio   bool
+	at      time.Time // arrival (audio: anchors its timeline on the video's)
 }
 
 // liveSink copies packets to the HTTP writer; a full queue drops, and the
@@ -113,6 +125,47 @@ func (s *liveSink) WriteRTP(p *sfu.Packet) {
 	default:
 		s.dropped.Store(true)
 	}
+}
+
+// liveAudioSink queues the audio to the same writer; a full queue drops the
+// packet (the video's restart re-anchors the audio).
+type liveAudioSink struct{ s *liveSink }
+
+func (a liveAudioSink) WriteRTP(p *sfu.Packet) {
+	if len(p.Payload) == 0 {
+		return
+	}
+	lp := livePacket{h: p.Header, payload: append([]byte(nil), p.Payload...), audio: true, at: time.Now()}
+	lp.h.Extensions = nil
+	lp.h.CSRC = nil
+	select {
+	case a.s.ch <- lp:
+	default:
+	}
+}
+
+// audioPublication is the camera's audio track if it reaches the room as
+// Opus (what live.mp4 can carry), else nil.
+func (c *Camera) audioPublication() *sfu.Publication {
+	var pub *sfu.Publication
+	if p := c.webrtcParticipant(); c.cfg.WebRTC && p != nil {
+		for _, x := range p.Publications() {
+			if x.Kind() == webrtc.RTPCodecTypeAudio {
+				pub = x
+				break
+			}
+		}
+	} else {
+		c.mu.Lock()
+		if c.audio != nil {
+			pub = c.audio.Publication()
+		}
+		c.mu.Unlock()
+	}
+	if pub == nil || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeOpus) {
+		return nil
+	}
+	return pub
 }
 
 func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verifier) {
@@ -153,9 +206,14 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	sink := &liveSink{ch: make(chan livePacket, 2048)}
 	remove := pub.AddSink(sink)
 	defer remove()
+	apub := c.audioPublication()
+	if apub != nil {
+		removeAudio := apub.AddSink(liveAudioSink{sink})
+		defer removeAudio()
+	}
 	c.wake() // a cold RTSP camera opens its session for this viewer
 	bw := bufio.NewWriterSize(w, 64<<10)
-	mw := &mp4Writer{w: bw}
+	mw := &mp4Writer{w: bw, audio: apub != nil}
 	var dec rtph264.Decoder
 	_ = dec.Init()
 	push := func(h *rtp.Header, payload []byte) error {
@@ -178,7 +236,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	if fl != nil {
 		fl.Flush()
 	}
-	g.log.Info("live.mp4 started", "camera", id, "remote", r.RemoteAddr, "from_cache", primed)
+	g.log.Info("live.mp4 started", "camera", id, "remote", r.RemoteAddr, "from_cache", primed, "audio", apub != nil)
 	flushTick := time.NewTicker(20 * time.Millisecond)
 	defer flushTick.Stop()
 	dirty := false
@@ -199,12 +257,20 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 				dirty = false
 			}
 		case p := <-sink.ch:
+			if p.audio {
+				if err := mw.writeOpus(p.payload, p.h.Timestamp, p.at); err != nil {
+					return
+				}
+				dirty = true
+				continue
+			}
 			if primed && int16(p.h.SequenceNumber-next) < 0 {
 				continue // already sent from the cache
 			}
 			primed = false
 			if sink.dropped.Swap(false) {
 				mw.started = false // lost packets: restart at the next keyframe
+				mw.aStarted = false // and the audio with it
 				_ = dec.Init()
 			}
 			if err := push(&p.h, p.payload); err != nil {
@@ -225,12 +291,19 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 }
 
 // mp4Writer writes an init segment at the first IDR with its SPS/PPS, then one
-// fragment per access unit.
+// fragment per access unit (and per Opus packet, track 2, when audio is set).
 type mp4Writer struct {
 	w        *bufio.Writer
 	inited   bool
 	started  bool
-	seq      uint32
+	seq      uint32 // fragment sequence number, both tracks
+	vn       uint64 // video access units written
+	vAt      time.Time
+	audio    bool // the init declares the Opus track
+	aStarted bool
+	aDecode  uint64 // 48 kHz
+	aLastTS  uint32
+	aLastDur uint32
 	baseTS   uint32
 	lastTS   uint32
 	decode   uint64
@@ -266,6 +339,14 @@ func (m *mp4Writer) writeAU(au [][]byte, ts uint32) error {
 			if err := init.Moov.Trak.SetAVCDescriptor("avc1", [][]byte{m.sps}, [][]byte{m.pps}, true); err != nil {
 				return fmt.Errorf("live.mp4 init: %w", err)
 			}
+			if m.audio {
+				entry, err := record.OpusSampleEntry()
+				if err != nil {
+					return fmt.Errorf("live.mp4 init: %w", err)
+				}
+				init.AddEmptyTrack(opusClock, "audio", "und")
+				init.Moov.Traks[1].Mdia.Minf.Stbl.Stsd.AddChild(entry)
+			}
 			if err := init.Encode(m.w); err != nil {
 				return err
 			}
@@ -283,9 +364,11 @@ func (m *mp4Writer) writeAU(au [][]byte, ts uint32) error {
 	if dur == 0 || dur > 90000 {
 		dur = 3600
 	}
-	if m.seq > 0 {
+	if m.vn > 0 {
 		m.decode += uint64(dur)
 	}
+	m.vn++
+	m.vAt = time.Now()
 	m.lastTS = ts
 	m.lastDur = dur
 	m.seq++
@@ -307,4 +390,72 @@ func (m *mp4Writer) writeAU(au [][]byte, ts uint32) error {
 	}
 	f.AddFullSample(mp4.FullSample{Sample: mp4.Sample{Flags: flags, Dur: dur, Size: uint32(len(m.avcc))}, DecodeTime: m.decode, Data: m.avcc})
 	return f.Encode(m.w)
+}
+
+// writeOpus writes one Opus packet as a fragment of track 2, once the video
+// has started (audio before it has no timeline to go on). A packet whose TOC
+// does not parse is skipped.
+func (m *mp4Writer) writeOpus(p []byte, ts uint32, at time.Time) error {
+	if !m.audio || !m.started {
+		return nil
+	}
+	n := opusSamples(p)
+	if n == 0 {
+		return nil
+	}
+	if !m.aStarted {
+		// Anchor: the last video frame's decode time plus the time since it
+		// was written (at most a second: a stalled video does not push the
+		// audio ahead).
+		el := min(max(at.Sub(m.vAt), 0), time.Second)
+		m.aDecode = m.decode*opusClock/90000 + uint64(el)*opusClock/uint64(time.Second)
+		m.aStarted = true
+	} else {
+		step := uint64(m.aLastDur)
+		// Follow the RTP clock over a pause (DTX, loss) of more than 100
+		// ms; a step back or a jump of more than 5 s keeps going contiguously.
+		if d := int64(int32(ts - m.aLastTS)); d > int64(step)+opusClock/10 && d < 5*opusClock {
+			step = uint64(d)
+		}
+		m.aDecode += step
+	}
+	m.aLastTS, m.aLastDur = ts, uint32(n)
+	m.seq++
+	f, err := mp4.CreateFragment(m.seq, 2)
+	if err != nil {
+		return err
+	}
+	f.AddFullSample(mp4.FullSample{Sample: mp4.Sample{Flags: mp4.SyncSampleFlags, Dur: uint32(n), Size: uint32(len(p))}, DecodeTime: m.aDecode, Data: p})
+	return f.Encode(m.w)
+}
+
+// opusSamples is an Opus packet's duration in 48 kHz samples from its TOC
+// (RFC 6716 section 3.1), 0 if it does not parse.
+func opusSamples(p []byte) int {
+	if len(p) == 0 {
+		return 0
+	}
+	config := int(p[0] >> 3)
+	var frame int
+	switch {
+	case config < 12: // SILK: 10, 20, 40, 60 ms
+		frame = 480 << (config % 4)
+		if config%4 == 3 {
+			frame = 2880
+		}
+	case config < 16: // hybrid: 10, 20 ms
+		frame = 480 << (config % 2)
+	default: // CELT: 2.5, 5, 10, 20 ms
+		frame = 120 << (config % 4)
+	}
+	switch p[0] & 3 {
+	case 0:
+		return frame
+	case 1, 2:
+		return 2 * frame
+	}
+	if len(p) < 2 || p[1]&0x3f == 0 || int(p[1]&0x3f)*frame > 5760 {
+		return 0
+	}
+	return int(p[1]&0x3f) * frame
 }

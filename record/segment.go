@@ -264,7 +264,7 @@ func createSegment(dir string, start uint64, sps, pps []byte, width, height int,
 			}
 			entry = mp4.CreateAudioSampleEntryBox("mp4a", uint16(ch), 16, uint16(min(audio.Rate, 65535)), mp4.CreateEsdsBox(audio.ASC))
 		default:
-			e, err := opusSampleEntry()
+			e, err := OpusSampleEntry()
 			if err != nil {
 				return nil, err
 			}
@@ -298,12 +298,13 @@ func createSegment(dir string, start uint64, sps, pps []byte, width, height int,
 	return w, nil
 }
 
-// opusSampleEntry is the Opus sample entry with its dOps box (Opus in
-// ISO-BMFF, section 4.3): mp4ff v0.47.0 knows neither, so dOps is built from
+// OpusSampleEntry is the Opus sample entry with its dOps box (Opus in
+// ISO-BMFF, section 4.3), for a track of timescale 48 kHz; the camera's HTTP
+// live fallback (camera/live.go) declares its audio with it too: mp4ff v0.47.0 knows neither, so dOps is built from
 // its bytes and carried as a box mp4ff does not interpret. Stereo, as WebRTC's
 // opus/48000/2 is declared; pre-skip 312 (libopus' usual), no gain, mapping
 // family 0.
-func opusSampleEntry() (mp4.Box, error) {
+func OpusSampleEntry() (mp4.Box, error) {
 	dops := []byte{0, 0, 0, 19, 'd', 'O', 'p', 's',
 		0,       // version
 		2,       // output channel count

@@ -36,7 +36,7 @@ export interface Timings {
 
 declare global {
   interface Window {
-    petrelCamera?: { timings: Timings; frames: () => number; mode: string; pc?: RTCPeerConnection; reason?: string; serverPc?: RTCPeerConnection };
+    petrelCamera?: { timings: Timings; frames: () => number; mode: string; pc?: RTCPeerConnection; reason?: string; serverPc?: RTCPeerConnection; mseType?: string };
   }
 }
 
@@ -316,7 +316,13 @@ async function iceServers(room: string, token: string): Promise<RTCIceServer[]> 
   return out;
 }
 
-/** Plays fragmented MP4 streamed over HTTP through Media Source Extensions. */
+/**
+ * Plays fragmented MP4 streamed over HTTP through Media Source Extensions.
+ * With the camera's audio (an Opus track, dOps, in the init) the SourceBuffer
+ * takes both tracks and uses the stream's own timestamps ('segments'): the
+ * server aligns the two timelines, 'sequence' would shift them apart at each
+ * gap. Playback starts where both tracks are buffered.
+ */
 async function playHTTP(video: HTMLVideoElement, url: string, token: string, onResponse: () => void): Promise<void> {
   const ms = new MediaSource();
   video.src = URL.createObjectURL(ms);
@@ -348,13 +354,19 @@ async function playHTTP(video: HTMLVideoElement, url: string, token: string, onR
       init = init ? concat(init, value) : value;
       const codec = avcCodec(init);
       if (!codec) continue;
-      sb = ms.addSourceBuffer(`video/mp4; codecs="${codec}"`);
-      sb.mode = 'sequence';
+      const audio = hasBox(init, 'dOps');
+      const type = `video/mp4; codecs="${codec}${audio ? ', opus' : ''}"`;
+      sb = ms.addSourceBuffer(type);
+      sb.mode = audio ? 'segments' : 'sequence';
+      if (window.petrelCamera) window.petrelCamera.mseType = type;
       sb.addEventListener('updateend', () => {
         pump();
-        // Live: stay at the edge rather than drifting behind.
+        // Live: stay at the edge rather than drifting behind; start where
+        // audio and video are both buffered.
         const b = video.buffered;
-        if (b.length && b.end(b.length - 1) - video.currentTime > 1) video.currentTime = b.end(b.length - 1) - 0.1;
+        if (!b.length) return;
+        if (b.end(b.length - 1) - video.currentTime > 1) video.currentTime = b.end(b.length - 1) - 0.1;
+        else if (video.currentTime < b.start(0)) video.currentTime = b.start(0);
       });
       pending.push(init);
     } else pending.push(value);
@@ -367,6 +379,13 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   out.set(a);
   out.set(b, a.length);
   return out;
+}
+
+/** Whether b holds a box of type t (a four-character code). */
+function hasBox(b: Uint8Array, t: string): boolean {
+  const c = [...t].map((x) => x.charCodeAt(0));
+  for (let i = 4; i + 4 <= b.length; i++) if (b[i] === c[0] && b[i + 1] === c[1] && b[i + 2] === c[2] && b[i + 3] === c[3]) return true;
+  return false;
 }
 
 /** The avc1.PPCCLL codec string from the avcC box of an init segment, once it is all there. */

@@ -16,8 +16,8 @@ import { root } from '../lib/server.mjs';
 
 const bin = process.env.PETREL_BIN ?? `${root}bin/petrel`;
 
-async function startCamera(clip) {
-  const proc = spawn(bin, ['camera', 'emulate', '--addr', '127.0.0.1:0', '--clip', clip], { stdio: ['ignore', 'pipe', 'pipe'] });
+async function startCamera(clip, ...extra) {
+  const proc = spawn(bin, ['camera', 'emulate', '--addr', '127.0.0.1:0', '--clip', clip, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   const stderr = [];
   proc.stderr.on('data', (d) => stderr.push(String(d)));
   const url = await new Promise((resolve, reject) => {
@@ -73,6 +73,26 @@ test('Chromium views a camera over WebRTC, over the HTTP fallback and on the wal
     const httpViewer = watch(new Participant('http-viewer', await chromium.newPage()));
     await httpViewer.page.goto(`${server.base}/?camera=door&http=1&token=${token}`);
     await expectGrowth('frames played from live.mp4', async () => ({ frames: await httpViewer.page.evaluate(() => window.petrelCamera?.frames() ?? 0) }), { frames: 25 });
+    // G.711 has no MSE form: this camera's fallback is video only.
+    assert.doesNotMatch(await httpViewer.page.evaluate(() => window.petrelCamera?.mseType ?? ''), /opus/);
+
+    // An AAC camera's fallback carries its audio as Opus (transcoded): the
+    // SourceBuffer takes both tracks, video plays and audio is decoded.
+    const aacCam = own(await startCamera(clip, '--audio', 'aac'));
+    const res2 = await fetch(`${server.base}/v1/cameras`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${admin}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ id: 'yard', name: 'Yard', rtsp: aacCam.url }),
+    });
+    assert.equal(res2.status, 200, `POST /v1/cameras: ${await res2.text()}`);
+    const yardToken = await server.token('camera/yard', 'viewer', ['--subscribe']);
+    const aacViewer = watch(new Participant('aac-http-viewer', await chromium.newPage()));
+    await aacViewer.page.goto(`${server.base}/?camera=yard&http=1&token=${yardToken}`);
+    await expectGrowth('frames and audio bytes played from live.mp4', async () => aacViewer.page.evaluate(() => ({
+      frames: window.petrelCamera?.frames() ?? 0,
+      audioBytes: document.querySelector('video')?.webkitAudioDecodedByteCount ?? 0,
+    })), { frames: 25, audioBytes: 1000 });
+    assert.match(await aacViewer.page.evaluate(() => window.petrelCamera?.mseType ?? ''), /avc1\.[0-9a-f]{6}, opus/);
 
     // The wall: the camera's tile plays, over the wall room's connection.
     const wall = watch(new Participant('wall', await chromium.newPage()));
