@@ -125,6 +125,12 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
     tiles.get(p.sid)?.tile.remove();
     tiles.delete(p.sid);
   });
+  // The camera's session moved to another node: the same tile.
+  room.on('participantMoved', (p, oldSid) => {
+    const t = tiles.get(oldSid);
+    tiles.delete(oldSid);
+    if (t) tiles.set(p.sid, t);
+  });
   room.on('trackSubscribed', (track, pub, p) => {
     if (!p || track.kind !== 'video') return;
     const video = tileFor(p).tile.querySelector('video') as HTMLVideoElement;
