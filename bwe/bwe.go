@@ -363,7 +363,17 @@ func (e *Estimator) updateRate(now int64) {
 		}
 		if e.state == stateIncrease && dt > 0 {
 			prev := e.delay
-			if e.linkCapacity > 0 && e.delay > e.linkCapacity-3*math.Sqrt(e.capacityVar*e.linkCapacity) {
+			// What gets through above the last known capacity's upper bound
+			// means the capacity has grown (or the decrease that set it was
+			// not the link's: a receiver starved of CPU stamps late arrivals
+			// that read as queuing): forget it and grow multiplicatively again,
+			// as libwebrtc's AIMD does. Kept, a capacity learnt at a few
+			// hundred kbit/s held the estimate to additive steps of 48 kbit/s
+			// per second for good.
+			if e.linkCapacity > 0 && acked > e.linkCapacity+3*e.capacityDev() {
+				e.linkCapacity, e.capacityVar = 0, 0
+			}
+			if e.linkCapacity > 0 && e.delay > e.linkCapacity-3*e.capacityDev() {
 				// Near the last known capacity: additive, about one packet per RTT.
 				e.delay += 1200 * 8 * dt / 0.2
 			} else {
@@ -379,6 +389,14 @@ func (e *Estimator) updateRate(now int64) {
 	e.delay = math.Max(float64(e.min), math.Min(float64(e.max), e.delay))
 }
 
+// capacityDev is the link capacity's standard deviation, bps. The variance is
+// normalised in kbit/s, as libwebrtc's: in bit/s the same 0.4 to 2.5 gave a
+// deviation 32 times too small (424 bit/s at 450 kbit/s), so that an estimate
+// a step above the capacity never counted as beyond it.
+func (e *Estimator) capacityDev() float64 {
+	return math.Sqrt(e.capacityVar*e.linkCapacity/1000) * 1000
+}
+
 func (e *Estimator) updateCapacity(rate float64) {
 	if e.linkCapacity == 0 {
 		e.linkCapacity, e.capacityVar = rate, 0.4
@@ -386,8 +404,9 @@ func (e *Estimator) updateCapacity(rate float64) {
 	}
 	const alpha = 0.05
 	e.linkCapacity = (1-alpha)*e.linkCapacity + alpha*rate
-	norm := math.Max(e.linkCapacity, 1)
-	e.capacityVar = (1-alpha)*e.capacityVar + alpha*(e.linkCapacity-rate)*(e.linkCapacity-rate)/norm
+	// In kbit/s, see capacityDev.
+	c, r := e.linkCapacity/1000, rate/1000
+	e.capacityVar = (1-alpha)*e.capacityVar + alpha*(c-r)*(c-r)/math.Max(c, 1)
 	e.capacityVar = math.Max(0.4, math.Min(2.5, e.capacityVar))
 }
 

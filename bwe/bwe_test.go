@@ -185,3 +185,23 @@ func TestSentRecordRoundTripsAcrossClockWrap(t *testing.T) {
 		}
 	}
 }
+
+// A decrease at a low rate (a slow start on a link that then opens up, or an
+// overuse read from a receiver starved of CPU) does not hold the estimate
+// down: once more gets through than the capacity it learnt, it grows
+// multiplicatively again instead of by additive steps.
+func TestRecoversAfterADecreaseAtALowRate(t *testing.T) {
+	l := &link{capacity: func(t time.Duration) float64 {
+		if t < 8*time.Second {
+			return 400e3
+		}
+		return 10e6
+	}, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(4))}
+	est := simulate(New(1_000_000, 0, 0), l, 28*time.Second)
+	if est[6] > 700_000 {
+		t.Fatalf("estimate %d bps on a 400 kbit/s link (%v)", est[6], est)
+	}
+	if est[len(est)-1] < 1_500_000 {
+		t.Fatalf("estimate %d bps 20 s after a 400 kbit/s link opened to 10 Mbit/s (%v)", est[len(est)-1], est)
+	}
+}
