@@ -300,6 +300,7 @@ func (n *Node) snapshot() NodeInfo {
 	n.mu.Unlock()
 	info.Load.Rooms = len(info.Rooms)
 	info.Load.CPU, info.Load.PacketsPerSec, info.Load.EgressMbps = n.load.sample(packets, n.sentBytes())
+	info.Load.MaxEgressMbps = n.cfg.MaxEgressMbps
 	n.mu.Lock()
 	for id, ms := range n.probeRTT {
 		info.RTT[id] = ms

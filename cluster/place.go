@@ -103,7 +103,11 @@ func Place(nodes []NodeInfo, room string, clientRTT map[string]float64, maxCPU f
 	return out
 }
 
-func overloaded(n NodeInfo, maxCPU float64) bool { return maxCPU > 0 && n.Load.CPU > maxCPU }
+// overloaded: over the CPU threshold, or over the egress limit the node
+// itself set (cluster.max_egress_mbps, in its record).
+func overloaded(n NodeInfo, maxCPU float64) bool {
+	return (maxCPU > 0 && n.Load.CPU > maxCPU) || over(n.Load.EgressMbps, n.Load.MaxEgressMbps)
+}
 
 // loadScore orders nodes by how busy they are: CPU first (in 10% steps, as
 // finer differences are noise), then participants.

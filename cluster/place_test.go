@@ -48,6 +48,17 @@ func TestPlace(t *testing.T) {
 			}
 		})
 	}
+	// Over its own egress limit, eu (nearest, hosting the room) is offered
+	// only after us; under it, eu again.
+	busy := []NodeInfo{mk("eu", 2, 0.1), mk("us", 0, 0.1)}
+	busy[0].Load.EgressMbps, busy[0].Load.MaxEgressMbps = 900, 800
+	if got := Place(busy, "r", map[string]float64{"eu": 10, "us": 40}, 0.85); len(got) != 2 || got[0].Node.ID != "us" {
+		t.Fatalf("a node over its egress limit placed first: %+v", got)
+	}
+	busy[0].Load.EgressMbps = 500
+	if got := Place(busy, "r", map[string]float64{"eu": 10, "us": 40}, 0.85); len(got) != 2 || got[0].Node.ID != "eu" {
+		t.Fatalf("a node under its egress limit not placed first: %+v", got)
+	}
 	draining := []NodeInfo{mk("eu", 0, 0), mk("us", 0, 0)}
 	draining[0].Draining = true
 	if got := Place(draining, "r", nil, 0.85); len(got) != 1 || got[0].Node.ID != "us" {

@@ -41,6 +41,9 @@ type Load struct {
 	CPU           float64 `json:"cpu"` // share of the machine's cores, 0..1
 	PacketsPerSec float64 `json:"packetsPerSec"`
 	EgressMbps    float64 `json:"egressMbps"` // media sent to subscribers and node links
+	// MaxEgressMbps is the node's cluster.max_egress_mbps (0: none): over
+	// it, the node is offered to new participants last, as over max_cpu.
+	MaxEgressMbps float64 `json:"maxEgressMbps,omitempty"`
 	Participants  int     `json:"participants"`
 	Tracks        int     `json:"tracks"`
 	Rooms         int     `json:"rooms"`
