@@ -17,6 +17,7 @@ import {
   Msg,
   PARAM_DATAGRAM,
   type Pairs,
+  type ParsedDatagram,
   RequestErrorCode,
   Setup,
   StreamReader,
@@ -371,13 +372,39 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       if (x.done) return;
       try {
         const d = parseDatagram(x.value);
-        if (d.type === Dgram.FRAGMENT || d.type === Dgram.FEC) this.byAlias.get(d.alias)?.onDatagram(d);
+        if (d.type === Dgram.FRAGMENT || d.type === Dgram.FEC) {
+          const t = this.byAlias.get(d.alias);
+          if (t) t.onDatagram(d);
+          else this.keepEarly(d);
+        }
         else if (d.type === Dgram.NACK) this.localByAlias.get(d.alias)?.onNack(d);
         else if (d.type === Dgram.KEYFRAME_REQUEST) this.localByAlias.get(d.alias)?.requestKeyframe();
       } catch (e) {
         if (e instanceof WireError) this.log(`datagram: ${e.message}`);
       }
     }
+  }
+
+  // Media datagrams can overtake the SUBSCRIBE_OK that names their alias (it
+  // is on a stream: a lost packet holds it for QUIC's retransmission, the
+  // datagrams behind it are not held). The first keyframe would be lost with
+  // them, and the start would wait for a keyframe request's round trip: they
+  // are kept for a moment and replayed once the alias is known.
+  private early: { at: number; d: ParsedDatagram }[] = [];
+  earlyDatagrams = 0;
+
+  private keepEarly(d: ParsedDatagram): void {
+    const now = performance.now();
+    while (this.early.length && (this.early.length >= 512 || now - this.early[0].at > 2_000)) this.early.shift();
+    this.early.push({ at: now, d });
+  }
+
+  private replayEarly(alias: number, t: WtRemoteTrack): void {
+    const mine = this.early.filter((e) => e.d.alias === alias);
+    if (!mine.length) return;
+    this.early = this.early.filter((e) => e.d.alias !== alias);
+    this.earlyDatagrams += mine.length;
+    for (const e of mine) t.onDatagram(e.d);
   }
 
   // The server's requests: SUBSCRIBE to our tracks after PUBLISH_NAMESPACE.
@@ -628,6 +655,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     const remote = new WtRemoteTrack(t.kind, mode, reply.alias, this, this.repairHold);
     this.byAlias.set(reply.alias, remote);
     this.aliasReady(reply.alias);
+    this.replayEarly(reply.alias, remote);
     const sub: WtSubscription = { participant: p, info: t, remote, track: remote.track };
     this.subscriptions.set(req.id, sub);
     (sub as unknown as { req: Request }).req = req;

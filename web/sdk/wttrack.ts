@@ -401,6 +401,12 @@ export interface WtRemoteStats {
   targetDelayMs: number;
   /** Capture wall clock to decode, last frame (same-clock setups only), ms. */
   lastTransitMs?: number;
+  /**
+   * The start, in ms after the subscription was made (SUBSCRIBE_OK): first
+   * datagram or stream object, first complete object, first keyframe, first
+   * frame decoded; and the keyframe requests sent before the first keyframe.
+   */
+  start: { datagram?: number; object?: number; keyframe?: number; decoded?: number; keyRequests: number };
 }
 
 interface Partial {
@@ -436,6 +442,8 @@ export class WtRemoteTrack {
   private codec?: string;
   private closed = false;
   private lossSeenAt = -1e9;
+  private readonly createdAt = performance.now();
+  private readonly start: WtRemoteStats['start'] = { keyRequests: 0 };
   readonly stats = { objectsReceived: 0, bytesReceived: 0, datagramsReceived: 0, nacksSent: 0, fecRecovered: 0, keyframeRequests: 0, groupsReset: 0, lastTransitMs: undefined as number | undefined };
   /** Called for each decoded video frame before it is rendered (measurement hooks). */
   onVideoFrame?: (f: VideoFrame) => void;
@@ -451,7 +459,10 @@ export class WtRemoteTrack {
     // The track exists at once (the app can attach it); frames flow after the first keyframe.
     this.sink = new MediaSink(kind, kind === 'video' ? 'vp8' : 'opus', () => this.requestKeyframe(true));
     this.track = this.sink.track;
-    this.sink.onVideoFrame = (f) => this.onVideoFrame?.(f);
+    this.sink.onVideoFrame = (f) => {
+      this.start.decoded ??= performance.now() - this.createdAt;
+      this.onVideoFrame?.(f);
+    };
     this.tick = setInterval(() => this.onTick(performance.now()), REORDER_MS);
   }
 
@@ -466,6 +477,11 @@ export class WtRemoteTrack {
     this.stats.bytesReceived += payload.length;
     if (meta.codec && meta.codec !== this.codec) this.setCodec(meta.codec);
     if (meta.wallMs) this.stats.lastTransitMs = Date.now() - meta.wallMs;
+    this.start.object ??= now - this.createdAt;
+    if (object === 0 && meta.key && this.start.keyframe === undefined) {
+      this.start.keyframe = now - this.createdAt;
+      this.keyRequestGroup = Number.MAX_SAFE_INTEGER; // the first keyframe satisfies any request
+    }
     if (group > this.keyRequestGroup && object === 0 && meta.key) this.keyRequestGroup = Number.MAX_SAFE_INTEGER; // satisfied
     this.jb.push({ group, object, tsMs: meta.tsUs / 1000, key: meta.key || this.kind === 'audio', data: { meta, payload } }, now);
     this.drain(now);
@@ -515,6 +531,7 @@ export class WtRemoteTrack {
     if (this.closed) return;
     const now = performance.now();
     this.stats.datagramsReceived++;
+    this.start.datagram ??= now - this.createdAt;
     if (d.type === 0x53) {
       const p = this.partial.get(`${d.group}/${d.object}`);
       if (p) {
@@ -625,6 +642,18 @@ export class WtRemoteTrack {
   private lastProgressAt = 0;
 
   private onTick(now: number): void {
+    // The first keyframe: the server asked the publisher for one when we
+    // subscribed, in a datagram that may be lost (or folded into a request for
+    // a keyframe that already went by, by the server's rate limit). Until one
+    // arrives, ask again (the server forwards it) after two round trips,
+    // backing off: on a link too slow for a keyframe in that time, every
+    // request would start another keyframe behind the last.
+    const wait = Math.min(5_000, Math.max(KEY_REQUEST_REPEAT_MS, 2 * this.carrier.rttMs + 100) * 2 ** this.start.keyRequests);
+    if (this.kind === 'video' && this.start.keyframe === undefined && now - Math.max(this.createdAt, this.keyRequestedAt) > wait) {
+      this.start.keyRequests++;
+      this.requestKeyframe(false);
+      this.keyRequestGroup = -1; // repeated here, with the back-off, not every 300 ms below
+    }
     if (this.mode === 'datagram') this.nackScan(now);
     else if (this.keyRequestGroup !== Number.MAX_SAFE_INTEGER && this.keyRequestGroup >= 0 && now - this.keyRequestedAt > KEY_REQUEST_REPEAT_MS) this.requestKeyframe(false);
     // Watchdog: objects keep coming but nothing decodes (a decoder that failed,
@@ -726,6 +755,7 @@ export class WtRemoteTrack {
       framesDropped: j.dropped,
       jitterMs: j.jitterMs,
       targetDelayMs: this.jb.targetMs,
+      start: { ...this.start },
     };
   }
 
