@@ -17,8 +17,11 @@ export function chromiumArgs(base) {
   return a;
 }
 
-async function prepare(page, base) {
-  await page.goto(`${base}/`);
+/** Loads the app page and the SDK (once per page; the start functions call it). */
+export async function prepare(page, base) {
+  if (page.petrelPrepared) return;
+  page.petrelPrepared = true;
+  await page.goto(`${base}/`, { timeout: 90_000 });
   await page.addScriptTag({ content: probeJs });
   await page.evaluate(async () => {
     window.sdk = await import('/petrel-sdk.js');
@@ -110,6 +113,7 @@ export async function startSubscriber(page, base, path, token, { timeoutMs = 30_
     }
     const connectMs = performance.now() - t0;
     const track = await Promise.race([gotTrack, new Promise((_, rej) => setTimeout(() => rej(new Error('no video track within the timeout')), timeoutMs))]);
+    const trackMs = performance.now() - t0;
     v.srcObject = new MediaStream([track]);
     window.meter = window.probe.measure(v);
     const deadline = performance.now() + timeoutMs;
@@ -117,7 +121,14 @@ export async function startSubscriber(page, base, path, token, { timeoutMs = 30_
       if (performance.now() > deadline) throw new Error('no frame rendered within the timeout');
       await new Promise((r) => setTimeout(r, 20));
     }
-    return { connectMs, firstFrameMs: window.meter.m.firstFrameAt - t0 };
+    // WebTransport: where the start went (ms after the subscription was made;
+    // early: media datagrams that overtook the SUBSCRIBE_OK).
+    let detail;
+    if (window.sub.session) {
+      const v = (await window.sub.session.getStats()).remote.find((r) => r.kind === 'video');
+      detail = { trackMs, ...(v?.start ?? {}), early: window.sub.session.earlyDatagrams ?? 0 };
+    }
+    return { connectMs, firstFrameMs: window.meter.m.firstFrameAt - t0, startDetail: detail };
   }, [path, token, timeoutMs]);
 }
 

@@ -4,10 +4,12 @@
 // Prints one JSON line: the subscriber's window summary and the session start.
 //
 // node bench/wt/peer.mjs --base http://10.201.0.2:7880 --path wt-datagram
-//   [--duration 15 --warmup 4 --room r1 --cgroup /sys/fs/cgroup/cpu/x]
+//   [--duration 15 --warmup 4 --room r1 --cgroup /sys/fs/cgroup/cpu/x --ready 1]
+//
+// --ready: print `ready` once both pages are loaded and wait for a line on stdin.
 import { appendFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { chromiumArgs, devToken, endWindow, publisherStats, resetWindow, startPublisher, startSubscriber } from './pages.mjs';
+import { chromiumArgs, devToken, endWindow, prepare, publisherStats, resetWindow, startPublisher, startSubscriber } from './pages.mjs';
 
 const args = Object.fromEntries(process.argv.slice(2).reduce((a, v, i, all) => {
   if (v.startsWith('--')) a.push([v.slice(2), all[i + 1]]);
@@ -55,6 +57,14 @@ try {
   };
   const pub = await page('pub');
   const sub = await page('sub');
+  if (args.ready) {
+    // The runner impairs the link once the pages are loaded (their 260 KB
+    // are no part of the measurement, and took minutes at 0.1 Mbit/s).
+    await prepare(pub, base);
+    await prepare(sub, base);
+    console.log('ready');
+    await new Promise((res) => process.stdin.once('data', res));
+  }
   // Tokens from the runner (signed with the server's key), or development tokens on loopback.
   const p = await startPublisher(pub, base, path, args.pubtoken ?? (await devToken(base, room, 'pub')));
   const s = await startSubscriber(sub, base, path, args.subtoken ?? (await devToken(base, room, 'sub')), { timeoutMs: 45_000 });
@@ -63,7 +73,7 @@ try {
   await sleep(durationS * 1000);
   const r = await endWindow(sub, before);
   const ps = await publisherStats(pub);
-  console.log(JSON.stringify({ path, ...r, connectMs: s.connectMs, firstFrameMs: s.firstFrameMs, pubSetupMs: p.setupMs, pub: ps }));
+  console.log(JSON.stringify({ path, ...r, connectMs: s.connectMs, firstFrameMs: s.firstFrameMs, startDetail: s.startDetail, pubSetupMs: p.setupMs, pub: ps }));
 } catch (e) {
   console.log(JSON.stringify({ path, error: String(e?.message ?? e).slice(0, 500), log: log.slice(-20) }));
   process.exitCode = 1;
