@@ -20,8 +20,11 @@ const (
 	initialEstimate  = 3_000_000
 	minEstimate      = 100_000
 	maxEstimate      = 30_000_000
-	// audioReserve is set aside per subscribed audio track.
-	audioReserve = 64_000
+	// audioReserve is set aside per subscribed audio track whose rate is not
+	// measured yet; a measured one reserves its rate and a fifth more (Opus
+	// varies with the speech; RTP and SRTP headers), at least minAudioReserve.
+	audioReserve    = 64_000
+	minAudioReserve = 8_000
 	// assumedLayerRate stands for a layer whose rate is not measured yet.
 	assumedLayerRate = 150_000
 	// probeShare of the missing rate (at most the estimate's unused part) is
@@ -66,7 +69,7 @@ func (p *Participant) allocate() {
 	for _, d := range subs {
 		if d.pub.kind == webrtc.RTPCodecTypeAudio {
 			if !d.Paused() {
-				budget -= audioReserve
+				budget -= d.pub.audioRate()
 			}
 			continue
 		}
@@ -193,6 +196,18 @@ func fits(rate, budget int, held bool) bool {
 		return float64(rate) <= float64(budget)*(1+holdMargin)
 	}
 	return rate <= budget
+}
+
+// audioRate is what an audio publication takes of a subscriber's estimate:
+// measured, not a fixed 64 kbit/s (twice what Opus sends for speech, which
+// shrank the video budget of a viewer behind a few hundred kbit/s).
+func (t *Publication) audioRate() int {
+	if l := t.layer(0); l != nil {
+		if r := l.bps.Load(); r > 0 {
+			return max(int(r)*6/5, minAudioReserve)
+		}
+	}
+	return audioReserve
 }
 
 func lowestLayer(t *Publication) int {

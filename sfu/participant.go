@@ -791,6 +791,7 @@ func (p *Participant) Stats() map[string]any {
 			"rttMs": float64(d.rtt.Load()) / 1e6, "fractionLost": float64(d.lossFrac.Load()) / 256,
 			"layer": d.CurrentLayer(), "allocatedLayer": d.allocLayer.Load(), "switches": d.switches.Load(),
 			"temporal": d.CurrentTemporal(), "allocatedTemporal": d.allocT.Load(),
+			"kind": d.pub.kind.String(), "temporalLayers": d.pub.temporalLayers(d.CurrentLayer()),
 		})
 	}
 	var pubs []map[string]any
