@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/exec"
 	"strconv"
@@ -60,9 +61,15 @@ type aacBreak struct {
 	ts48 uint32 // that sample's AAC timestamp on the 48 kHz clock
 }
 
-// aacTranscoder feeds one camera's AAC to ffmpeg and its Opus to track.
+// aacTranscoder feeds one camera's AAC (or one playback session's recorded
+// AAC: AACPlayer) to ffmpeg and its Opus to track.
 type aacTranscoder struct {
-	c     *Camera
+	ctx   context.Context
+	done  *sync.WaitGroup
+	log   *slog.Logger
+	bin   func() string // the ffmpeg binary
+	want  func() bool   // ffmpeg runs while this holds
+	idle  time.Duration // and this long after it stops holding
 	track *sfu.LocalTrack
 	ssrc  uint32
 	in    chan aacAU
@@ -93,7 +100,9 @@ type aacTranscoder struct {
 }
 
 func newAACTranscoder(c *Camera, track *sfu.LocalTrack, ssrc uint32) *aacTranscoder {
-	t := &aacTranscoder{c: c, track: track, ssrc: ssrc, in: make(chan aacAU, aacQueue), seq: uint16(randU32()), base48: randU32()}
+	t := &aacTranscoder{ctx: c.ctx, done: &c.done, log: c.log, bin: c.transcoder, idle: aacIdleStop,
+		track: track, ssrc: ssrc, in: make(chan aacAU, aacQueue), seq: uint16(randU32()), base48: randU32()}
+	t.want = t.consumers
 	c.done.Add(1)
 	go t.run()
 	return t
@@ -194,15 +203,15 @@ func (t *aacTranscoder) Note() string {
 
 // run starts ffmpeg while the track has consumers and restarts it with backoff.
 func (t *aacTranscoder) run() {
-	defer t.c.done.Done()
+	defer t.done.Done()
 	backoff := aacBackoffMin
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		// Wait for a consumer, discarding audio meanwhile.
-		for !t.consumers() {
+		for !t.want() {
 			select {
-			case <-t.c.ctx.Done():
+			case <-t.ctx.Done():
 				return
 			case <-t.in:
 			case <-tick.C:
@@ -210,7 +219,7 @@ func (t *aacTranscoder) run() {
 		}
 		began := time.Now()
 		err := t.transcode()
-		if t.c.ctx.Err() != nil {
+		if t.ctx.Err() != nil {
 			return
 		}
 		if err == nil {
@@ -221,10 +230,10 @@ func (t *aacTranscoder) run() {
 		if time.Since(began) > 10*time.Second {
 			backoff = aacBackoffMin
 		}
-		t.c.log.Warn("AAC transcoder failed; restarting", "err", err, "in", backoff)
+		t.log.Warn("AAC transcoder failed; restarting", "err", err, "in", backoff)
 		t.setNote("AAC transcoder failed (" + err.Error() + "); restarting in " + backoff.String())
 		select {
-		case <-t.c.ctx.Done():
+		case <-t.ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
@@ -241,9 +250,9 @@ func (t *aacTranscoder) transcode() error {
 	}
 	defer conn.Close()
 	port := conn.LocalAddr().(*net.UDPAddr).Port
-	ctx, cancel := context.WithCancel(t.c.ctx)
+	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, t.c.transcoder(), "-hide_banner", "-loglevel", "error",
+	cmd := exec.CommandContext(ctx, t.bin(), "-hide_banner", "-loglevel", "error",
 		"-fflags", "nobuffer", "-probesize", "32", "-analyzeduration", "0", "-f", "aac", "-i", "pipe:0",
 		"-vn", "-c:a", "libopus", "-application", "lowdelay", "-frame_duration", "20", "-b:a", "48k", "-ar", "48000",
 		"-f", "rtp", "-payload_type", "111", "rtp://127.0.0.1:"+strconv.Itoa(port)+"?pkt_size=1200")
@@ -258,7 +267,7 @@ func (t *aacTranscoder) transcode() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start ffmpeg: %w", err)
 	}
-	t.c.log.Info("AAC transcoder started", "pid", cmd.Process.Pid)
+	t.log.Info("AAC transcoder started", "pid", cmd.Process.Pid)
 	t.setNote("AAC transcoded to Opus by ffmpeg (pid " + strconv.Itoa(cmd.Process.Pid) + ")")
 	var lastErr strings.Builder
 	errDone := make(chan struct{})
@@ -298,7 +307,7 @@ func (t *aacTranscoder) transcode() error {
 	}
 	for {
 		select {
-		case <-t.c.ctx.Done():
+		case <-t.ctx.Done():
 			stop()
 			<-exited
 			return nil
@@ -320,12 +329,12 @@ func (t *aacTranscoder) transcode() error {
 				return fmt.Errorf("ffmpeg stdin: %w", err)
 			}
 		case <-tick.C:
-			if t.consumers() {
+			if t.want() {
 				idleSince = time.Time{}
 			} else if idleSince.IsZero() {
 				idleSince = time.Now()
-			} else if time.Since(idleSince) > aacIdleStop {
-				t.c.log.Info("AAC transcoder stopped: nobody listens")
+			} else if time.Since(idleSince) >= t.idle {
+				t.log.Info("AAC transcoder stopped: nobody listens")
 				stop()
 				<-exited
 				return nil
@@ -487,4 +496,58 @@ func (g *Gateway) AACSource(id string, deliver func(ts uint32, au []byte)) (rate
 		})
 	}
 	return c.aacConf.SampleRate, c.aacConf.ChannelCount, asc, stop, true
+}
+
+// AACPlayer transcodes one playback session's recorded AAC to Opus on the
+// session's audio track (record's AAC playback): the same transcoder as a
+// camera's, ffmpeg running while the session plays at 1x (SetActive) and
+// stopped within half a second of a pause or a rate change (at once on Close).
+type AACPlayer struct {
+	t      *aacTranscoder
+	active atomic.Bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewAACPlayer starts a transcoder for recorded AAC with AudioSpecificConfig
+// asc, writing Opus (payload type 111, SSRC ssrc) to track. It fails without
+// ffmpeg or with an AudioSpecificConfig ADTS cannot carry.
+func (g *Gateway) NewAACPlayer(asc []byte, track *sfu.LocalTrack, ssrc uint32) (*AACPlayer, error) {
+	if ffmpegPath == "" {
+		return nil, errors.New("ffmpeg is not installed")
+	}
+	var cfg mpeg4audio.AudioSpecificConfig
+	if err := cfg.Unmarshal(asc); err != nil {
+		return nil, fmt.Errorf("AudioSpecificConfig: %w", err)
+	}
+	if cfg.SampleRate <= 0 {
+		return nil, errors.New("AudioSpecificConfig without a sample rate")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &AACPlayer{cancel: cancel}
+	p.t = &aacTranscoder{ctx: ctx, done: &p.wg, log: g.log.With("playback", true), bin: func() string { return ffmpegPath },
+		want: p.active.Load, idle: 0, track: track, ssrc: ssrc, in: make(chan aacAU, aacQueue),
+		seq: uint16(randU32()), base48: randU32()}
+	p.t.newSession(cfg)
+	p.wg.Add(1)
+	go p.t.run()
+	return p, nil
+}
+
+// Push queues one access unit with its AAC timestamp (never blocks; dropped
+// while ffmpeg is not running).
+func (p *AACPlayer) Push(ts uint32, au []byte) {
+	select {
+	case p.t.in <- aacAU{ts: ts, au: au}:
+	default:
+	}
+}
+
+// SetActive starts (true) or stops (false) ffmpeg.
+func (p *AACPlayer) SetActive(on bool) { p.active.Store(on) }
+
+// Close stops the transcoder and waits for ffmpeg to exit.
+func (p *AACPlayer) Close() {
+	p.cancel()
+	p.wg.Wait()
 }

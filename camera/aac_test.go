@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/petrel-sfu/petrel/camera/probe"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // An RTSP camera sending AAC (RFC 3640 mpeg4-generic, and RFC 6416 LATM): a
@@ -256,4 +258,81 @@ func TestRTSPAACRecordedAsAAC(t *testing.T) {
 	if st := srv.Cameras.Camera("rec").Status(); !strings.Contains(st.AudioNote, "idle") {
 		t.Fatalf("recording started the transcoder: %+v", st)
 	}
+
+	// Playback of the AAC recording carries its audio, transcoded to Opus by
+	// a transcoder of the session's own: Opus packets whose TOC parses, with
+	// timestamps stepping by their duration, while playing at 1x; none after
+	// a pause (ffmpeg stopped).
+	viewer, err := srv.Manager.JoinLocal(sfu.LocalOptions{Room: camera.RoomOf("rec"), Identity: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { viewer.Close("test over") })
+	control := func(msg string) string {
+		reply := make(chan []byte, 1)
+		srv.Recorder.HandlePlayback("rec", "alice", []byte(msg), func(b []byte) { reply <- b })
+		select {
+		case b := <-reply:
+			if strings.Contains(string(b), `"error"`) {
+				t.Fatalf("%s: %s", msg, b)
+			}
+			return string(b)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no reply to %s", msg)
+			return ""
+		}
+	}
+	control(`{"id":1,"op":"play"}`)
+	audio := srv.Recorder.PlaybackAudio("rec", "alice")
+	if audio == nil || !strings.EqualFold(audio.Codec().MimeType, webrtc.MimeTypeOpus) {
+		t.Fatalf("the AAC recording's playback has no Opus track (%v)", audio)
+	}
+	heard := &opusHeard{}
+	audio.AddSink(heard)
+	for deadline := time.Now().Add(15 * time.Second); heard.counts()[0] < 50 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	}
+	if c := heard.counts(); c[0] < 50 || c[1] != 0 {
+		t.Fatalf("playback audio: %d good Opus packets, %d bad", c[0], c[1])
+	}
+	control(`{"id":2,"op":"pause"}`)
+	time.Sleep(time.Second) // the transcoder stops within half a second; what it had in hand comes out first
+	before := heard.counts()[0]
+	time.Sleep(time.Second)
+	if after := heard.counts()[0]; after != before {
+		t.Fatalf("paused, the playback audio goes on: %d packets, then %d", before, after)
+	}
+	t.Logf("playback audio: %d Opus packets before the pause", before)
+	control(`{"id":3,"op":"stop"}`)
+}
+
+// opusHeard checks Opus packets: payload type 111, a TOC that parses, and
+// timestamps stepping by the previous packet's duration.
+type opusHeard struct {
+	mu       sync.Mutex
+	ok, bad  int
+	prevSeq  uint16
+	prevTS   uint32
+	prevDur  int
+	havePrev bool
+}
+
+func (o *opusHeard) WriteRTP(p *sfu.Packet) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, err := emulator.OpusSamples(p.Payload)
+	switch {
+	case err != nil || p.Header.PayloadType != 111:
+		o.bad++
+	case o.havePrev && p.Header.SequenceNumber == o.prevSeq+1 && p.Header.Timestamp-o.prevTS != uint32(o.prevDur):
+		o.bad++
+	default:
+		o.ok++
+	}
+	o.prevSeq, o.prevTS, o.prevDur, o.havePrev = p.Header.SequenceNumber, p.Header.Timestamp, n, true
+}
+
+func (o *opusHeard) counts() [2]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return [2]int{o.ok, o.bad}
 }

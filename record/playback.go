@@ -231,6 +231,9 @@ func (r *Recorder) newSession(c *camStore, viewer string) (*Session, error) {
 	if r.closed || r.sessions[key] != nil {
 		r.mu.Unlock()
 		s.track.Close()
+		if s.aout != nil {
+			s.aout.close()
+		}
 		p.Close("playback replaced")
 		return nil, errors.New("session exists")
 	}
@@ -264,7 +267,7 @@ func (s *Session) run(key sessionKey) {
 		}
 		s.track.Close()
 		if s.aout != nil {
-			s.aout.track.Close()
+			s.aout.close()
 		}
 		s.part.Close("playback ended")
 		s.rec.log.Info("playback ended", "camera", key.cam, "viewer", key.viewer)
@@ -396,6 +399,8 @@ func (s *Session) command(c command) {
 			return
 		}
 	}
+	// The AAC transcoder runs while the session plays at 1x.
+	s.aout.setActive(s.playing && s.rate == 1)
 	c.reply(okReply(q.ID, s.fields()))
 	s.event("position")
 }
@@ -485,6 +490,7 @@ func (s *Session) advance() {
 	if !s.sendNext(false) {
 		s.playing = false
 		s.atEnd = true
+		s.aout.setActive(false)
 		s.event("end")
 		return
 	}

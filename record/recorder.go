@@ -42,7 +42,26 @@ type Recorder struct {
 	watchEvery time.Duration
 	// source gives AAC cameras' audio (SetAudioSource).
 	source atomic.Pointer[AudioSource]
+	// aacPlayer plays recorded AAC back as Opus (SetAACPlayer).
+	aacPlayer atomic.Pointer[AACPlayerFunc]
 }
+
+// AACPlayer transcodes one playback session's recorded AAC to Opus on its
+// audio track: Push takes access units with their AAC RTP timestamps (never
+// blocks), SetActive starts or stops the transcoder, Close ends it.
+type AACPlayer interface {
+	Push(ts uint32, au []byte)
+	SetActive(on bool)
+	Close()
+}
+
+// AACPlayerFunc makes an AACPlayer for AAC with AudioSpecificConfig asc,
+// writing Opus (payload type 111, SSRC ssrc) to track.
+type AACPlayerFunc func(asc []byte, track *sfu.LocalTrack, ssrc uint32) (AACPlayer, error)
+
+// SetAACPlayer lets playback send recorded AAC (as Opus, transcoded by the
+// camera gateway's ffmpeg transcoder); without it AAC recordings play video only.
+func (r *Recorder) SetAACPlayer(f AACPlayerFunc) { r.aacPlayer.Store(&f) }
 
 // SetAudioSource lets the recorder take the audio that camera rooms carry
 // transcoded (AAC) from the cameras as it came.

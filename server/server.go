@@ -117,6 +117,14 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			rate, ch, asc, stop, ok := cams.AACSource(id, deliver)
 			return record.AudioConf{Codec: "aac", Rate: rate, Channels: ch, ASC: asc}, stop, ok
 		})
+		// Recorded AAC plays back as Opus through the gateway's transcoder.
+		rec.SetAACPlayer(func(asc []byte, track *sfu.LocalTrack, ssrc uint32) (record.AACPlayer, error) {
+			p, err := cams.NewAACPlayer(asc, track, ssrc)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		})
 		s.Cameras.HandleTopic(record.Topic, func(cam *camera.Camera, from string, _ bool, payload []byte) {
 			rec.HandlePlayback(cam.ID(), from, payload, func(b []byte) { cam.Reply(from, record.Topic, b) })
 		})
