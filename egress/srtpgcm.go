@@ -1,14 +1,12 @@
 package egress
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"encoding/binary"
-	"errors"
-	"fmt"
 
 	"github.com/pion/dtls/v3"
 	"github.com/pion/srtp/v3"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
 // gcmTx protects a viewer's RTP for the AES-GCM profiles (RFC 7714) on
@@ -19,9 +17,7 @@ import (
 // second buffer; RTCP still goes through pion/srtp. Used under the viewer's
 // write lock.
 type gcmTx struct {
-	aead  cipher.AEAD
-	salt  [12]byte
-	iv    [12]byte // not on the stack: it would escape through the interface
+	lean.GCM
 	ssrcs [4]gcmTxSSRC
 	n     int
 }
@@ -39,48 +35,11 @@ const gcmTag = 16
 
 // newGCMTx returns the sealer for an AES-GCM profile, nil for the others.
 func newGCMTx(prof srtp.ProtectionProfile, masterKey, masterSalt []byte) (*gcmTx, error) {
-	if prof != srtp.ProtectionProfileAeadAes128Gcm && prof != srtp.ProtectionProfileAeadAes256Gcm {
-		return nil, nil
-	}
-	if len(masterSalt) != 12 {
-		return nil, errors.New("srtp: AES-GCM needs a 12-byte master salt")
-	}
-	key, err := srtpKDF(0x00, masterKey, masterSalt, len(masterKey))
-	if err != nil {
+	k, err := lean.NewGCM(prof, masterKey, masterSalt)
+	if k == nil || err != nil {
 		return nil, err
 	}
-	salt, err := srtpKDF(0x02, masterKey, masterSalt, 12)
-	if err != nil {
-		return nil, err
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	g := &gcmTx{aead: aead}
-	copy(g.salt[:], salt)
-	return g, nil
-}
-
-// srtpKDF is the SRTP key derivation (RFC 3711 4.3.1, key derivation rate 0).
-func srtpKDF(label byte, masterKey, masterSalt []byte, n int) ([]byte, error) {
-	block, err := aes.NewCipher(masterKey)
-	if err != nil {
-		return nil, err
-	}
-	var in [16]byte
-	copy(in[:], masterSalt)
-	in[7] ^= label
-	out := make([]byte, (n+15)/16*16)
-	for i := 0; i*16 < n; i++ {
-		binary.BigEndian.PutUint16(in[14:], uint16(i))
-		block.Encrypt(out[i*16:], in[:])
-	}
-	return out[:n], nil
+	return &gcmTx{GCM: *k}, nil
 }
 
 // seal protects the RTP packet buf[:n] whose header is hl bytes, in place:
@@ -93,27 +52,14 @@ func (g *gcmTx) seal(buf []byte, n, hl int) []byte {
 	if !s.started {
 		s.started, s.last = true, seq
 	} else {
-		// The ROC a receiver will guess for seq (RFC 3711 3.3.1): a
-		// retransmission from before a wrap keeps the previous one.
-		switch {
-		case s.last < 0x8000 && int32(seq)-int32(s.last) > 0x8000 && s.roc > 0:
-			roc--
-		case s.last >= 0x8000 && int32(s.last)-0x8000 > int32(seq):
-			roc++
-		}
+		// The ROC a receiver will guess for seq: a retransmission from
+		// before a wrap keeps the previous one.
+		roc = lean.GuessROC(s.roc, s.last, seq)
 		if uint64(roc)<<16|uint64(seq) > uint64(s.roc)<<16|uint64(s.last) {
 			s.roc, s.last = roc, seq
 		}
 	}
-	iv := &g.iv
-	*iv = [12]byte{}
-	binary.BigEndian.PutUint32(iv[2:], ssrc)
-	binary.BigEndian.PutUint32(iv[6:], roc)
-	binary.BigEndian.PutUint16(iv[10:], seq)
-	for i := range iv {
-		iv[i] ^= g.salt[i]
-	}
-	return buf[:hl+len(g.aead.Seal(buf[hl:hl], iv[:], buf[hl:n], buf[:hl]))]
+	return buf[:hl+len(g.AEAD.Seal(buf[hl:hl], g.IV(ssrc, roc, seq), buf[hl:n], buf[:hl]))]
 }
 
 func (g *gcmTx) state(ssrc uint32) *gcmTxSSRC {
@@ -133,17 +79,9 @@ func (g *gcmTx) state(ssrc uint32) *gcmTxSSRC {
 
 // viewerGCM is the sealer for a finished server handshake (nil for AES-CM).
 func viewerGCM(dc *dtls.Conn) (*gcmTx, error) {
-	prof, ok := dc.SelectedSRTPProtectionProfile()
-	if !ok {
-		return nil, nil
+	k, err := lean.GCMFromDTLS(dc, false, true)
+	if k == nil || err != nil {
+		return nil, err
 	}
-	state, ok := dc.ConnectionState()
-	if !ok {
-		return nil, nil
-	}
-	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
-	if err := cfg.ExtractSessionKeysFromDTLS(&state, false); err != nil {
-		return nil, fmt.Errorf("srtp keys: %w", err)
-	}
-	return newGCMTx(cfg.Profile, cfg.Keys.LocalMasterKey, cfg.Keys.LocalMasterSalt)
+	return &gcmTx{GCM: *k}, nil
 }

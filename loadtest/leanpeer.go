@@ -546,17 +546,9 @@ func LeanWHEP(ctx context.Context, lr *LeanRx, endpoint, token string, p *Peer) 
 // leanGCM is the AES-GCM receiver for a finished handshake (nil for the
 // AES-CM profile, which pion/srtp decrypts).
 func leanGCM(dc *dtls.Conn) (*gcmRx, error) {
-	prof, ok := dc.SelectedSRTPProtectionProfile()
-	if !ok {
-		return nil, nil
+	k, err := lean.GCMFromDTLS(dc, true, false)
+	if k == nil || err != nil {
+		return nil, err
 	}
-	state, ok := dc.ConnectionState()
-	if !ok {
-		return nil, nil
-	}
-	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
-	if err := cfg.ExtractSessionKeysFromDTLS(&state, true); err != nil {
-		return nil, fmt.Errorf("srtp keys: %w", err)
-	}
-	return newGCMRx(cfg.Profile, cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt)
+	return &gcmRx{GCM: *k}, nil
 }

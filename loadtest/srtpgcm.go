@@ -1,12 +1,12 @@
 package loadtest
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"encoding/binary"
 	"errors"
 
 	"github.com/pion/srtp/v3"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
 // gcmRx is a lean peer's SRTP receiver for the AES-GCM profiles (RFC 7714),
@@ -19,9 +19,7 @@ import (
 // SSRC, as srtp.SRTPReplayProtection(64). One goroutine (the peer's reader)
 // uses it.
 type gcmRx struct {
-	aead  cipher.AEAD
-	salt  [12]byte // the session salt
-	iv    [12]byte // here, not on the stack: it would escape through the interface
+	lean.GCM
 	ssrcs [8]gcmSSRC
 	n     int
 }
@@ -38,51 +36,13 @@ type gcmSSRC struct {
 var errSRTPAuth = errors.New("srtp: authentication failed")
 var errSRTPReplay = errors.New("srtp: replayed or too old")
 
-// newGCMRx derives the session key and salt (RFC 3711 4.3.1, the AES-CM
-// PRF that RFC 7714 keeps) for an AES-GCM profile; nil for other profiles.
+// newGCMRx is the opener for an AES-GCM profile; nil for other profiles.
 func newGCMRx(prof srtp.ProtectionProfile, masterKey, masterSalt []byte) (*gcmRx, error) {
-	if prof != srtp.ProtectionProfileAeadAes128Gcm && prof != srtp.ProtectionProfileAeadAes256Gcm {
-		return nil, nil
-	}
-	if len(masterSalt) != 12 {
-		return nil, errors.New("srtp: AES-GCM needs a 12-byte master salt")
-	}
-	key, err := srtpKDF(0x00, masterKey, masterSalt, len(masterKey))
-	if err != nil {
+	k, err := lean.NewGCM(prof, masterKey, masterSalt)
+	if k == nil || err != nil {
 		return nil, err
 	}
-	salt, err := srtpKDF(0x02, masterKey, masterSalt, 12)
-	if err != nil {
-		return nil, err
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	g := &gcmRx{aead: aead}
-	copy(g.salt[:], salt)
-	return g, nil
-}
-
-// srtpKDF is the SRTP key derivation with a key derivation rate of 0.
-func srtpKDF(label byte, masterKey, masterSalt []byte, n int) ([]byte, error) {
-	block, err := aes.NewCipher(masterKey)
-	if err != nil {
-		return nil, err
-	}
-	var in [16]byte
-	copy(in[:], masterSalt)
-	in[7] ^= label
-	out := make([]byte, (n+15)/16*16)
-	for i := 0; i*16 < n; i++ {
-		binary.BigEndian.PutUint16(in[14:], uint16(i))
-		block.Encrypt(out[i*16:], in[:])
-	}
-	return out[:n], nil
+	return &gcmRx{GCM: *k}, nil
 }
 
 // open authenticates and decrypts the SRTP packet b in place and returns
@@ -113,26 +73,13 @@ func (g *gcmRx) open(b []byte) ([]byte, error) {
 	roc := s.roc
 	var delta int64 // index − highest index
 	if s.started {
-		switch {
-		case s.maxSeq < 0x8000 && int32(seq)-int32(s.maxSeq) > 0x8000 && s.roc > 0:
-			roc--
-		case s.maxSeq >= 0x8000 && int32(s.maxSeq)-0x8000 > int32(seq):
-			roc++
-		}
+		roc = lean.GuessROC(s.roc, s.maxSeq, seq)
 		delta = (int64(roc)<<16 | int64(seq)) - (int64(s.roc)<<16 | int64(s.maxSeq))
 		if delta <= 0 && (-delta >= 64 || s.window&(1<<uint(-delta)) != 0) {
 			return nil, errSRTPReplay
 		}
 	}
-	iv := &g.iv
-	*iv = [12]byte{}
-	binary.BigEndian.PutUint32(iv[2:], ssrc)
-	binary.BigEndian.PutUint32(iv[6:], roc)
-	binary.BigEndian.PutUint16(iv[10:], seq)
-	for i := range iv {
-		iv[i] ^= g.salt[i]
-	}
-	if _, err := g.aead.Open(b[hl:hl], iv[:], b[hl:], b[:hl]); err != nil {
+	if _, err := g.AEAD.Open(b[hl:hl], g.IV(ssrc, roc, seq), b[hl:], b[:hl]); err != nil {
 		return nil, errSRTPAuth
 	}
 	switch {
