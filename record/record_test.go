@@ -117,17 +117,37 @@ func (e *camEnv) recordClip(t *testing.T, frames []clipFrame, count int) {
 	// Let the forwarding goroutine drain, then end the track: its last GOP goes to disk.
 	time.Sleep(300 * time.Millisecond)
 	e.lt.Close()
+	// The recorder drops the track from its table before the track's
+	// goroutine has closed the last segment (on a loaded machine that can
+	// take a while): wait for both, so that every segment is closed (indexed,
+	// subject to retention) when this returns.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		e.rec.mu.Lock()
 		n := len(e.rec.tracks)
 		e.rec.mu.Unlock()
-		if n == 0 {
+		if n == 0 && !e.anyOpen() {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("recorder did not notice the track ending")
+	t.Fatalf("recorder did not finish with the track (a segment open: %v)", e.anyOpen())
+}
+
+// anyOpen reports whether a segment of the camera is still being written.
+func (e *camEnv) anyOpen() bool {
+	c := e.rec.store.lookup("door")
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, seg := range c.segs {
+		if seg.open {
+			return true
+		}
+	}
+	return false
 }
 
 // recordedFrames reads every recorded sample back.
