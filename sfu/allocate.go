@@ -233,7 +233,10 @@ func (d *DownTrack) probe(n int) {
 		tick := time.NewTicker(allocateInterval / time.Duration(bursts))
 		defer tick.Stop()
 		for b := 0; b < bursts; b++ {
-			if !d.padBurst(packets / bursts) {
+			// The packets spread over the bursts, remainder included: whole
+			// divisions sent nothing below 10 packets (2.5 kB), so that a
+			// subscriber a little short of a layer was never probed.
+			if !d.padBurst(packets*(b+1)/bursts - packets*b/bursts) {
 				return
 			}
 			select {
