@@ -92,6 +92,16 @@ export async function startServer(name, { dev = false, args: extraArgs = [], env
       );
       return out.trim().split('\n').pop().trim();
     },
+    // GET of an admin API path (e.g. /v1/admin/rooms/r/participants/id), as JSON.
+    async admin(path) {
+      const token = await new Promise((resolve, reject) =>
+        execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
+          (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
+      );
+      const res = await fetch(`http://127.0.0.1:${http}${path}`, { headers: dev ? {} : { Authorization: `Bearer ${token}` } });
+      if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
+      return res.json();
+    },
     async stop() {
       if (exited) return;
       const gone = new Promise((r) => proc.once('exit', r));
