@@ -159,3 +159,44 @@ func TestAskingForMoreUpdatesDemandAtOnce(t *testing.T) {
 		t.Fatalf("demand %b changed at once on asking for less", got)
 	}
 }
+
+// TestAudioTakesItsMeasuredRate: a 350 kbit/s estimate, an Opus track measured
+// at 40 kbit/s and a video track whose layers run at 100 and 300 kbit/s. The
+// audio takes 48 kbit/s (its rate and a fifth), which leaves the 300 kbit/s
+// layer room; a fixed 64 kbit/s reserve, as before the audio is measured,
+// does not.
+func TestAudioTakesItsMeasuredRate(t *testing.T) {
+	room := &Room{participants: map[string]*Participant{}, lastSpoke: map[string]time.Time{}, speakers: NewSpeakers()}
+	sub := &Participant{sid: "PA_sub", room: room, subs: map[string]*DownTrack{}, bwe: bwe.New(350_000, 0, 0)}
+	room.participants[sub.sid] = sub
+	op := &Participant{sid: "PA_a", room: room, joinedAt: time.Now()}
+	room.participants[op.sid] = op
+	pubOf := func(sid string, kind webrtc.RTPCodecType, rates ...int64) (*Publication, *DownTrack) {
+		pub := &Publication{sid: sid, owner: op, kind: kind, cacheSize: 64}
+		empty := []*DownTrack{}
+		pub.downs.Store(&empty)
+		for i, rate := range rates {
+			l := &layer{index: int8(i), pub: pub, src: &nopSource{}, cache: NewPacketCache(64)}
+			l.bps.Store(rate)
+			l.lastRecv.Store(now())
+			pub.layers[i].Store(l)
+		}
+		d := newDownTrack(pub, sub)
+		d.twccID = 5
+		d.bound.Store(true)
+		sub.subs[sid] = d
+		return pub, d
+	}
+	audio, _ := pubOf("TR_audio", webrtc.RTPCodecTypeAudio, 40_000)
+	_, video := pubOf("TR_video", webrtc.RTPCodecTypeVideo, 100_000, 300_000)
+	sub.allocate()
+	if got := video.allocLayer.Load(); got != 1 {
+		t.Fatalf("with the audio measured at 40 kbit/s the video got layer %d, want 1", got)
+	}
+	audio.layer(0).bps.Store(0) // not measured yet: 64 kbit/s set aside
+	video.allocLayer.Store(0)   // not held (a held layer keeps a margin)
+	sub.allocate()
+	if got := video.allocLayer.Load(); got != 0 {
+		t.Fatalf("with 64 kbit/s set aside for the audio the video got layer %d, want 0", got)
+	}
+}
