@@ -122,8 +122,36 @@ func TestLiveMP4Audio(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("live.mp4: %s", resp.Status)
 	}
+	began := time.Now()
 	go func() { time.Sleep(3 * time.Second); resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
+	// Read as it comes, noting when the first video and audio fragments arrive.
+	var b []byte
+	var firstVideo, firstAudio time.Duration
+	buf := make([]byte, 32<<10)
+	for scan := 0; ; {
+		n, err := resp.Body.Read(buf)
+		b = append(b, buf[:n]...)
+		for scan+8 <= len(b) && (firstVideo == 0 || firstAudio == 0) {
+			size := int(binary.BigEndian.Uint32(b[scan:]))
+			if size < 8 || scan+size > len(b) {
+				break
+			}
+			if string(b[scan+4:scan+8]) == "moof" && size >= 8+16+16 {
+				// mfhd (16 bytes) then traf, whose tfhd holds the track ID.
+				if i := bytes.Index(b[scan:scan+size], []byte("tfhd")); i > 0 && scan+i+12 <= len(b) {
+					if binary.BigEndian.Uint32(b[scan+i+8:]) == 2 && firstAudio == 0 {
+						firstAudio = time.Since(began)
+					} else if firstVideo == 0 {
+						firstVideo = time.Since(began)
+					}
+				}
+			}
+			scan += size
+		}
+		if err != nil {
+			break
+		}
+	}
 
 	// Walk the top-level boxes (the last may be cut).
 	var traks []string
@@ -185,6 +213,7 @@ func TestLiveMP4Audio(t *testing.T) {
 	if math.Abs(vEnd-aEnd) > 0.5 {
 		t.Errorf("the stream ends with video at %.2f s and audio at %.2f s", vEnd, aEnd)
 	}
+	t.Logf("first video fragment after %v, first audio fragment after %v (the transcoder's start)", firstVideo.Round(time.Millisecond), firstAudio.Round(time.Millisecond))
 	t.Logf("%d video, %d audio fragments (%.2f s of audio); first audio %d ms after the video before it; ends: video %.2f s, audio %.2f s",
 		len(video), len(audio), aSpan, audioAfterVideo[0], vEnd, aEnd)
 
