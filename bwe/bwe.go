@@ -24,7 +24,8 @@ const (
 	// ring is 32 KiB per subscriber (it was 192 KiB, a quarter of a viewer's RSS).
 	ringSize = 1 << 12
 
-	burstInterval  = 5 * time.Millisecond // packets sent this close form one group
+	burstInterval  = 5 * time.Millisecond   // packets sent this close form one group
+	maxBurst       = 100 * time.Millisecond // a burst of arrivals spans at most this
 	trendWindow    = 20
 	smoothing      = 0.9
 	thresholdGain  = 4.0
@@ -81,20 +82,21 @@ type Estimator struct {
 	lastRate time.Time
 
 	// trendline
-	groupSend, groupArrive    int64 // first send / last arrival of the current group, ns
-	prevSend, prevArrive      int64 // of the previous complete group
-	haveGroup, havePrev       bool
-	accDelay, smoothed        float64
-	firstArrive               int64
-	window                    [][2]float64
-	numDeltas                 int
-	threshold                 float64
-	lastThresh                int64
-	overuseFor                float64 // ms
-	overuseCount              int
-	prevTrend                 float64
-	signal                    int
-	linkCapacity, capacityVar float64
+	groupSend, groupArrive      int64 // first send / last arrival of the current group, ns
+	groupLast, groupFirstArrive int64 // its last send / first arrival, ns
+	prevSend, prevArrive        int64 // of the previous complete group
+	haveGroup, havePrev         bool
+	accDelay, smoothed          float64
+	firstArrive                 int64
+	window                      [][2]float64
+	numDeltas                   int
+	threshold                   float64
+	lastThresh                  int64
+	overuseFor                  float64 // ms
+	overuseCount                int
+	prevTrend                   float64
+	signal                      int
+	linkCapacity, capacityVar   float64
 
 	acked    [][2]int64 // (arrival ns, size) of recently acknowledged packets
 	lastLoss time.Time
@@ -210,24 +212,36 @@ func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
 	e.updateRate(now)
 }
 
-// onPacket feeds one acknowledged packet to the trendline.
+// onPacket feeds one acknowledged packet to the trendline. Packets sent within
+// burstInterval of a group's first form the group; so do packets that arrive
+// in a burst with it (libwebrtc's InterArrival::BelongsToBurst): within
+// burstInterval of its last arrival, sooner after it than they were sent, and
+// within maxBurst of its first arrival. A receiver that does not read its
+// socket for a while (starved of CPU, on a loaded machine) stamps what waited
+// with one time: one late group, not a queue that grows. Deltas between groups
+// are taken between their last send times, as libwebrtc's.
 func (e *Estimator) onPacket(send, arrive int64) {
 	if !e.haveGroup {
-		e.groupSend, e.groupArrive, e.haveGroup = send, arrive, true
+		e.groupSend, e.groupLast, e.groupArrive, e.groupFirstArrive, e.haveGroup = send, send, arrive, arrive, true
 		return
 	}
-	if send-e.groupSend <= int64(burstInterval) {
+	sentApart := send - e.groupSend
+	arriveDelta := arrive - e.groupArrive
+	burst := arriveDelta <= int64(burstInterval) && arriveDelta-(send-e.groupLast) < 0 &&
+		arrive-e.groupFirstArrive < int64(maxBurst)
+	if sentApart <= int64(burstInterval) || burst {
 		e.groupArrive = max(e.groupArrive, arrive)
+		e.groupLast = max(e.groupLast, send)
 		return
 	}
 	// The current group is complete.
 	if e.havePrev {
-		sendDelta := float64(e.groupSend-e.prevSend) / 1e6
+		sendDelta := float64(e.groupLast-e.prevSend) / 1e6
 		arriveDelta := float64(e.groupArrive-e.prevArrive) / 1e6
 		e.trend(arriveDelta-sendDelta, e.groupArrive, sendDelta)
 	}
-	e.prevSend, e.prevArrive, e.havePrev = e.groupSend, e.groupArrive, true
-	e.groupSend, e.groupArrive = send, arrive
+	e.prevSend, e.prevArrive, e.havePrev = e.groupLast, e.groupArrive, true
+	e.groupSend, e.groupLast, e.groupArrive, e.groupFirstArrive = send, send, arrive, arrive
 }
 
 // trend updates the delay trendline with one inter-group delay variation (ms).

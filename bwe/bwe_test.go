@@ -73,6 +73,11 @@ func feedback(pkts []rx, count uint8) *rtcp.TransportLayerCC {
 
 // simulate sends at the estimate through l for d and returns the estimate over time.
 func simulate(e *Estimator, l *link, d time.Duration) []int {
+	return simulateVia(e, l.pass, d)
+}
+
+// simulateVia is simulate with any path: pass returns a packet's arrival time.
+func simulateVia(e *Estimator, pass func(time.Duration, int) (time.Duration, bool), d time.Duration) []int {
 	const size = 1200
 	var t time.Duration
 	var pending []rx
@@ -84,7 +89,7 @@ func simulate(e *Estimator, l *link, d time.Duration) []int {
 		rate := float64(e.Estimate())
 		seq := e.NextSeq()
 		e.OnSent(seq, int64(t), size)
-		at, ok := l.pass(t, size)
+		at, ok := pass(t, size)
 		pending = append(pending, rx{seq: seq, ok: ok, arrive: at})
 		t += time.Duration(float64(size*8) / rate * float64(time.Second))
 		if t >= nextFB {
@@ -204,4 +209,32 @@ func TestRecoversAfterADecreaseAtALowRate(t *testing.T) {
 	if est[len(est)-1] < 1_500_000 {
 		t.Fatalf("estimate %d bps 20 s after a 400 kbit/s link opened to 10 Mbit/s (%v)", est[len(est)-1], est)
 	}
+}
+
+// A receiver starved of CPU reads its socket late and stamps a burst of
+// packets with one arrival time: that is not a queue on the path, and the
+// estimate stays near the link's capacity.
+func TestReceiverStallsAreNotCongestion(t *testing.T) {
+	l := &link{capacity: func(time.Duration) float64 { return 2e6 }, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(5))}
+	stalls := &stalled{link: l, every: 700 * time.Millisecond, length: 80 * time.Millisecond}
+	est := simulateVia(New(1_500_000, 0, 0), stalls.pass, 30*time.Second)
+	for i, v := range est[10:] {
+		if v < 1_000_000 {
+			t.Fatalf("estimate %d bps at %d s on a 2 Mbit/s link whose receiver stalls %v every %v (%v)", v, i+10, stalls.length, stalls.every, est)
+		}
+	}
+}
+
+// stalled delivers what arrives during a stall at its end.
+type stalled struct {
+	link          *link
+	every, length time.Duration
+}
+
+func (s *stalled) pass(t time.Duration, size int) (time.Duration, bool) {
+	at, ok := s.link.pass(t, size)
+	if phase := at % s.every; ok && phase < s.length {
+		at += s.length - phase
+	}
+	return at, ok
 }
