@@ -282,6 +282,7 @@ func TestRTSPAACRecordedAsAAC(t *testing.T) {
 			return ""
 		}
 	}
+	played := time.Now()
 	control(`{"id":1,"op":"play"}`)
 	audio := srv.Recorder.PlaybackAudio("rec", "alice")
 	if audio == nil || !strings.EqualFold(audio.Codec().MimeType, webrtc.MimeTypeOpus) {
@@ -301,7 +302,7 @@ func TestRTSPAACRecordedAsAAC(t *testing.T) {
 	if after := heard.counts()[0]; after != before {
 		t.Fatalf("paused, the playback audio goes on: %d packets, then %d", before, after)
 	}
-	t.Logf("playback audio: %d Opus packets before the pause", before)
+	t.Logf("playback audio: %d Opus packets before the pause, the first %v after play", before, heard.firstAt().Sub(played).Round(time.Millisecond))
 	control(`{"id":3,"op":"stop"}`)
 }
 
@@ -314,7 +315,10 @@ type opusHeard struct {
 	prevTS   uint32
 	prevDur  int
 	havePrev bool
+	first    time.Time
 }
+
+func (o *opusHeard) firstAt() time.Time { o.mu.Lock(); defer o.mu.Unlock(); return o.first }
 
 func (o *opusHeard) WriteRTP(p *sfu.Packet) {
 	o.mu.Lock()
@@ -329,6 +333,9 @@ func (o *opusHeard) WriteRTP(p *sfu.Packet) {
 		o.ok++
 	}
 	o.prevSeq, o.prevTS, o.prevDur, o.havePrev = p.Header.SequenceNumber, p.Header.Timestamp, n, true
+	if o.first.IsZero() {
+		o.first = time.Now()
+	}
 }
 
 func (o *opusHeard) counts() [2]int {
