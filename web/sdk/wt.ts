@@ -111,6 +111,8 @@ interface Request {
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
+/** Control and request streams: ahead of every media stream's send order. */
+const CONTROL_SEND_ORDER = 2 ** 50;
 
 /** Room name and identity from a token's claims (not verified here: the server does). */
 function tokenClaims(token: string): { room: string; identity: string } {
@@ -200,6 +202,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     } catch (e) {
       throw new PetrelError('webtransport', `session refused: ${(e as Error).message ?? e}`);
     }
+    s.pathMinRtt = (performance.now() - s.started) / 2;
     void t.closed.then(
       (i) => s.shutdown(`closed: ${i.reason || i.closeCode}`),
       (e) => s.shutdown(`closed: ${(e as Error).message ?? e}`),
@@ -249,7 +252,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   }
 
   private async start(): Promise<void> {
-    const ctl = await this.transport.createUnidirectionalStream();
+    const ctl = await this.transport.createUnidirectionalStream({ sendOrder: CONTROL_SEND_ORDER } as WebTransportSendStreamOptions);
     this.control = ctl.getWriter();
     const setup: Pairs = new Map();
     setup.set(Setup.IMPLEMENTATION, enc.encode('petrel-web'));
@@ -272,7 +275,14 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
    * a publisher has where the browser offers no WebTransport.getStats(), and the
    * one that shows a queue building in stream mode, where QUIC hides loss.
    */
-  readonly probe = { rttMs: 0, minRttMs: 0, samples: 0 };
+  readonly probe = { rttMs: 0, minRttMs: Infinity, samples: 0, pendingSince: 0 };
+  /**
+   * The lowest round trip of the session, from its start: half the handshake
+   * (QUIC's and the CONNECT's round trips, never less than two) and every
+   * request's answer, the first ones before any media queued. A minimum learned
+   * only once media flows would be taken on a queued path and hide the queue.
+   */
+  private pathMinRtt = Infinity;
   private probing = false;
   private probeWindow: number[] = [];
 
@@ -280,6 +290,8 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     if (this.probing || this.closed) return;
     this.probing = true;
     const t0 = performance.now();
+    this.probe.pendingSince = t0;
+    this.probe.minRttMs = Math.min(this.probe.minRttMs, this.pathMinRtt);
     try {
       const { req } = await this.request((id) => subscribeMessage(id, ['petrel', '.rtt-probe'], 'rtt'));
       const ms = performance.now() - t0;
@@ -291,11 +303,13 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       this.probeWindow.push(ms);
       if (this.probeWindow.length > 5) this.probeWindow.shift();
       p.rttMs = [...this.probeWindow].sort((a, b) => a - b)[Math.floor(this.probeWindow.length / 2)];
-      p.minRttMs = p.samples === 1 ? ms : Math.min(p.minRttMs, ms);
+      p.minRttMs = Math.min(this.pathMinRtt, ms);
+      this.pathMinRtt = p.minRttMs;
     } catch {
       /* the session is closing */
     } finally {
       this.probing = false;
+      this.probe.pendingSince = 0;
     }
   }
 
@@ -477,8 +491,11 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private async request(msg: (id: number) => Uint8Array): Promise<{ req: Request; reply: ReturnType<typeof parseMessage> }> {
     const id = this.nextRequest;
     this.nextRequest += 2;
-    const bidi = await this.transport.createBidirectionalStream();
+    // Requests (SUBSCRIBE, the RTT probe) and the control stream go ahead of any
+    // media stream (video's send order is its group number, audio's 2^40).
+    const bidi = await this.transport.createBidirectionalStream({ sendOrder: CONTROL_SEND_ORDER } as WebTransportSendStreamOptions);
     const req: Request = { id, writer: bidi.writable.getWriter(), reader: new StreamReader(bidi.readable) };
+    const t0 = performance.now();
     await req.writer.write(msg(id));
     // A request the server never answers must not hang the caller (publish, subscribe).
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -487,6 +504,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     });
     try {
       const reply = parseMessage(await Promise.race([req.reader.message(), timeout]));
+      this.pathMinRtt = Math.min(this.pathMinRtt, performance.now() - t0);
       return { req, reply };
     } catch (e) {
       req.writer.abort().catch(() => {});

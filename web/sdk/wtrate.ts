@@ -46,11 +46,28 @@ export class RateController {
   private lastUpdate = 0;
   private lastDecrease = 0;
   private scale = 1;
+  /** Start-up: multiplicative growth per clean round trip until the first sign of congestion. */
+  private ramping = true;
 
   constructor(o: RateOptions = {}) {
     this.min = o.minBps ?? 50_000;
     this.max = o.maxBps ?? 2_500_000;
-    this.bps = Math.min(this.max, o.startBps ?? 800_000);
+    // Start below what WebRTC's estimator starts at (300 kbit/s): a start above
+    // the bottleneck fills its queue with seconds of media before any signal
+    // arrives (0.1 Mbit/s in docs/benchmarks.md), and the start-up ramp below
+    // reaches a fast link's rate within seconds.
+    this.bps = Math.min(this.max, o.startBps ?? 150_000);
+    this.scale = this.bps < 150_000 ? 4 : this.bps < 350_000 ? 2 : 1;
+  }
+
+  /** The resolution scale for the current rate (the encoder's first configuration). */
+  get scaleNow(): number {
+    return this.scale;
+  }
+
+  /** True until the first decrease: growth is multiplicative per clean round trip. */
+  get startingUp(): boolean {
+    return this.ramping;
   }
 
   get bitrate(): number {
@@ -66,15 +83,32 @@ export class RateController {
     const queued = (s.queuedBytes ?? 0) * 8; // bits waiting to go
     // A queue building at the bottleneck shows as RTT above the path's minimum
     // long before anything is dropped (a deep buffer holds seconds at a low rate).
-    const queueing = s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(100, s.minRttMs);
+    const hasDelay = s.rttMs !== undefined && s.minRttMs !== undefined;
+    const queueMs = hasDelay ? s.rttMs! - s.minRttMs! : 0;
+    const queueing = hasDelay && queueMs > Math.max(100, s.minRttMs!);
+    const delayClean = hasDelay && queueMs <= Math.max(50, 0.5 * s.minRttMs!);
     if (loss > 0.1 || queued > this.bps * 0.3 || queueing) {
       // At most one decrease per RTT (plus a little), so one loss burst is one step.
       if (now - this.lastDecrease > rtt + 100) {
-        const f = loss > 0.1 ? 1 - 0.5 * loss : 0.8;
+        // Half a second of queue means the rate is well above the link (a
+        // start-up overshoot): halve, as 0.8 steps would take seconds to drain it.
+        const f = loss > 0.1 ? 1 - 0.5 * loss : queueMs > 500 ? 0.5 : 0.8;
         this.bps *= Math.max(0.5, f);
         this.lastDecrease = now;
+        this.ramping = false;
       }
-    } else if (loss < 0.02 && !(s.rttMs !== undefined && s.minRttMs !== undefined && s.rttMs - s.minRttMs > Math.max(50, 0.5 * s.minRttMs))) {
+    } else if (this.ramping && hasDelay) {
+      // Start-up, as GCC's and QUIC's slow start: grow by a fifth per clean
+      // round trip (at most a third per update, so the delay signal, which lags
+      // by a probe or two, catches an overshoot early), only while the delay
+      // signal says the path holds no queue and nothing is lost. Without a delay
+      // signal the slow growth below applies: loss comes only once a queue is full.
+      if (loss < 0.02 && delayClean && dt > 0) {
+        this.bps *= Math.min(1.35, Math.pow(1.2, dt / Math.max(100, rtt)));
+        // QUIC's own estimate, where the browser reports it, is a rate the path carried.
+        if (s.estimatedBps && s.estimatedBps > 0) this.bps = Math.max(this.bps, 0.5 * s.estimatedBps);
+      }
+    } else if (loss < 0.02 && !(hasDelay && !delayClean)) {
       // Multiplicative growth far from the last decrease, additive near it.
       const sinceDrop = now - this.lastDecrease;
       const g = sinceDrop > 4_000 ? 0.08 : 0.03;

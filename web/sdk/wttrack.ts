@@ -35,8 +35,12 @@ export interface WtCarrier {
   readonly rttMs: number;
   /** A round-trip sample (a NACK answered), ms. */
   noteRtt(ms: number): void;
-  /** Probed round trip including queues, and its minimum (0 until probed). */
-  readonly probe: { rttMs: number; minRttMs: number; samples: number };
+  /**
+   * Probed round trip including queues (median of the last five), the session's
+   * minimum from the handshake on (Infinity before it), and when the probe in
+   * flight was sent (0: none).
+   */
+  readonly probe: { rttMs: number; minRttMs: number; samples: number; pendingSince: number };
   log(msg: string): void;
 }
 
@@ -106,8 +110,8 @@ export class WtLocalTrack {
     // held frames ~500 ms at 640x480 here, OpenH264 ~4 ms and ~18 ms (docs/webtransport.md).
     this.codec = o.codec ?? 'h264';
     this.fecGroup = o.fecGroup ?? 0;
-    // Start low, as WebRTC's estimator does (300 kbit/s), and grow while clean.
-    this.rate = new RateController({ startBps: o.bitrate ?? 500_000, maxBps: o.maxBitrate ?? 2_500_000 });
+    // Start low, below WebRTC's estimator's 300 kbit/s, and ramp per clean round trip (wtrate.ts).
+    this.rate = new RateController({ startBps: o.bitrate ?? 150_000, maxBps: o.maxBitrate ?? 2_500_000 });
   }
 
   /** The MoQT track name in the participant's namespace. */
@@ -127,6 +131,8 @@ export class WtLocalTrack {
     const onError = (e: Error) => this.carrier.log(`${this.kind} encoder: ${e.message}`);
     if (this.kind === 'video') {
       this.source = new VideoSource(this.track, onFrame, { codec: this.codec, bitrate: this.rate.bitrate }, onError);
+      // The first keyframe at the start rate's resolution: a 640x480 one at 150 kbit/s is a second of a 0.1 Mbit/s link.
+      this.source.setRate(this.rate.bitrate, this.rate.scaleNow);
       this.rateTimer = setInterval(() => void this.adapt(), 500);
     } else {
       this.source = new AudioSource(this.track, onFrame, 32_000, onError);
@@ -299,13 +305,21 @@ export class WtLocalTrack {
     } catch {
       /* stats are optional */
     }
-    // Without browser stats, the session's probe measures the queue. Streams
-    // only: there QUIC hides loss and the probe is the one signal; datagram mode
-    // has loss (NACKs), and the probe is noisy on a busy machine (page timers
-    // late by tens of ms read as queueing and starved the encoder in a test).
-    if (rtt === undefined && this.mode === 'stream' && this.carrier.probe.samples >= 3) {
-      rtt = this.carrier.probe.rttMs;
-      minRtt = this.carrier.probe.minRttMs;
+    // Without browser stats, the session's probe measures the queue, in both
+    // modes: loss (NACKs) comes only once the bottleneck's buffer is full, which
+    // at 0.1 Mbit/s is seconds of media, and the subscriber's handshake waits
+    // behind it. The probe's median of five keeps a busy page's late timers (tens
+    // of ms) below the 100 ms it takes to read as a queue. Its minimum is the
+    // session's, from the handshake on (not one learned on an already queued path).
+    // A probe still unanswered counts with its age: behind a queue of seconds the
+    // answers come seconds apart, and the queue must show before they do.
+    if (rtt === undefined && Number.isFinite(this.carrier.probe.minRttMs)) {
+      const p = this.carrier.probe;
+      const pending = p.pendingSince > 0 ? now - p.pendingSince : 0;
+      if (p.samples >= 2 || pending > p.minRttMs + 100) {
+        rtt = Math.max(p.samples ? p.rttMs : 0, pending);
+        minRtt = p.minRttMs;
+      }
     }
     const prev = this.lastStats;
     this.lastStats = { at: now, dropped, sent: this.stats.datagramsSent, nacked: this.nackedFrags };

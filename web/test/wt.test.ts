@@ -201,3 +201,39 @@ test('rate controller backs off when the RTT rises above the path minimum (a que
   const held = rc.update({ rttMs: 100, minRttMs: 40 }, (now += 500)).bitrate;
   assert.ok(held <= d.bitrate, 'no growth while a queue is still there');
 });
+
+test('rate controller starts at 150 kbit/s and ramps per clean round trip, stopping at the first queue', () => {
+  const rc = new RateController({ maxBps: 2_500_000 });
+  assert.equal(rc.bitrate, 150_000, 'starts below WebRTC\'s 300 kbit/s');
+  let now = 1000;
+  // No delay signal yet: no start-up jump.
+  let d = rc.update({ lossFraction: 0 }, now);
+  d = rc.update({ lossFraction: 0 }, (now += 500));
+  assert.ok(d.bitrate < 160_000, `held without a delay signal: ${d.bitrate}`);
+  // A clean 40 ms path: past 800 kbit/s (what the old start was) within 4 s.
+  let t = 0;
+  while (d.bitrate < 800_000 && t < 10_000) {
+    d = rc.update({ lossFraction: 0, rttMs: 42, minRttMs: 40 }, (now += 500));
+    t += 500;
+  }
+  assert.ok(t <= 4_000, `reached ${d.bitrate} after ${t} ms`);
+  assert.equal(rc.startingUp, true);
+  // On a long path the ramp is per round trip: slower per second than at 40 ms.
+  const slow = new RateController();
+  let n2 = 1000;
+  slow.update({ rttMs: 500, minRttMs: 500 }, n2);
+  const s1 = slow.update({ rttMs: 500, minRttMs: 500 }, (n2 += 500)).bitrate;
+  assert.ok(s1 > 170_000 && s1 < 190_000, `a fifth per 500 ms round trip: ${s1}`);
+  // Half a second of queue: the start-up ends with a halving, then no growth while it drains.
+  const before = d.bitrate;
+  d = rc.update({ lossFraction: 0, rttMs: 700, minRttMs: 40 }, (now += 500));
+  assert.ok(d.bitrate <= before * 0.5 + 1, `${before} -> ${d.bitrate}`);
+  assert.equal(rc.startingUp, false);
+  const held = rc.update({ rttMs: 200, minRttMs: 40 }, (now += 500)).bitrate;
+  assert.ok(held <= d.bitrate, 'no growth while the queue drains');
+  // QUIC's estimate, where the browser reports one, lifts the start-up.
+  const q = new RateController();
+  let n3 = 1000;
+  q.update({ rttMs: 30, minRttMs: 30 }, n3);
+  assert.ok(q.update({ rttMs: 30, minRttMs: 30, estimatedBps: 1_600_000 }, (n3 += 500)).bitrate >= 800_000);
+});
