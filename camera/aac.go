@@ -438,7 +438,6 @@ func (t *aacTranscoder) readOpus(conn *net.UDPConn) {
 	}
 }
 
-
 // aacTap receives a camera's AAC access units as they come (the recorder).
 type aacTap struct{ fn func(ts uint32, au []byte) }
 

@@ -2,8 +2,8 @@ package camera
 
 import (
 	"bufio"
-	"encoding/json"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -269,7 +269,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 			}
 			primed = false
 			if sink.dropped.Swap(false) {
-				mw.started = false // lost packets: restart at the next keyframe
+				mw.started = false  // lost packets: restart at the next keyframe
 				mw.aStarted = false // and the audio with it
 				_ = dec.Init()
 			}

@@ -43,7 +43,7 @@ const audioLead = 2 * 960
 type audioOut struct {
 	codec string // the recording's ("opus", "pcmu", "pcma", "aac")
 	// aac transcodes recorded AAC (codec "aac"); ts then counts AAC samples.
-	aac AACPlayer
+	aac   AACPlayer
 	div   uint32 // 48 kHz ticks per RTP tick
 	pt    uint8
 	track *sfu.LocalTrack

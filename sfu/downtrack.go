@@ -47,7 +47,7 @@ type DownTrack struct {
 	allocT     atomic.Int32
 	// targetAt is when target last changed (for the switch delay metric).
 	targetAt atomic.Int64
-	needSync   atomic.Bool
+	needSync atomic.Bool
 
 	// Transport-wide congestion control: the negotiated extension id, and the
 	// subscriber connection's estimator that numbers and records every packet.

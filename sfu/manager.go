@@ -29,7 +29,7 @@ type Manager struct {
 	mu    sync.Mutex
 	rooms map[string]*Room
 
-	dataTap  dataTapPtr  // cascade.go
+	dataTap dataTapPtr // cascade.go
 	// handover says whether a participant holding an identity stays when the
 	// same identity joins (a cluster mirror of someone moving here: it leaves
 	// when its node says so, after the new session has media).
