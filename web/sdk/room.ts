@@ -613,6 +613,19 @@ export class Room extends Emitter<RoomEvents> {
 
   // ---- session setup ------------------------------------------------------------
 
+  // The join request, for this node (with a resume) or the node a move goes to.
+  private joinMessage(resume?: { participantSid: string; resumeToken: string }): Extract<ClientMessage, { type: 'join' }> {
+    return {
+      type: 'join',
+      token: this.token,
+      protocol: PROTOCOL_VERSION,
+      name: this.opts.name,
+      metadata: this.opts.metadata,
+      autoSubscribe: this.opts.autoSubscribe ?? true,
+      resume,
+    };
+  }
+
   private async openSignal(resume?: { participantSid: string; resumeToken: string }): Promise<JoinedMessage> {
     this.signal?.close();
     const signal = new SignalClient({
@@ -625,15 +638,7 @@ export class Room extends Emitter<RoomEvents> {
     });
     this.signal = signal;
     try {
-      return await signal.join(this.url, {
-        type: 'join',
-        token: this.token,
-        protocol: PROTOCOL_VERSION,
-        name: this.opts.name,
-        metadata: this.opts.metadata,
-        autoSubscribe: this.opts.autoSubscribe ?? true,
-        resume,
-      });
+      return await signal.join(this.url, this.joinMessage(resume));
     } catch (err) {
       signal.close();
       throw err;
@@ -1430,14 +1435,7 @@ export class Room extends Emitter<RoomEvents> {
       pc?.sub.close();
     };
     try {
-      const joined = await signal.join(url, {
-        type: 'join',
-        token: this.token,
-        protocol: PROTOCOL_VERSION,
-        name: this.opts.name,
-        metadata: this.opts.metadata,
-        autoSubscribe: this.opts.autoSubscribe ?? true,
-      });
+      const joined = await signal.join(url, this.joinMessage());
       for (const info of joined.participants ?? []) if (info.sid !== joined.participant.sid) parts.set(info.sid, info);
       const iceServers = (joined.iceServers ?? []).map((x) => ({ urls: x.urls, username: x.username, credential: x.credential }));
       const config: RTCConfiguration = { ...this.rtcConfig(), iceServers: [...iceServers, ...(this.opts.iceServers ?? [])] };
