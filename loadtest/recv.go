@@ -94,25 +94,30 @@ type StreamStats struct {
 // streamRx counts one incoming RTP stream from its headers. Only its reader
 // goroutine writes the plain fields; snapshot takes mu.
 type streamRx struct {
+	// What every packet touches first, in as few cache lines as it fits (a
+	// thousand lean viewers each see a packet every few milliseconds: their
+	// state is cold by then).
 	mu        sync.Mutex
-	kind      string
-	clock     float64
-	start     time.Time // when the peer began (for first-RTP times)
-	firstRTP  time.Time
-	firstFrm  time.Time
-	lastRx    time.Time
-	packets   uint64
-	bytes     uint64
-	baseSeq   uint32
 	maxSeq    uint32 // extended
 	started   bool
+	packets   uint64
+	bytes     uint64
+	clock     float64
 	jitter    float64 // in RTP timestamp units
 	lastTrans float64
+	lastRx    time.Time
 	delaySum  time.Duration
 	delayN    uint64
 	delayMax  time.Duration
-	nacks     uint64
-	ended     bool
+
+	kind     string
+	start    time.Time // when the peer began (for first-RTP times)
+	firstRTP time.Time
+	firstFrm time.Time
+	baseSeq  uint32
+	nacks    uint64
+	ended    bool
+	_        [47]byte // 256 bytes: an allocation that starts a cache line
 }
 
 // nacker sends one NACK per gap, reusing its packet (no allocation unless a

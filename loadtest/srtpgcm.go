@@ -19,18 +19,21 @@ import (
 // SSRC, as srtp.SRTPReplayProtection(64). One goroutine (the peer's reader)
 // uses it.
 type gcmRx struct {
-	lean.GCM
-	ssrcs [8]gcmSSRC
+	// n and the first two streams share the first cache line (the lookup
+	// of every packet; see leanPeer).
 	n     int
+	ssrcs [8]gcmSSRC
+	lean.GCM
+	_ [16]byte // 256 bytes: an allocation that starts a cache line
 }
 
 // gcmSSRC is one stream's rollover counter and replay window.
 type gcmSSRC struct {
+	window  uint64 // bit i: index (highest − i) was received
 	ssrc    uint32
-	started bool
 	roc     uint32
 	maxSeq  uint16 // the highest authenticated sequence number
-	window  uint64 // bit i: index (highest − i) was received
+	started bool
 }
 
 var errSRTPAuth = errors.New("srtp: authentication failed")
