@@ -151,6 +151,19 @@ func (e *Estimator) Received() int {
 	return int(e.ackedRate())
 }
 
+// Capacity is the upper end of the link capacity learnt at the last decreases
+// (their acknowledged rates, smoothed, plus three deviations), bps; 0 while
+// none is known or once more than that got through. A rate above it has not
+// been shown to pass.
+func (e *Estimator) Capacity() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.linkCapacity <= 0 {
+		return 0
+	}
+	return int(e.linkCapacity + 3*e.capacityDev())
+}
+
 // OnFeedback processes one transport-wide feedback packet received at now (ns).
 func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
 	type ack struct {

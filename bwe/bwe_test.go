@@ -238,3 +238,18 @@ func (s *stalled) pass(t time.Duration, size int) (time.Duration, bool) {
 	}
 	return at, ok
 }
+
+// Capacity is unknown until a decrease has measured the link, then close to
+// the link's rate: on a 300 kbit/s link, not the 460 kbit/s the delay-based
+// estimate may reach between overuse detections.
+func TestCapacityIsLearntAtDecreases(t *testing.T) {
+	e := New(1_000_000, 0, 0)
+	if c := e.Capacity(); c != 0 {
+		t.Fatalf("capacity %d before any feedback", c)
+	}
+	l := &link{capacity: func(time.Duration) float64 { return 300_000 }, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(3))}
+	simulate(e, l, 20*time.Second)
+	if c := e.Capacity(); c < 240_000 || c > 400_000 {
+		t.Fatalf("capacity %d bps learnt on a 300 kbit/s link", c)
+	}
+}

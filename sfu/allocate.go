@@ -65,6 +65,7 @@ func (p *Participant) allocate() {
 	if c := p.maxBitrate.Load(); c > 0 && c < int64(budget) {
 		budget = int(c)
 	}
+	est := budget
 	var video []*DownTrack
 	for _, d := range subs {
 		if d.pub.kind == webrtc.RTPCodecTypeAudio {
@@ -91,8 +92,9 @@ func (p *Participant) allocate() {
 		}
 		return rank[a] < rank[b]
 	})
-	shortfall := 0
+	shortfall, proving := 0, 0
 	var probeVia *DownTrack
+	capacity, acked := p.bwe.Capacity(), p.bwe.Received()
 	for _, d := range video {
 		want := int(d.maxLayer.Load())
 		grant, grantT, top := d.grant(want, budget)
@@ -105,6 +107,21 @@ func (p *Participant) allocate() {
 					probeVia = d
 				}
 			}
+		}
+		// A higher spatial layer that the estimate allows but the link has
+		// not been shown to carry waits for a probe at its rate to get
+		// through (see proven).
+		if held := int(d.allocLayer.Load()); grant > held {
+			rate, _ := d.pub.layerRateT(grant, grantT)
+			heldRate, _ := d.pub.layerRateT(held, allTemporal)
+			if !d.proven(est-budget+rate, capacity, acked) {
+				grant, grantT, _ = d.grant(held, budget)
+				if probeVia == nil {
+					probeVia, proving = d, rate-heldRate
+				}
+			}
+		} else {
+			d.upProven.Store(0)
 		}
 		if rate, ok := d.pub.layerRateT(grant, grantT); ok {
 			budget -= rate
@@ -125,8 +142,43 @@ func (p *Participant) allocate() {
 	// behind a few hundred kbit/s lost most of its low layer to padding sized
 	// by the top layer's rate).
 	if probeVia != nil {
+		if proving > 0 {
+			// Toward the layer on trial: what it adds over the held one.
+			shortfall = proving
+		}
 		probeVia.probe(probeBytes(shortfall, budget))
 	}
+}
+
+// upConfirmRounds is how many allocation rounds in a row (of 500 ms) the
+// subscriber must acknowledge a rate above the link's known capacity before a
+// layer that needs it is granted, and upConfirmShare the share of that rate
+// that must arrive (padding probes send about 0.9 of what the layer adds).
+const (
+	upConfirmRounds = 2
+	upConfirmShare  = 0.85
+)
+
+// proven says whether the subscriber may switch up to a layer that brings
+// what it receives to need bps. Within the link capacity the estimator
+// learnt at its last decreases (or with none learnt: nothing has pushed
+// back), the estimate is trusted. Above it the switch waits until the
+// subscriber has acknowledged upConfirmShare of need for upConfirmRounds
+// rounds running, padding probes making up the difference, as LiveKit
+// switches up only after a successful probe. Trusting the estimate there
+// froze a viewer behind a 300 kbit/s link for seconds: the delay-based
+// estimate climbs past the link between overuse detections, and the 640
+// layer's keyframe and frames queued behind the link until it was taken away.
+func (d *DownTrack) proven(need, capacity, acked int) bool {
+	if capacity <= 0 || need <= capacity {
+		d.upProven.Store(0)
+		return true
+	}
+	if float64(acked) < upConfirmShare*float64(need) {
+		d.upProven.Store(0)
+		return false
+	}
+	return d.upProven.Add(1) >= upConfirmRounds
 }
 
 // grant picks the best (spatial, temporal) layer of d's publication within

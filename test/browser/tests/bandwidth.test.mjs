@@ -137,8 +137,8 @@ const noCamera = (p) =>
 // the server's bandwidth estimate for it must bring it down to the low layer while
 // the fast one keeps the top layer; when the limit rises the slow one climbs, and
 // when it falls again it steps back down, decoding all along.
-// The steady window: long enough that one freeze of the known kind (below)
-// leaves the viewer decoding most of what it is sent.
+// The steady window: long enough that one freeze (a keyframe through the slow
+// link, below) leaves the viewer decoding most of what it is sent.
 const STEADY_MS = 10_000;
 
 test('bandwidth: viewers behind different real limits get different layers and keep decoding', { timeout: 150_000 }, () =>
@@ -180,10 +180,16 @@ test('bandwidth: viewers behind different real limits get different layers and k
     // higher one again. Measure once the server has kept it on the low layer
     // for 3 s running (what it sends and what it allocates).
     await settledOnLow(server, 'bw', 'slow', 3_000, 40_000);
+    const switchesOfSlow = async () => {
+      const { stats } = await server.admin('/v1/admin/rooms/bw/participants/slow');
+      return stats.subscribed.find((s) => s.kind === 'video')?.switches ?? 0;
+    };
+    const switches0 = await switchesOfSlow();
     const [slowRun, fastRun] = await Promise.all([
       watchAgainstSent(server, 'bw', 'slow', slow, sender, STEADY_MS),
       watchAgainstSent(server, 'bw', 'fast', fast, sender, STEADY_MS),
     ]);
+    const switches1 = await switchesOfSlow();
     const steady = () => `slow ${JSON.stringify(slowRun)}, fast ${JSON.stringify(fastRun)}, shaper ${JSON.stringify(shaper.stats())}`;
     // Each viewer decodes most of what the server forwards it: the full frame
     // rate of its layer, or the lower one the allocation chose (a half or a
@@ -193,6 +199,11 @@ test('bandwidth: viewers behind different real limits get different layers and k
       assert.ok(r.sent >= 5, `the server forwards the ${who} viewer frames (${r.sent} in ${STEADY_MS / 1000} s): ${steady()}`);
       assert.ok(r.decoded >= r.sent / 2, `${who} viewer decoded ${r.decoded} frames in ${STEADY_MS / 1000} s of ${r.sent} forwarded: ${steady()}`);
     }
+    // The estimate toward the slow viewer climbs past its link between
+    // overuse detections. A switch up on that alone froze it for about 3 s
+    // (2 of 4 runs before the allocation waited for a probe at the new
+    // layer's rate to get through): no layer switch while steady.
+    assert.equal(switches1, switches0, `the slow viewer was switched ${switches1 - switches0} times while steady on a 300 kbit/s link: ${steady()}`);
     const [slowNow, fastNow] = [await shown(slow, sender), await shown(fast, sender)];
     assert.ok(slowNow.width <= 400, `the slow viewer stays on the low layer: ${slowNow.width}px, ${slowNow.readout}; ${steady()}`);
     assert.ok(fastNow.width >= slowLow * 2, `the fast viewer stays high: ${fastNow.width}px, ${fastNow.readout}; ${steady()}`);
@@ -252,13 +263,9 @@ test('bandwidth: viewers behind different real limits get different layers and k
     // Steady, a stall of seconds is a freeze a user would notice. A tenfold drop
     // of the link strands the packets queued for the higher layer, and the low
     // layer starts at its next keyframe: a moment, not a frozen picture.
-    // Known defect, allowed for now: behind the 300 kbit/s link the estimate
-    // sometimes overshoots (padding probes up to it pass the shaper in bursts),
-    // the allocation tries the 640 layer, and the slow viewer freezes for about
-    // 3 s until it is back on the low layer (seen in 2 of 4 runs on a quiet
-    // machine). The fix is to switch up only after a probe at the new layer's
-    // rate succeeds, as LiveKit's allocator does.
-    for (const [who, r, limit] of [['slow', slowRun, 4_000], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
+    // Behind 300 kbit/s a lost packet costs the slow viewer a keyframe through
+    // the link (up to about 2 s on a loaded machine), hence its wider limit.
+    for (const [who, r, limit] of [['slow', slowRun, 3_000], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
       assert.ok(r.longestStall < limit, `${who}: ${r.longestStall} ms without a decoded frame: ${summary}`);
     }
   }));
