@@ -114,14 +114,12 @@ func (p *Participant) allocate() {
 		if held := int(d.allocLayer.Load()); grant > held {
 			rate, _ := d.pub.layerRateT(grant, grantT)
 			heldRate, _ := d.pub.layerRateT(held, allTemporal)
-			if !d.proven(est-budget+rate, capacity, acked) {
+			if !proven(est-budget+rate, capacity, acked) {
 				grant, grantT, _ = d.grant(held, budget)
-				if probeVia == nil {
+				if probeVia == nil || probeVia == d {
 					probeVia, proving = d, rate-heldRate
 				}
 			}
-		} else {
-			d.upProven.Store(0)
 		}
 		if rate, ok := d.pub.layerRateT(grant, grantT); ok {
 			budget -= rate
@@ -150,35 +148,25 @@ func (p *Participant) allocate() {
 	}
 }
 
-// upConfirmRounds is how many allocation rounds in a row (of 500 ms) the
-// subscriber must acknowledge a rate above the link's known capacity before a
-// layer that needs it is granted, and upConfirmShare the share of that rate
-// that must arrive (padding probes send about 0.9 of what the layer adds).
-const (
-	upConfirmRounds = 2
-	upConfirmShare  = 0.85
-)
+// upConfirmShare is the share of a higher layer's rate that the subscriber
+// must have acknowledged over the last half second before a switch up beyond
+// the link's known capacity (padding probes send about 0.9 of what the layer
+// adds). What arrives is bounded by the bottleneck's rate whatever was sent,
+// so one such half second shows the link carries it.
+const upConfirmShare = 0.85
 
 // proven says whether the subscriber may switch up to a layer that brings
 // what it receives to need bps. Within the link capacity the estimator
 // learnt at its last decreases (or with none learnt: nothing has pushed
 // back), the estimate is trusted. Above it the switch waits until the
-// subscriber has acknowledged upConfirmShare of need for upConfirmRounds
-// rounds running, padding probes making up the difference, as LiveKit
-// switches up only after a successful probe. Trusting the estimate there
-// froze a viewer behind a 300 kbit/s link for seconds: the delay-based
-// estimate climbs past the link between overuse detections, and the 640
-// layer's keyframe and frames queued behind the link until it was taken away.
-func (d *DownTrack) proven(need, capacity, acked int) bool {
-	if capacity <= 0 || need <= capacity {
-		d.upProven.Store(0)
-		return true
-	}
-	if float64(acked) < upConfirmShare*float64(need) {
-		d.upProven.Store(0)
-		return false
-	}
-	return d.upProven.Add(1) >= upConfirmRounds
+// subscriber has acknowledged upConfirmShare of need, padding probes making
+// up the difference, as LiveKit switches up only after a successful probe.
+// Trusting the estimate there froze a viewer behind a 300 kbit/s link for
+// seconds: the delay-based estimate climbs past the link between overuse
+// detections, and the 640 layer's keyframe and frames queued behind the link
+// until it was taken away.
+func proven(need, capacity, acked int) bool {
+	return capacity <= 0 || need <= capacity || float64(acked) >= upConfirmShare*float64(need)
 }
 
 // grant picks the best (spatial, temporal) layer of d's publication within

@@ -45,11 +45,6 @@ type DownTrack struct {
 	// allocT the highest temporal layer of it (temporal.go; allTemporal: all).
 	allocLayer atomic.Int32
 	allocT     atomic.Int32
-	// upProven counts the allocation rounds in a row in which the
-	// subscriber acknowledged the rate a higher layer would need (probing
-	// toward it), when that rate is above the link's known capacity
-	// (allocate.go).
-	upProven atomic.Int32
 	// targetAt is when target last changed (for the switch delay metric).
 	targetAt atomic.Int64
 	needSync atomic.Bool
