@@ -32,13 +32,14 @@ type vp8Descriptor struct {
 	tl0    uint8
 	// Temporal scalability (T bit): the packet's temporal layer and its layer
 	// sync bit (Y: the frame depends only on TL0 frames, so a subscriber can
-	// start receiving its layer here).
+	// start receiving its layer here; from a dependency descriptor: the frame
+	// is a switch point of its own layer's decode target).
 	hasTID bool
 	tid    uint8
 	sync   bool
 	// switchUp is the highest temporal layer a subscriber can switch up to at
-	// this frame whatever it had (a dependency descriptor's switch
-	// indications; -1: none, 0 without a descriptor).
+	// this frame if it can decode the frame itself (a dependency descriptor's
+	// switch indications; -1: none, 0 without a descriptor).
 	switchUp int8
 	// start: the first packet of a frame (S set, partition 0).
 	start bool

@@ -168,9 +168,11 @@ func (t *vp8Temporal) restart(p *Packet, off uint16, target int8) {
 }
 
 // move changes the temporal layer at the first packet of a new picture: down
-// at once (lower layers never reference higher ones), up at a layer-sync frame
-// of the next layer or at a keyframe. It reports whether the switch
-// up has waited too long and a keyframe should be asked for.
+// at once (lower layers never reference higher ones), up at a frame that the
+// subscriber can decode from what it was sent and from which the higher
+// layers' frames can be decoded (switchUp), at a layer-sync frame of the next
+// layer, or at a keyframe. It reports whether the switch up has waited too
+// long and a keyframe should be asked for.
 func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 	v := &p.VP8
 	tid := int8(v.tid)
@@ -179,7 +181,13 @@ func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 		t.curT = target
 	case target < t.curT:
 		t.curT = target
-	case target > t.curT && v.switchUp > t.curT:
+	case target > t.curT && v.switchUp > t.curT && (tid <= t.curT || tid == t.curT+1 && v.sync):
+		// A switch indication says the frames after this one decode if
+		// this one does, not that this one does: Chromium's VP8 L1T3 marks
+		// its second TL1 frame of each cycle a switch point for TL2, but it
+		// references the TL1 frame before it. The frame itself must be of a
+		// layer forwarded, or a sync frame of the next one (which
+		// references TL0 alone).
 		t.curT = min(target, v.switchUp)
 	case target > t.curT && tid == t.curT+1 && v.sync:
 		// One layer at a time: a sync frame of layer k references TL0
@@ -254,10 +262,13 @@ func (t *vp8Temporal) decide(p *Packet, target int8) (keep bool, shift uint16, a
 // vp8DD reads a VP8 packet's temporal layer from the dependency descriptor:
 // Chromium (M156 here) negotiates the descriptor for VP8 and then sends a bare
 // VP8 payload descriptor, without picture ID, TL0PICIDX or TID. A frame is a
-// switch point for each decode target whose indication is Switch (Chromium's
-// L1T3 marks its TL0 frames so for all three). A malformed descriptor is
-// logged (at most once a second) and the packet forwarded without temporal
-// information: the VP8 payload does not need the descriptor.
+// switch point for each decode target whose indication is Switch, for a
+// subscriber that can decode the frame itself (see move). Chromium's L1T3
+// cycle of eight frames is TL0 "SSS", TL2, TL1 "-SS" (references TL0 alone: a
+// sync frame), TL2, TL0 "SRR", TL2, TL1 "-DS" (references the TL1 frame
+// before it: a switch point for TL2 from TL1, not from TL0), TL2. A malformed
+// descriptor is logged (at most once a second) and the packet forwarded
+// without temporal information: the VP8 payload does not need the descriptor.
 func (l *layer) vp8DD(pkt *Packet) {
 	raw := pkt.Header.GetExtension(l.svc.ddExt)
 	if raw == nil {
@@ -278,8 +289,15 @@ func (l *layer) vp8DD(pkt *Packet) {
 	st := d.Structure
 	v.hasTID, v.tid, v.start, v.sync, v.switchUp = true, d.Temporal, d.StartOfFrame, false, -1
 	for i := 0; i < st.DTCount; i++ {
-		if st.DecodeTargetSpatial[i] == d.Spatial && d.DTI[i] == dd.DTISwitch && int8(st.DecodeTargetTemporal[i]) > v.switchUp {
-			v.switchUp = int8(st.DecodeTargetTemporal[i])
+		if st.DecodeTargetSpatial[i] != d.Spatial || d.DTI[i] != dd.DTISwitch {
+			continue
+		}
+		t := st.DecodeTargetTemporal[i]
+		v.switchUp = max(v.switchUp, int8(t))
+		// A frame that is a switch point of its own layer's decode target
+		// decodes from the layers below: the descriptor's sync frame.
+		if t == d.Temporal && t > 0 {
+			v.sync = true
 		}
 	}
 }

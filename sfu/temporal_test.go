@@ -3,6 +3,7 @@ package sfu
 import (
 	"log/slog"
 	"math/rand"
+	"sort"
 	"testing"
 	"time"
 
@@ -494,4 +495,189 @@ func FuzzVP8Temporal(f *testing.F) {
 			}
 		}
 	})
+}
+
+// chromeVP8 is a VP8 L1T3 stream as Chromium (M156) sends it with the
+// dependency descriptor: its structure's templates as read from a real
+// stream, two packets a frame, bare payload descriptors. Each eight-frame
+// cycle is TL0 "SSS", TL2, TL1 "-SS", TL2, TL0 "SRR", TL2, TL1 "-DS", TL2;
+// the second TL1 frame references the first, so it is a switch point for TL2
+// only to a subscriber that got TL1.
+type chromeVP8 struct {
+	st    *dd.Structure
+	pub   *Publication
+	pkt   Packet
+	seq   uint16
+	frame int
+	at    int64
+	tids  []uint8
+	refs  [][]int
+	// late holds the second packets that send held back (deliverLate).
+	late [][]byte
+}
+
+var chromeCycle = [8]int{1, 5, 3, 5, 2, 6, 4, 6}
+
+func newChromeVP8(t *testing.T) (*chromeVP8, *DownTrack, *vp8Writer) {
+	S, R, D, N := uint8(dd.DTISwitch), uint8(dd.DTIRequired), uint8(dd.DTIDiscardable), uint8(dd.DTINotPresent)
+	st := dd.NewStructure(3,
+		[]uint8{0, 0, 0, 0, 0, 0, 0},
+		[]uint8{0, 0, 0, 1, 1, 2, 2},
+		[][]uint8{{S, S, S}, {S, S, S}, {S, R, R}, {N, S, S}, {N, D, S}, {N, N, D}, {N, N, D}},
+		[][]uint8{nil, {4}, {4}, {2}, {4, 2}, {1}, {3, 1}})
+	pub, d, w := vp8Sub(t)
+	pub.owner.log = slog.New(slog.DiscardHandler)
+	pub.layer(0).svc.ddExt = 5
+	return &chromeVP8{st: st, pub: pub, seq: 1000, at: now()}, d, w
+}
+
+func (s *chromeVP8) packet(t *testing.T, tpl, k int) []byte {
+	t.Helper()
+	payload := make([]byte, 100)
+	if k == 0 {
+		payload[0] = 0x10 // S, no X
+	}
+	payload[1] = 0x01
+	if tpl == 0 {
+		payload[1] = 0x00
+	}
+	payload[7], payload[8] = byte(s.frame>>8), byte(s.frame)
+	p := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: s.seq + uint16(k), Timestamp: uint32(s.frame) * 4500, SSRC: 42, Marker: k == 1}, Payload: payload}
+	desc := dd.Build(nil, dd.Frame{StartOfFrame: k == 0, EndOfFrame: k == 1, Template: tpl, FrameNumber: uint16(s.frame), WithStructure: tpl == 0}, s.st)
+	_ = p.Header.SetExtension(5, desc)
+	raw, _ := p.Marshal()
+	return raw
+}
+
+func (s *chromeVP8) deliver(t *testing.T, raw []byte, at int64) {
+	t.Helper()
+	if !s.pub.layer(0).parse(&s.pkt, raw) {
+		t.Fatal("parse")
+	}
+	s.pkt.Arrival = at
+	s.pub.fanout(&s.pkt)
+}
+
+// send sends one frame of template tpl; with late, its second packet is held
+// back for deliverLate.
+func (s *chromeVP8) send(t *testing.T, tpl int, late bool) {
+	t.Helper()
+	s.deliver(t, s.packet(t, tpl, 0), s.at)
+	if late {
+		s.late = append(s.late, s.packet(t, tpl, 1))
+	} else {
+		s.deliver(t, s.packet(t, tpl, 1), s.at)
+	}
+	var refs []int
+	for _, f := range s.st.Fdiffs[tpl] {
+		refs = append(refs, s.frame-int(f))
+	}
+	s.tids = append(s.tids, s.st.Temporal[tpl])
+	s.refs = append(s.refs, refs)
+	s.seq += 2
+	s.frame++
+	s.at += int64(50 * time.Millisecond)
+}
+
+func (s *chromeVP8) deliverLate(t *testing.T) {
+	t.Helper()
+	for _, raw := range s.late {
+		s.deliver(t, raw, s.at)
+	}
+	s.late = nil
+}
+
+// decodable checks what the subscriber got as its decoder would: contiguous
+// sequence numbers, whole frames, and every frame's references among them.
+func (s *chromeVP8) decodable(t *testing.T, got []sent) (frames int) {
+	t.Helper()
+	// In sequence order, as the receiver puts late packets back in place.
+	got = append([]sent(nil), got...)
+	sort.SliceStable(got, func(i, j int) bool { return int16(got[i].seq-got[j].seq) < 0 })
+	packets := map[int]int{}
+	for i, x := range got {
+		if i > 0 && x.seq != got[i-1].seq+1 {
+			t.Fatalf("packet %d: sequence %d after %d", i, x.seq, got[i-1].seq)
+		}
+		if x.index >= 0 {
+			packets[x.index]++
+		}
+	}
+	for f, n := range packets {
+		if n != 2 {
+			t.Fatalf("frame %d (TL%d): %d of its 2 packets forwarded", f, s.tids[f], n)
+		}
+		for _, r := range s.refs[f] {
+			if packets[r] == 0 {
+				t.Fatalf("frame %d (TL%d) forwarded without frame %d (TL%d) it references", f, s.tids[f], r, s.tids[r])
+			}
+		}
+	}
+	return len(packets)
+}
+
+// Up from TL0 with the allocation rising just before a "-DS" TL1 frame: that
+// frame references the TL1 frame before it, which was dropped, so the switch
+// waits for the next frame that decodes from TL0 ("SSS" or "-SS"). (Switching
+// there cost a Chromium viewer a decoder error and a 3 s freeze until the
+// keyframe it asked for.)
+func TestVP8TemporalDDSwitchUpNotAtUndecodableFrame(t *testing.T) {
+	for _, target := range []int32{1, allTemporal} {
+		s, d, w := newChromeVP8(t)
+		s.send(t, 0, false)
+		for _, tpl := range chromeCycle[1:] {
+			s.send(t, tpl, false)
+		}
+		d.allocT.Store(0)
+		for c := 0; c < 3; c++ {
+			for _, tpl := range chromeCycle {
+				s.send(t, tpl, false)
+			}
+		}
+		// TL0 "SSS", TL2, TL1 "-SS", TL2, TL0 "SRR", TL2 at TL0; then more.
+		for _, tpl := range chromeCycle[:6] {
+			s.send(t, tpl, false)
+		}
+		d.allocT.Store(target)
+		from := len(w.got)
+		s.send(t, 4, false) // "-DS": not decodable from TL0
+		s.send(t, 6, false)
+		if len(w.got) != from {
+			t.Fatalf("target %d: the frames after the rise to it were forwarded before a frame that decodes from TL0", target)
+		}
+		for c := 0; c < 2; c++ {
+			for _, tpl := range chromeCycle {
+				s.send(t, tpl, false)
+			}
+		}
+		want := 8
+		if target == 1 {
+			want = 4
+		}
+		if n := len(pictures(w.got, from)); n != 2*want {
+			t.Fatalf("target %d: %d frames of 16 forwarded after the switch, want %d", target, n, 2*want)
+		}
+		s.decodable(t, w.got)
+	}
+}
+
+// Random moves of the allocation between TL0, TL1 and everything: every frame
+// forwarded decodes, and no keyframe is asked for (switch points come every
+// few frames).
+func TestVP8TemporalDDManySwitchesStayDecodable(t *testing.T) {
+	s, d, w := newChromeVP8(t)
+	rng := rand.New(rand.NewSource(7))
+	s.send(t, 0, false)
+	for round := 0; round < 300; round++ {
+		d.allocT.Store([]int32{0, 1, allTemporal}[rng.Intn(3)])
+		for n := 1 + rng.Intn(10); n > 0; n-- {
+			s.send(t, chromeCycle[s.frame%8], false)
+		}
+	}
+	if n := s.decodable(t, w.got); n < s.frame/4 || n == s.frame {
+		t.Fatalf("%d of %d frames forwarded", n, s.frame)
+	}
+	if k := s.pub.layer(0).src.(*nopSource).keyframes.Load(); k != 0 {
+		t.Fatalf("%d keyframes asked for", k)
+	}
 }
