@@ -142,6 +142,8 @@ type vp8Temporal struct {
 	haveTS bool
 	// upSince: when the target rose above curT with no sync frame since.
 	upSince int64
+	// maxTID is the highest temporal layer seen in the stream.
+	maxTID int8
 }
 
 const picRing = 64
@@ -176,6 +178,7 @@ func (t *vp8Temporal) restart(p *Packet, off uint16, target int8) {
 func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 	v := &p.VP8
 	tid := int8(v.tid)
+	t.maxTID = max(t.maxTID, tid)
 	switch {
 	case p.Keyframe:
 		t.curT = target
@@ -195,7 +198,9 @@ func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 		// own layer's earlier frames, which were dropped.
 		t.curT = tid
 	}
-	if target <= t.curT {
+	if target <= t.curT || t.curT >= t.maxTID {
+		// Nothing to wait for: what the stream has is all forwarded (a
+		// target above its top layer needs no keyframe).
 		t.upSince = 0
 		return false
 	}

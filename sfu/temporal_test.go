@@ -681,3 +681,34 @@ func TestVP8TemporalDDManySwitchesStayDecodable(t *testing.T) {
 		t.Fatalf("%d keyframes asked for", k)
 	}
 }
+
+// Back to the full frame rate: once the top layer is forwarded nothing is
+// left to wait for, and no keyframe is asked for however long it runs (the
+// target, every layer, is above the stream's top layer).
+func TestVP8TemporalDDAllLayersAsksNoKeyframe(t *testing.T) {
+	s, d, w := newChromeVP8(t)
+	s.send(t, 0, false)
+	for _, tpl := range chromeCycle[1:] {
+		s.send(t, tpl, false)
+	}
+	d.allocT.Store(1)
+	for c := 0; c < 2; c++ {
+		for _, tpl := range chromeCycle {
+			s.send(t, tpl, false)
+		}
+	}
+	d.allocT.Store(allTemporal)
+	from := len(w.got)
+	for c := 0; c < 20; c++ { // 8 s
+		for _, tpl := range chromeCycle {
+			s.send(t, tpl, false)
+		}
+	}
+	if n := len(pictures(w.got, from)); n < 20*8-2 {
+		t.Fatalf("%d frames of %d forwarded at every layer", n, 20*8)
+	}
+	if k := s.pub.layer(0).src.(*nopSource).keyframes.Load(); k != 0 {
+		t.Fatalf("%d keyframes asked for with every layer forwarded", k)
+	}
+	s.decodable(t, w.got)
+}
