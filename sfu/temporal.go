@@ -137,9 +137,12 @@ type vp8Temporal struct {
 	havePic bool
 	shift   uint16
 	pics    [picRing]picEntry
-	// Without picture IDs a frame is told by its timestamp.
+	// Without picture IDs a frame is told by its timestamp: the newest, and
+	// the decisions on recent ones (frame: the newest's index).
 	ts     uint32
 	haveTS bool
+	frames [16]tsEntry
+	frame  int
 	// upSince: when the target rose above curT with no sync frame since.
 	upSince int64
 	// maxTID is the highest temporal layer seen in the stream.
@@ -147,6 +150,11 @@ type vp8Temporal struct {
 }
 
 const picRing = 64
+
+type tsEntry struct {
+	ts        uint32
+	keep, set bool
+}
 
 type picEntry struct {
 	id, shift uint16
@@ -165,6 +173,7 @@ func (t *vp8Temporal) restart(p *Packet, off uint16, target int8) {
 	t.lastIn = p.Header.SequenceNumber - 1
 	t.curT = target
 	t.havePic, t.haveTS = false, false
+	t.frames = [len(t.frames)]tsEntry{}
 	t.shift = 0
 	t.upSince = 0
 }
@@ -218,9 +227,23 @@ func (t *vp8Temporal) move(p *Packet, target int8) (askKey bool) {
 func (t *vp8Temporal) decide(p *Packet, target int8) (keep bool, shift uint16, askKey bool) {
 	v := &p.VP8
 	if v.picOff == 0 {
-		if !t.haveTS || p.Header.Timestamp != t.ts {
-			t.ts, t.haveTS = p.Header.Timestamp, true
+		ts := p.Header.Timestamp
+		if t.haveTS && int32(ts-t.ts) < 0 {
+			// A late packet of an earlier picture (reordered, or the
+			// publisher's retransmission): the picture's decision, not
+			// one made now, or the receiver gets part of a picture.
+			for _, f := range t.frames {
+				if f.ts == ts && f.set {
+					return f.keep, 0, false
+				}
+			}
+			return false, 0, false // too old to place
+		}
+		if !t.haveTS || ts != t.ts {
+			t.ts, t.haveTS = ts, true
 			askKey = t.move(p, target)
+			t.frame = (t.frame + 1) % len(t.frames)
+			t.frames[t.frame] = tsEntry{ts: ts, keep: int8(v.tid) <= t.curT, set: true}
 		}
 		return int8(v.tid) <= t.curT, 0, askKey
 	}

@@ -712,3 +712,33 @@ func TestVP8TemporalDDAllLayersAsksNoKeyframe(t *testing.T) {
 	}
 	s.decodable(t, w.got)
 }
+
+// A packet of a frame arriving after the next frame has begun (reordered, or
+// the publisher's retransmission) goes with its frame's decision, even when
+// the allocation moved in between: the subscriber gets whole frames.
+func TestVP8TemporalDDLatePacketFollowsItsFrame(t *testing.T) {
+	s, d, w := newChromeVP8(t)
+	next := func(late bool) { s.send(t, chromeCycle[s.frame%8], late) }
+	s.send(t, 0, false)
+	for s.frame < 9 {
+		next(false)
+	}
+	next(true) // frame 9, TL2, kept: its second packet comes late
+	d.allocT.Store(0)
+	next(false) // frame 10, TL1: dropped
+	s.deliverLate(t)
+	for s.frame < 23 {
+		next(false)
+	}
+	next(true) // frame 23, TL2, dropped: its second packet comes late
+	d.allocT.Store(allTemporal)
+	next(false) // frame 24, TL0 "SSS": every layer from here
+	s.deliverLate(t)
+	for s.frame < 40 {
+		next(false)
+	}
+	// Frames 0-9, the TL0 frames 12, 16 and 20, frames 24-39.
+	if n := s.decodable(t, w.got); n != 10+3+16 {
+		t.Fatalf("%d frames forwarded, want 29", n)
+	}
+}
