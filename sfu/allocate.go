@@ -299,6 +299,13 @@ func (d *DownTrack) padBurst(k int) bool {
 		return false
 	}
 	o := &d.out
+	if !o.lastMarker {
+		// Not between two packets of a frame: a receiver assembles a
+		// frame from consecutive sequence numbers, and one numbered
+		// around padding never completes (Chromium then waits for a
+		// keyframe). This burst's padding goes; the next one comes.
+		return true
+	}
 	var h rtp.Header
 	h.Version = 2
 	h.Padding = true

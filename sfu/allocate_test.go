@@ -83,20 +83,26 @@ func TestPaddingProbeKeepsTheStreamContinuous(t *testing.T) {
 	pub, ws := testPub(1, true)
 	d := pub.Subscribers()[0]
 	var pkt Packet
-	feed := func(seq uint16, key bool) {
+	feed := func(seq uint16, key, marker bool) {
 		pub.layer(0).parse(&pkt, vp8Packet(seq, uint32(seq)*3000, key, 0))
+		pkt.Header.Marker = marker
 		pkt.Arrival = int64(seq) * 33e6
 		pub.fanout(&pkt)
 	}
-	feed(10, true)
-	feed(11, false)
+	feed(10, true, true)
+	feed(11, false, true)
 	if !d.padBurst(3) {
 		t.Fatal("no padding on a started stream")
 	}
-	feed(12, false)
+	feed(12, false, false)
+	// Not between two packets of a frame: the receiver could not assemble it.
+	if !d.padBurst(3) || len(ws[0].hdrs) != 6 {
+		t.Fatalf("%d packets: padding inside a frame", len(ws[0].hdrs))
+	}
+	feed(13, false, true)
 	h := ws[0].hdrs
-	if len(h) != 6 {
-		t.Fatalf("%d packets, want 2 media + 3 padding + 1 media", len(h))
+	if len(h) != 7 {
+		t.Fatalf("%d packets, want 2 media + 3 padding + 2 media", len(h))
 	}
 	for i := 1; i < len(h); i++ {
 		if h[i].SequenceNumber != h[i-1].SequenceNumber+1 {

@@ -105,6 +105,8 @@ type outState struct {
 	lastPic              uint16
 	lastTL0              uint8
 	lastAt               int64
+	// lastMarker: the last packet sent ended a frame (padding may follow).
+	lastMarker bool
 }
 
 type segment struct {
@@ -442,6 +444,7 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	if int16(h.SequenceNumber-o.lastSeq) > 0 || !d.started {
 		o.lastSeq = h.SequenceNumber
 		o.lastTS = h.Timestamp
+		o.lastMarker = h.Marker
 		o.lastAt = p.Arrival
 		if p.VP8.picOff != 0 && payload != nil {
 			o.lastPic = p.VP8.picID + picOffset
