@@ -264,8 +264,8 @@ test('bandwidth: viewers behind different real limits get different layers and k
     // of the link strands the packets queued for the higher layer, and the low
     // layer starts at its next keyframe: a moment, not a frozen picture.
     // Behind 300 kbit/s a lost packet costs the slow viewer a keyframe through
-    // the link (up to about 2 s on a loaded machine), hence its wider limit.
-    for (const [who, r, limit] of [['slow', slowRun, 3_000], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
+    // the link (2.5 s seen on a loaded machine), hence its wider limit.
+    for (const [who, r, limit] of [['slow', slowRun, 4_000], ['fast', fastRun, 2_500], ['slow across the switches', after, 4_000]]) {
       assert.ok(r.longestStall < limit, `${who}: ${r.longestStall} ms without a decoded frame: ${summary}`);
     }
   }));
