@@ -579,6 +579,16 @@ func (s *chromeVP8) send(t *testing.T, tpl int, late bool) {
 	s.at += int64(50 * time.Millisecond)
 }
 
+// cycles sends n whole cycles of Chromium's eight L1T3 frames.
+func (s *chromeVP8) cycles(t *testing.T, n int) {
+	t.Helper()
+	for c := 0; c < n; c++ {
+		for _, tpl := range chromeCycle {
+			s.send(t, tpl, false)
+		}
+	}
+}
+
 func (s *chromeVP8) deliverLate(t *testing.T) {
 	t.Helper()
 	for _, raw := range s.late {
@@ -629,11 +639,7 @@ func TestVP8TemporalDDSwitchUpNotAtUndecodableFrame(t *testing.T) {
 			s.send(t, tpl, false)
 		}
 		d.allocT.Store(0)
-		for c := 0; c < 3; c++ {
-			for _, tpl := range chromeCycle {
-				s.send(t, tpl, false)
-			}
-		}
+		s.cycles(t, 3)
 		// TL0 "SSS", TL2, TL1 "-SS", TL2, TL0 "SRR", TL2 at TL0; then more.
 		for _, tpl := range chromeCycle[:6] {
 			s.send(t, tpl, false)
@@ -645,11 +651,7 @@ func TestVP8TemporalDDSwitchUpNotAtUndecodableFrame(t *testing.T) {
 		if len(w.got) != from {
 			t.Fatalf("target %d: the frames after the rise to it were forwarded before a frame that decodes from TL0", target)
 		}
-		for c := 0; c < 2; c++ {
-			for _, tpl := range chromeCycle {
-				s.send(t, tpl, false)
-			}
-		}
+		s.cycles(t, 2)
 		want := 8
 		if target == 1 {
 			want = 4
@@ -692,18 +694,10 @@ func TestVP8TemporalDDAllLayersAsksNoKeyframe(t *testing.T) {
 		s.send(t, tpl, false)
 	}
 	d.allocT.Store(1)
-	for c := 0; c < 2; c++ {
-		for _, tpl := range chromeCycle {
-			s.send(t, tpl, false)
-		}
-	}
+	s.cycles(t, 2)
 	d.allocT.Store(allTemporal)
 	from := len(w.got)
-	for c := 0; c < 20; c++ { // 8 s
-		for _, tpl := range chromeCycle {
-			s.send(t, tpl, false)
-		}
-	}
+	s.cycles(t, 20) // 8 s
 	if n := len(pictures(w.got, from)); n < 20*8-2 {
 		t.Fatalf("%d frames of %d forwarded at every layer", n, 20*8)
 	}
