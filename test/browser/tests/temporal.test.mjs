@@ -114,11 +114,16 @@ test('temporal layers: a viewer short of bandwidth gets a lower frame rate and k
     // TL0 rather than starving it.
     const cap = Math.round(8_000 + 0.3 * lowBps);
     const setCap = (b) => viewer.page.evaluate((b) => window.petrel.room.setMaxBitrate(b), b);
-    await setCap(cap);
-    await sleep(1_500);
-    const c0 = await inbound(viewer);
-    const capped = await shownOver(viewer, 6_000);
-    const c1 = await inbound(viewer);
+    // Under cap b for ms once it has settled: what is shown, and the viewer's
+    // counters before and after.
+    const underCap = async (b, ms) => {
+      await setCap(b);
+      await sleep(1_500);
+      const before = await inbound(viewer);
+      const shown = await shownOver(viewer, ms);
+      return { before, shown, after: await inbound(viewer) };
+    };
+    const { before: c0, shown: capped, after: c1 } = await underCap(cap, 6_000);
 
     // The boundary: a cap between TL0's and TL1's rates once the audio
     // reserve is off (the allocation's logs had TL0 at about a quarter of the
@@ -128,11 +133,7 @@ test('temporal layers: a viewer short of bandwidth gets a lower frame rate and k
     // two packets of a frame left the viewer unable to assemble it, and
     // without picture IDs every frame after it waited for a keyframe (3 s).
     const edge = Math.round(64_000 + 0.6 * lowBps);
-    await setCap(edge);
-    await sleep(1_500);
-    const b0 = await inbound(viewer);
-    const boundary = await shownOver(viewer, 8_000);
-    const b1 = await inbound(viewer);
+    const { before: b0, shown: boundary, after: b1 } = await underCap(edge, 8_000);
 
     // Moving across it: every 700 ms the cap goes below TL0, to the boundary,
     // above the full rate and to the boundary again, so that the allocation
