@@ -59,13 +59,18 @@ async function watchDecoding(viewer, pub, ms) {
   return m.stop();
 }
 
+// The server's admin stats of `identity`, and its (only) video subscription.
+async function videoSubscription(server, room, identity) {
+  const { stats } = await server.admin(`/v1/admin/rooms/${room}/participants/${identity}`);
+  return { stats, video: stats.subscribed.find((s) => s.kind === 'video') };
+}
+
 // The share of the publisher's frames of a layer that the server forwards to
 // `identity` now: the allocation may lower the frame rate (temporal layers:
 // a half, a quarter) rather than the layer. From the server's admin stats of
 // the viewer's (only) video subscription.
 async function forwardedShare(server, room, identity) {
-  const { stats } = await server.admin(`/v1/admin/rooms/${room}/participants/${identity}`);
-  const sub = stats.subscribed.find((s) => s.kind === 'video');
+  const { video: sub } = await videoSubscription(server, room, identity);
   if (!sub) return { share: 1, what: 'no video subscription' };
   const n = sub.temporalLayers;
   const t = Math.min(sub.temporal, sub.allocatedTemporal);
@@ -80,8 +85,7 @@ async function settledOnLow(server, room, identity, holdMs, timeoutMs) {
   let since = null;
   const seen = [];
   for (;;) {
-    const { stats } = await server.admin(`/v1/admin/rooms/${room}/participants/${identity}`);
-    const v = stats.subscribed.find((s) => s.kind === 'video');
+    const { stats, video: v } = await videoSubscription(server, room, identity);
     const low = v && v.layer === 0 && v.allocatedLayer === 0;
     if (seen.at(-1) !== `${v?.layer}/${v?.allocatedLayer}`) seen.push(`${v?.layer}/${v?.allocatedLayer}`);
     since = low ? since ?? Date.now() : null;
@@ -180,10 +184,7 @@ test('bandwidth: viewers behind different real limits get different layers and k
     // higher one again. Measure once the server has kept it on the low layer
     // for 3 s running (what it sends and what it allocates).
     await settledOnLow(server, 'bw', 'slow', 3_000, 40_000);
-    const switchesOfSlow = async () => {
-      const { stats } = await server.admin('/v1/admin/rooms/bw/participants/slow');
-      return stats.subscribed.find((s) => s.kind === 'video')?.switches ?? 0;
-    };
+    const switchesOfSlow = async () => (await videoSubscription(server, 'bw', 'slow')).video?.switches ?? 0;
     const switches0 = await switchesOfSlow();
     const [slowRun, fastRun] = await Promise.all([
       watchAgainstSent(server, 'bw', 'slow', slow, sender, STEADY_MS),
@@ -218,8 +219,7 @@ test('bandwidth: viewers behind different real limits get different layers and k
     // failure report (kbit/s every 3 s: estimate/received).
     const climb = [];
     const sampler = setInterval(() => {
-      server.admin('/v1/admin/rooms/bw/participants/slow').then(({ stats }) => {
-        const v = stats.subscribed.find((x) => x.kind === 'video');
+      videoSubscription(server, 'bw', 'slow').then(({ stats, video: v }) => {
         climb.push(`${Math.round(stats.estimateBps / 1000)}/${Math.round(stats.receivedBps / 1000)} L${v?.allocatedLayer}`);
       }, () => {});
     }, 3_000);
