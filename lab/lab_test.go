@@ -64,7 +64,15 @@ func TestShortLab(t *testing.T) {
 					prof, stack, res.Mbps, res.P50Ms, res.P99Ms, res.ProbeGot, res.ProbeSent, res.SetupMs)
 				// A stack that stalls or loses the association moves a
 				// few hundred kilobytes; every profile here carries >5 Mbit/s.
-				if res.Mbps < 5 {
+				// The kernel's TCP is only the reference: once, in a CI run
+				// with other packages' tests beside it, it recovered from a
+				// timeout on mobile and moved 4.0 Mbit/s (120-140 normally),
+				// so it only has to keep moving data.
+				floor := 5.0
+				if stack == "tcp" {
+					floor = 1
+				}
+				if res.Mbps < floor {
 					t.Errorf("%s: %.2f Mbit/s of bulk data", stack, res.Mbps)
 				}
 				if res.ProbeGot < 50 {
