@@ -80,7 +80,7 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 	}
 	lv.downs.Store(&downs)
 	tm.Mark(StepAnswerCreated)
-	go p.reportLoop(v)
+	reports.add(p, v)
 	p.log.Info("whep session started", "tracks", len(tracks), "egress", "lean")
 	return p, answer, nil
 }

@@ -353,7 +353,7 @@ func (p *Participant) setupWHEP(pc *webrtc.PeerConnection) {
 			p.Close("disconnected")
 		}
 	})
-	go p.reportLoop(pc)
+	reports.add(p, pc)
 }
 
 func (p *Participant) subscribeNoNegotiate(t *Publication) error {

@@ -190,7 +190,7 @@ func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
 			p.subscriberReady()
 		}
 	})
-	go p.reportLoop(pc)
+	reports.add(p, pc)
 }
 
 // subscriberReady asks for the keyframes that subscriptions bound before the
@@ -738,44 +738,6 @@ func (p *Participant) Close(reason string) {
 	p.mu.Unlock()
 	for _, f := range fs {
 		f()
-	}
-}
-
-// reportLoop shares out the bandwidth estimate twice a second and sends sender
-// reports for every subscribed track once a second. It holds no participant lock
-// while it works: choosing layers asks other participants for keyframes.
-func (p *Participant) reportLoop(pc rtcpWriter) {
-	tick := time.NewTicker(allocateInterval)
-	defer tick.Stop()
-	var pkts []rtcp.Packet
-	var subs []*DownTrack
-	for n := 0; ; n++ {
-		<-tick.C
-		p.allocate()
-		p.mu.Lock()
-		closed := p.closed
-		subs = subs[:0]
-		for _, d := range p.subs {
-			subs = append(subs, d)
-		}
-		p.mu.Unlock()
-		if closed {
-			return
-		}
-		wall := time.Now()
-		pkts = pkts[:0]
-		for _, d := range subs {
-			d.chooseLayer()
-			d.retryKeyframe()
-			if n%2 == 0 {
-				if sr := d.senderReport(wall); sr != nil {
-					pkts = append(pkts, sr)
-				}
-			}
-		}
-		if len(pkts) > 0 {
-			_ = pc.WriteRTCP(pkts)
-		}
 	}
 }
 

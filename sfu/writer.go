@@ -43,7 +43,7 @@ func (f *fanBatch) flush() {
 	}
 }
 
-// rtcpWriter sends a participant's sender reports (reportLoop): a
+// rtcpWriter sends a participant's sender reports (reporter.go): a
 // PeerConnection, or a lean egress viewer.
 type rtcpWriter interface {
 	WriteRTCP(pkts []rtcp.Packet) error
