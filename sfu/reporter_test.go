@@ -61,7 +61,9 @@ func TestReporterSendsSenderReportsUntilClose(t *testing.T) {
 	if srs[0].SSRC != 1000 || srs[1].PacketCount != 3 {
 		t.Errorf("sender reports %+v", srs)
 	}
-	ntp := func(v uint64) time.Duration { return time.Duration(v>>32)*time.Second + time.Duration((v&0xffffffff)*uint64(time.Second)>>32) }
+	ntp := func(v uint64) time.Duration {
+		return time.Duration(v>>32)*time.Second + time.Duration((v&0xffffffff)*uint64(time.Second)>>32)
+	}
 	if gap := ntp(srs[1].NTPTime) - ntp(srs[0].NTPTime); gap < 900*time.Millisecond || gap > 1500*time.Millisecond {
 		t.Errorf("sender reports %v apart, want one a second", gap)
 	}
