@@ -64,6 +64,8 @@ type Server struct {
 	// the same socket, which lose more, which brings more NACKs.
 	rtcpFree chan *rtcpBuf
 	rtcpWork chan *rtcpBuf
+	rtcpDec  []byte // the rtcp goroutine's decryption buffer
+	rtcpMade int    // buffers made so far (≤ rtcpQueue); the socket reader's
 
 	dropped atomic.Uint64
 	done    chan struct{}
@@ -92,12 +94,10 @@ func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{conn: conn, cert: cert, ips: ips, port: conn.LocalAddr().(*net.UDPAddr).Port, log: log.With("egress", "lean"),
 		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{}),
-		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue)}
+		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue),
+		rtcpDec: make([]byte, mtu)}
 	if s.raw, err = conn.SyscallConn(); err == nil {
 		s.v6 = socketIs6(s.raw)
-	}
-	for range rtcpQueue {
-		s.rtcpFree <- &rtcpBuf{}
 	}
 	go s.janitor()
 	go s.rtcp()
@@ -201,7 +201,16 @@ func (s *Server) queueRTCP(v *Viewer, b []byte) {
 		rb.v, rb.n = v, copy(rb.b[:], b)
 		s.rtcpWork <- rb
 	default:
-		s.drop("srtcp", "RTCP queue full", v.remoteAddr(), len(b))
+		// Buffers are made as the queue first grows: most servers never
+		// need the whole 750 KiB.
+		if s.rtcpMade == rtcpQueue {
+			s.drop("srtcp", "RTCP queue full", v.remoteAddr(), len(b))
+			return
+		}
+		s.rtcpMade++
+		rb := &rtcpBuf{v: v}
+		rb.n = copy(rb.b[:], b)
+		s.rtcpWork <- rb
 	}
 }
 

@@ -63,21 +63,23 @@ type Viewer struct {
 
 	// The write side, under wmu: forwarding goroutines (one per published
 	// layer, fan-out workers), NACK answers on the socket reader and sender
-	// reports all write here. The lock is this viewer's own.
+	// reports all write here. The lock is this viewer's own. The fan-out
+	// encrypts into its batch's buffers; the rest borrow one from bufs.
 	wmu       sync.Mutex
 	remote    netip.AddrPort
 	tx        *srtp.Context
 	gtx       *gcmTx // AES-GCM: RTP sealed without pion/srtp (srtpgcm.go); nil for AES-CM
-	plain     []byte
-	cipher    []byte
-	rtcpPlain []byte
-	rtcpOut   []byte
 	rtcpHdrTx rtcp.Header
 
 	// The read side: the server's RTCP goroutine alone.
-	rtcpDec []byte
 	rtcpHdr rtcp.Header
 }
+
+// bufs lends packet buffers (mtu+srtpOverhead bytes) to the writes that are
+// not the fan-out's (NACK answers, sender reports, AES-CM's plaintext), so
+// that a viewer holds none of its own: at a few a second per viewer they are
+// not worth 6 KiB each of a thousand viewers.
+var bufs = sync.Pool{New: func() any { b := make([]byte, mtu+srtpOverhead); return &b }}
 
 const mtu = 1500
 
@@ -97,9 +99,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	if err != nil {
 		return nil, "", err
 	}
-	v := &Viewer{s: s, h: h, lufrag: lean.Token(16), lpwd: lean.Token(32), rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp,
-		plain: make([]byte, mtu+srtpOverhead), cipher: make([]byte, mtu+srtpOverhead),
-		rtcpPlain: make([]byte, mtu), rtcpOut: make([]byte, mtu+srtpOverhead)}
+	v := &Viewer{s: s, h: h, lufrag: lean.Token(16), lpwd: lean.Token(32), rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp}
 	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: v.lufrag, pwd: v.lpwd, fingerprint: s.cert.Fingerprint,
 		ips: s.ips, port: s.port, cname: lean.Token(16)}, randomSSRC)
 	if err != nil {
@@ -182,15 +182,12 @@ func (v *Viewer) onSRTCP(b []byte) {
 		v.s.drop("srtcp", "SRTCP before the DTLS handshake finished", v.remoteAddr(), len(b))
 		return
 	}
-	if v.rtcpDec == nil {
-		v.rtcpDec = make([]byte, mtu)
-	}
-	out, err := rx.DecryptRTCP(v.rtcpDec[:0], b, &v.rtcpHdr)
+	out, err := rx.DecryptRTCP(v.s.rtcpDec[:0], b, &v.rtcpHdr)
 	if err != nil {
 		v.s.drop("srtcp", "SRTCP: "+err.Error(), v.remoteAddr(), len(b))
 		return
 	}
-	v.rtcpDec = out[:cap(out)]
+	v.s.rtcpDec = out[:cap(out)]
 	if !v.detached.Load() {
 		go v.detachDTLS()
 	}
@@ -304,12 +301,14 @@ func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 		}
 		return 0, nil
 	}
+	buf := bufs.Get().(*[]byte)
 	v.wmu.Lock()
-	out, n, err := v.protect(v.cipher, h, payload)
+	out, n, err := v.protect(*buf, h, payload)
 	if err == nil {
 		_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
 	}
 	v.wmu.Unlock()
+	bufs.Put(buf)
 	if err != nil {
 		return 0, err
 	}
@@ -326,7 +325,9 @@ func (v *Viewer) protect(dst []byte, h *rtp.Header, payload []byte) ([]byte, int
 	}
 	buf := dst
 	if v.gtx == nil {
-		buf = v.plain // pion/srtp encrypts from a second buffer
+		plain := bufs.Get().(*[]byte) // pion/srtp encrypts from a second buffer
+		defer bufs.Put(plain)
+		buf = *plain
 	}
 	n, err := h.MarshalTo(buf)
 	if err != nil {
@@ -360,24 +361,29 @@ func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
 	if !v.ready.Load() {
 		return nil
 	}
-	v.wmu.Lock()
-	defer v.wmu.Unlock()
+	plain, cipher := bufs.Get().(*[]byte), bufs.Get().(*[]byte)
+	defer bufs.Put(plain)
+	defer bufs.Put(cipher)
 	n := 0
 	for _, p := range pkts {
 		b, err := p.Marshal()
 		if err != nil {
 			return err
 		}
-		if n+len(b) > len(v.rtcpPlain) {
+		if n+len(b) > mtu {
 			return errors.New("egress: RTCP compound packet over the MTU")
 		}
-		n += copy(v.rtcpPlain[n:], b)
+		n += copy((*plain)[n:], b)
 	}
-	out, err := v.tx.EncryptRTCP(v.rtcpOut[:0], v.rtcpPlain[:n], &v.rtcpHdrTx)
+	v.wmu.Lock()
+	defer v.wmu.Unlock()
+	out, err := v.tx.EncryptRTCP((*cipher)[:0], (*plain)[:n], &v.rtcpHdrTx)
 	if err != nil {
 		return err
 	}
-	v.rtcpOut = out[:cap(out)]
+	if len(out) > 0 && &out[0] != &(*cipher)[0] {
+		return fmt.Errorf("egress: SRTCP packet of %d bytes does not fit its buffer", len(out))
+	}
 	_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
 	return err
 }
