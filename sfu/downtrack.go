@@ -126,7 +126,6 @@ func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 		streamID: pub.owner.sid,
 		closed:   make(chan struct{}),
 		current:  -1,
-		scratch:  make([]byte, maxPacket),
 	}
 	d.maxLayer.Store(maxLayers - 1)
 	d.allocLayer.Store(maxLayers - 1)
@@ -419,6 +418,9 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	}
 	if (picOffset != 0 || o.tl0Offset != 0) && (p.VP8.picOff != 0 || p.VP8.tl0Off != 0) && payload != nil {
 		// The payload is shared by every subscriber: rewrite a private copy.
+		if d.scratch == nil {
+			d.scratch = make([]byte, maxPacket) // once, and only for video that needs it
+		}
 		payload = d.scratch[:copy(d.scratch, p.Payload)]
 		p.VP8.rewrite(payload, picOffset, o.tl0Offset)
 	}

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,10 +27,12 @@ type leanViewer struct {
 	tm    *SessionTiming
 	v     *egress.Viewer
 	downs atomic.Pointer[[]leanDown]
-	// Scratch for retransmissions: OnRTCP runs on the egress's one RTCP goroutine.
-	rtx []byte
-	hdr rtp.Header
+	hdr   rtp.Header // OnRTCP's scratch: it runs on the egress's one RTCP goroutine
 }
+
+// rtxBufs lends OnRTCP a buffer for retransmissions: a viewer NACKs rarely,
+// and 1500 bytes held by each of a thousand viewers are 1.5 MB.
+var rtxBufs = sync.Pool{New: func() any { b := make([]byte, maxPacket); return &b }}
 
 type leanDown struct {
 	ssrc uint32
@@ -116,14 +119,13 @@ func (lv *leanViewer) OnRTCP(pkts []rtcp.Packet) {
 	if downs == nil {
 		return
 	}
-	if lv.rtx == nil {
-		lv.rtx = make([]byte, maxPacket)
-	}
+	rtx := rtxBufs.Get().(*[]byte)
+	defer rtxBufs.Put(rtx)
 	for _, pkt := range pkts {
 		for _, ssrc := range pkt.DestinationSSRC() {
 			for _, x := range *downs {
 				if x.ssrc == ssrc {
-					x.d.onRTCP(pkt, lv.rtx, &lv.hdr)
+					x.d.onRTCP(pkt, *rtx, &lv.hdr)
 				}
 			}
 		}
