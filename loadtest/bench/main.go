@@ -371,10 +371,18 @@ func render(all []*run, out string) (string, string) {
 		by[k][r.server] = r
 	}
 	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
-	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|\n")
+	b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
+	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|\n")
 	for _, k := range keys {
+		var prev map[string]*run
+		prevN := 0
+		for _, o := range keys {
+			if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
+				prev, prevN = by[o], o.n
+			}
+		}
 		for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
-			ratioRow(&b, k.scenario, k.n, mode, by[k])
+			ratioRow(&b, k.scenario, k.n, mode, by[k], prev)
 		}
 	}
 	if notes, err := os.ReadFile(filepath.Join(out, "notes.md")); err == nil {
@@ -586,8 +594,9 @@ func perPkt(v, pps float64) string {
 }
 
 // ratioRow writes the ratios of one Petrel mode against Janus's best mode
-// (lowest CPU per packet) at one size, if both ran.
-func ratioRow(b *strings.Builder, scenario string, n int, mode string, m map[string]*run) {
+// (lowest CPU per packet) at one size, if both ran. prev holds the runs of
+// the next smaller size of the scenario (nil: none), for the marginal RSS.
+func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev map[string]*run) {
 	p := m[mode]
 	var best *run
 	for _, srv := range []string{"janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
@@ -609,7 +618,26 @@ func ratioRow(b *strings.Builder, scenario string, n int, mode string, m map[str
 		}
 		return fmt.Sprintf("%.2f", a/b)
 	}
-	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), ratio(ps.DelayMs.P99, js.DelayMs.P99))
+	marginal := "–"
+	if pp, pb := prev[mode], prev[best.server]; pp != nil && pb != nil {
+		if mp, mb := marginalRSS(pp, p), marginalRSS(pb, best); mp > 0 && mb > 0 {
+			marginal = fmt.Sprintf("%.2f (%.0f / %.0f KiB)", mp/mb, mp*1024, mb*1024)
+		}
+	}
+	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
+}
+
+// marginalRSS is what one more receiver costs a server, MiB: the growth of
+// its RSS from a smaller run a to a larger run b, per added receiver. Unlike
+// RSS per peer it leaves out what the server spends once whatever the number
+// of viewers (the publisher's connection, the packet cache, the runtime).
+func marginalRSS(a, b *run) float64 {
+	sa, sb := a.res.Summary, b.res.Summary
+	d := receivers(b) - receivers(a)
+	if d <= 0 {
+		return 0
+	}
+	return ((sb.TargetRSSMiB - sb.TargetRSSStartMiB) - (sa.TargetRSSMiB - sa.TargetRSSStartMiB)) / float64(d)
 }
 
 // keepSubsections appends to body the "### " subsections of the old section
