@@ -111,7 +111,10 @@ type slot struct {
 	ts       uint32
 	marker   bool
 	keyframe bool
-	payload  []byte
+	// pad: a padding-only packet (no payload), which a sender's bandwidth
+	// probe puts between frames: it holds a sequence number and no media.
+	pad     bool
+	payload []byte
 }
 
 // NewDepacketizer depacketizes kind ("vp8", "h264", "opus") at clock.
@@ -143,6 +146,9 @@ func (d *Depacketizer) timestampUs(ts uint32) uint64 {
 // completes. emit's payload is valid during the call.
 func (d *Depacketizer) Push(h *rtp.Header, payload []byte, keyframe bool, emit func(tsUs uint64, keyframe bool, frame []byte)) {
 	if d.kind == "opus" {
+		if len(payload) == 0 {
+			return // padding
+		}
 		// Each packet is a frame; a late packet is useless to a live decoder.
 		if d.started && int16(h.SequenceNumber-d.next) < 0 {
 			return
@@ -151,6 +157,9 @@ func (d *Depacketizer) Push(h *rtp.Header, payload []byte, keyframe bool, emit f
 		d.Frames++
 		emit(d.timestampUs(h.Timestamp), false, payload)
 		return
+	}
+	if len(payload) == 0 && !d.started {
+		return // padding before the first keyframe: nothing to wait for
 	}
 	if !d.started {
 		// Keep packets until the head of a keyframe arrives: reordering may
@@ -202,6 +211,7 @@ func (d *Depacketizer) store(h *rtp.Header, payload []byte, keyframe bool) bool 
 		return false
 	}
 	s.used, s.seq, s.ts, s.marker, s.keyframe = true, h.SequenceNumber, h.Timestamp, h.Marker, keyframe
+	s.pad = len(payload) == 0
 	s.payload = append(s.payload[:0], payload...)
 	return true
 }
@@ -219,6 +229,11 @@ func (d *Depacketizer) reset(seq uint16) {
 // complete while the one at d.next is not, the gap is a loss: skip to it.
 func (d *Depacketizer) drain(emit func(uint64, bool, []byte)) {
 	for {
+		if p := &d.pkts[d.next%reorderWindow]; p.used && p.seq == d.next && p.pad {
+			p.used = false
+			d.next++
+			continue
+		}
 		end, ok := d.frameAt(d.next)
 		if ok {
 			d.emitFrame(d.next, end, emit)
@@ -257,6 +272,9 @@ const (
 func (d *Depacketizer) completeFramesFrom(seq uint16) int {
 	n := 0
 	for n < lossFrames {
+		for p := &d.pkts[seq%reorderWindow]; p.used && p.seq == seq && p.pad; p = &d.pkts[seq%reorderWindow] {
+			seq++
+		}
 		end, ok := d.frameAt(seq)
 		if !ok {
 			break
@@ -268,16 +286,22 @@ func (d *Depacketizer) completeFramesFrom(seq uint16) int {
 }
 
 // frameAt finds the marker packet of the frame starting at seq, with every packet
-// in between present and of one timestamp.
+// in between present and of one timestamp (padding aside).
 func (d *Depacketizer) frameAt(seq uint16) (uint16, bool) {
 	first := &d.pkts[seq%reorderWindow]
-	if !first.used || first.seq != seq {
+	if !first.used || first.seq != seq || first.pad {
 		return 0, false
 	}
 	for i := 0; i < reorderWindow; i++ {
 		s := seq + uint16(i)
 		p := &d.pkts[s%reorderWindow]
-		if !p.used || p.seq != s || p.ts != first.ts {
+		if !p.used || p.seq != s {
+			return 0, false
+		}
+		if p.pad {
+			continue
+		}
+		if p.ts != first.ts {
 			return 0, false
 		}
 		if p.marker {
@@ -294,11 +318,11 @@ func (d *Depacketizer) completeAfterGap() (uint16, uint16, bool) {
 	for i := 1; i < reorderWindow; i++ {
 		s := d.next + uint16(i)
 		p := &d.pkts[s%reorderWindow]
-		if !p.used || p.seq != s {
+		if !p.used || p.seq != s || p.pad {
 			continue
 		}
 		prev := &d.pkts[(s-1)%reorderWindow]
-		head := (prev.used && prev.seq == s-1 && prev.marker) || d.isHead(p.payload)
+		head := (prev.used && prev.seq == s-1 && (prev.marker || prev.pad)) || d.isHead(p.payload)
 		if !head {
 			continue
 		}
@@ -326,6 +350,10 @@ func (d *Depacketizer) emitFrame(start, end uint16, emit func(uint64, bool, []by
 	bad := false
 	for s := start; ; s++ {
 		p := &d.pkts[s%reorderWindow]
+		if p.pad {
+			p.used = false
+			continue // never the end: that is the marker packet
+		}
 		key = key || p.keyframe
 		ts = p.ts
 		var out []byte
