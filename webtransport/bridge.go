@@ -106,13 +106,17 @@ type rtpSink struct {
 	started        bool
 	lastUs, baseUs uint64
 	lastKF         time.Time
+	waitKey        bool // the depacketizer lost sync: ask until a keyframe comes
 	width, height  int
 }
+
+// keyframeRetry is how often a subscriber that waits for a keyframe asks again.
+const keyframeRetry = 300 * time.Millisecond
 
 func (k *rtpSink) requestKeyframe() {
 	k.mu.Lock()
 	now := time.Now()
-	if now.Sub(k.lastKF) < 300*time.Millisecond {
+	if now.Sub(k.lastKF) < keyframeRetry {
 		k.mu.Unlock()
 		return
 	}
@@ -159,10 +163,16 @@ func (k *rtpSink) WriteRTP(pkt *sfu.Packet) {
 		}
 	}
 	k.dp.Push(&pkt.Header, pkt.Payload, pkt.Keyframe, k.emit)
-	need := k.dp.NeedKeyframe()
+	if k.dp.NeedKeyframe() {
+		k.waitKey = true
+	}
+	// Until a keyframe comes, ask again each keyframeRetry: a request inside
+	// requestKeyframe's window is dropped, and a WebRTC publisher sends no
+	// keyframe unless asked, so one lost request would stall for good.
+	ask := k.waitKey && now.Sub(k.lastKF) >= keyframeRetry
 	k.mu.Unlock()
-	if need {
-		go k.requestKeyframe() // rate limited inside: rare
+	if ask {
+		go k.requestKeyframe() // not on the forwarding goroutine
 	}
 }
 
@@ -179,6 +189,9 @@ func (k *rtpSink) emit(tsUs uint64, key bool, frame []byte) {
 		k.obj++
 	}
 	k.started = true
+	if key {
+		k.waitKey = false
+	}
 	m := moqt.Meta{TimestampUs: ts, Keyframe: key || k.kind == "opus", WallclockMs: uint64(time.Now().UnixMilli()), AudioLevel: -1}
 	if key || k.kind == "opus" {
 		m.Codec = k.codec

@@ -3,7 +3,9 @@ package webtransport
 import (
 	"bytes"
 	"math/rand"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pion/rtp"
 )
@@ -224,5 +226,67 @@ func TestOpusFrames(t *testing.T) {
 	}
 	if ts[1] != 20000 {
 		t.Fatalf("opus timestamps %v", ts[:3])
+	}
+}
+
+// Padding-only packets between frames (what Chromium sends to probe when it
+// has no RTX: the last frame's timestamp, no marker, no payload) take
+// sequence numbers but carry no media: every frame still comes out, and no
+// loss is declared.
+func TestBridgePaddingBetweenFrames(t *testing.T) {
+	for _, kind := range []string{"vp8", "h264"} {
+		t.Run(kind, func(t *testing.T) {
+			rng := rand.New(rand.NewSource(11))
+			frames := vp8Frames(rng, 60, 30)
+			if kind == "h264" {
+				frames = h264Frames(rng, 60, 30)
+			}
+			var pkts []rtpIn
+			for i, f := range packetize(t, kind, frames) {
+				pkts = append(pkts, f...)
+				if i%7 == 3 {
+					last := f[len(f)-1]
+					for range 1 + i%3 {
+						pad := last
+						pad.h.Marker, pad.h.Padding, pad.h.PaddingSize = false, true, 200
+						pad.p, pad.key = nil, false
+						pkts = append(pkts, pad)
+					}
+				}
+			}
+			seq := pkts[0].h.SequenceNumber
+			for i := range pkts {
+				pkts[i].h.SequenceNumber = seq + uint16(i)
+			}
+			got, dp, needKey := depacketize(t, kind, pkts)
+			if needKey || dp.Dropped != 0 || len(got) != len(frames) {
+				t.Fatalf("%d frames of %d, %d dropped, keyframe asked for: %v", len(got), len(frames), dp.Dropped, needKey)
+			}
+			for i, g := range got {
+				if !bytes.Equal(g.data, frames[i].data) {
+					t.Fatalf("frame %d differs", i)
+				}
+			}
+		})
+	}
+}
+
+// A subscriber that waits for a group start keeps asking for one: a single
+// request can be lost, and a WebRTC publisher sends no keyframe unasked.
+func TestDroppingSubscriberAsksAgain(t *testing.T) {
+	var asked atomic.Int32
+	d := &downSub{q: make(chan outObj, 16), dropping: true, keyframe: func() { asked.Add(1) }}
+	deadline := time.Now().Add(700 * time.Millisecond)
+	for obj := uint64(1); time.Now().Before(deadline); obj++ {
+		d.enqueue(outObj{group: 1, obj: obj})
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the requests run on their own goroutines
+	if n := asked.Load(); n < 2 || n > 4 {
+		t.Fatalf("%d keyframe requests in 0.7 s of waiting, want one every %v", n, keyframeRetry)
+	}
+	d.enqueue(outObj{group: 2, obj: 0})
+	if d.dropping || len(d.q) != 1 {
+		t.Fatalf("a group start did not end the wait (dropping %v, queued %d)", d.dropping, len(d.q))
 	}
 }

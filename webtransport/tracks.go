@@ -509,6 +509,7 @@ type downSub struct {
 	q         chan outObj
 	enqMu     sync.Mutex
 	dropping  bool
+	askedAt   time.Time     // the last keyframe request while dropping
 	latestKey atomic.Uint64 // groups below it are stale: skip and reset their stream
 
 	keyframe func()
@@ -571,6 +572,13 @@ func (d *downSub) enqueue(o outObj) {
 	if d.dropping {
 		if o.obj != 0 {
 			d.Dropped.Add(1)
+			// Ask again while waiting: a request can be lost (rate limits
+			// upstream, a keyframe that was itself dropped), and a WebRTC
+			// publisher sends no keyframe unless asked.
+			if now := time.Now(); d.keyframe != nil && now.Sub(d.askedAt) >= keyframeRetry {
+				d.askedAt = now
+				go d.keyframe()
+			}
 			return
 		}
 		d.dropping = false
@@ -585,6 +593,7 @@ func (d *downSub) enqueue(o outObj) {
 		d.Dropped.Add(1)
 		d.dropping = !d.perFrame
 		if d.keyframe != nil {
+			d.askedAt = time.Now()
 			go d.keyframe()
 		}
 	}
