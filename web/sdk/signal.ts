@@ -52,6 +52,14 @@ export class SignalClient {
       };
     });
 
+    // The server admits us to the room before it answers `joined`: whoever
+    // joins (or publishes) in between is announced to us first. Those messages
+    // follow `joined`, once the caller has taken it in (its code up to its first
+    // await runs before a timer task), in order with what comes after. Dropped,
+    // a participant joining at the same moment was never known: in a drain
+    // where both move at once, the new node's session of the other was missing,
+    // the move waited its 4 s for that video, and then dropped the other's tile.
+    const early: unknown[] = [];
     const joined = new Promise<JoinedMessage>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('join: no reply from server')), REQUEST_TIMEOUT_MS);
       ws.onmessage = (ev) => {
@@ -59,14 +67,22 @@ export class SignalClient {
         if (!msg) return;
         if (msg.type === 'joined') {
           clearTimeout(timer);
-          ws.onmessage = (e) => this.onFrame(e.data);
+          if (early.length === 0) ws.onmessage = (e) => this.onFrame(e.data);
+          else {
+            ws.onmessage = (e) => early.push(e.data);
+            setTimeout(() => {
+              if (this.ws !== ws) return;
+              ws.onmessage = (e) => this.onFrame(e.data);
+              for (const data of early.splice(0)) this.onFrame(data);
+            }, 0);
+          }
           resolve(msg);
         } else if (msg.type === 'error' || msg.type === 'leave') {
           clearTimeout(timer);
           reject(
             msg.type === 'error' ? new PetrelError(msg.code, msg.message) : new PetrelError(msg.reason, msg.message),
           );
-        }
+        } else early.push(ev.data);
       };
       ws.onclose = (ev) => {
         clearTimeout(timer);
