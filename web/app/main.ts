@@ -262,20 +262,11 @@ function wireRoom(r: Room): void {
 // of the other's new stream through the old node (it gets its first packet about
 // when we leave): its unmute came after the new node's track was shown, and the
 // tile showed the relay's track, ended with the old connection, for good.
-const pendingSwap = new WeakMap<HTMLVideoElement, { trackSid: string; swap: () => void; cancel: () => void }>();
+const pendingSwap = new WeakMap<HTMLVideoElement, { swap: () => void; cancel: () => void }>();
 const SWAP_WAIT_MS = 5_000;
 
 function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: string): void {
-  const waiting = pendingSwap.get(video);
-  if (waiting && waiting.trackSid !== trackSid && video.dataset.trackSid === trackSid) {
-    // The shown publication's media moved to another path (the direct
-    // connection ended when a third joined) while a newer publication waits
-    // for its first frame (the camera republished as simulcast): follow the
-    // path, keep the wait.
-    video.srcObject = new MediaStream([track]);
-    return;
-  }
-  waiting?.cancel();
+  pendingSwap.get(video)?.cancel();
   const shown = video.srcObject instanceof MediaStream ? video.srcObject.getVideoTracks()[0] : undefined;
   const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -296,7 +287,7 @@ function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: s
     swap();
     return;
   }
-  pendingSwap.set(video, { trackSid, swap, cancel });
+  pendingSwap.set(video, { swap, cancel });
   track.addEventListener('unmute', later);
   timer = setTimeout(later, SWAP_WAIT_MS);
 }
