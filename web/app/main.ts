@@ -195,8 +195,8 @@ function wireRoom(r: Room): void {
   });
   r.on('trackUnsubscribed', (_track, pub) => {
     document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
-      const pending = el instanceof HTMLVideoElement && pendingSwap.get(el);
-      if (pending) pending.swap(); // the tile's next track is waiting for its first frame: show it now
+      const swap = el instanceof HTMLVideoElement && pendingSwap.get(el);
+      if (swap) swap(); // the tile's next track is waiting for its first frame: show it now
       else if (el instanceof HTMLVideoElement) {
         room?.unobserveVideo(el);
         el.srcObject = null;
@@ -256,40 +256,28 @@ function wireRoom(r: Room): void {
 // simulcast when the room grew) keeps the old picture until the new track's first
 // frame arrives (its unmute), instead of going blank meanwhile. The same
 // publication on another path (SFU / direct) switches at once, as before.
-// One swap waits per element, the latest track's: a newer track calls off the
-// one still waiting, whose late unmute or timeout would otherwise bring back a
-// track the tile has moved on from. In a move to another node that was the relay
-// of the other's new stream through the old node (it gets its first packet about
-// when we leave): its unmute came after the new node's track was shown, and the
-// tile showed the relay's track, ended with the old connection, for good.
-const pendingSwap = new WeakMap<HTMLVideoElement, { swap: () => void; cancel: () => void }>();
+const pendingSwap = new WeakMap<HTMLVideoElement, () => void>();
 const SWAP_WAIT_MS = 5_000;
 
 function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: string): void {
-  pendingSwap.get(video)?.cancel();
   const shown = video.srcObject instanceof MediaStream ? video.srcObject.getVideoTracks()[0] : undefined;
   const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const cancel = (): void => {
-    clearTimeout(timer);
-    track.removeEventListener('unmute', later);
-    if (pendingSwap.get(video)?.cancel === cancel) pendingSwap.delete(video);
-  };
   const swap = (): void => {
-    cancel();
+    clearTimeout(timer);
+    track.removeEventListener('unmute', swap);
+    if (pendingSwap.get(video) === swap) pendingSwap.delete(video);
     video.srcObject = new MediaStream([track]);
     video.dataset.trackSid = trackSid;
   };
-  // A track that ended while it waited (its publication or connection went) is
-  // not worth the picture still playing.
-  const later = (): void => (track.readyState === 'live' ? swap() : cancel());
+  let timer: ReturnType<typeof setTimeout> | undefined;
   if (!playing || !track.muted) {
+    pendingSwap.delete(video);
     swap();
     return;
   }
-  pendingSwap.set(video, { swap, cancel });
-  track.addEventListener('unmute', later);
-  timer = setTimeout(later, SWAP_WAIT_MS);
+  pendingSwap.set(video, swap);
+  track.addEventListener('unmute', swap);
+  timer = setTimeout(swap, SWAP_WAIT_MS);
 }
 
 function tileOf(sid: string): HTMLElement | null {
