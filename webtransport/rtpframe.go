@@ -229,8 +229,8 @@ func (d *Depacketizer) reset(seq uint16) {
 // complete while the one at d.next is not, the gap is a loss: skip to it.
 func (d *Depacketizer) drain(emit func(uint64, bool, []byte)) {
 	for {
-		if p := &d.pkts[d.next%reorderWindow]; p.used && p.seq == d.next && p.pad {
-			p.used = false
+		if d.padAt(d.next) {
+			d.pkts[d.next%reorderWindow].used = false
 			d.next++
 			continue
 		}
@@ -272,7 +272,7 @@ const (
 func (d *Depacketizer) completeFramesFrom(seq uint16) int {
 	n := 0
 	for n < lossFrames {
-		for p := &d.pkts[seq%reorderWindow]; p.used && p.seq == seq && p.pad; p = &d.pkts[seq%reorderWindow] {
+		for d.padAt(seq) {
 			seq++
 		}
 		end, ok := d.frameAt(seq)
@@ -283,6 +283,12 @@ func (d *Depacketizer) completeFramesFrom(seq uint16) int {
 		seq = end + 1
 	}
 	return n
+}
+
+// padAt reports whether the packet seq is here and padding.
+func (d *Depacketizer) padAt(seq uint16) bool {
+	p := &d.pkts[seq%reorderWindow]
+	return p.used && p.seq == seq && p.pad
 }
 
 // frameAt finds the marker packet of the frame starting at seq, with every packet

@@ -66,6 +66,14 @@ func h264Frames(rng *rand.Rand, n, gop int) []testFrame {
 	return out
 }
 
+// kindFrames is vp8Frames or h264Frames by codec.
+func kindFrames(kind string, rng *rand.Rand, n, gop int) []testFrame {
+	if kind == "h264" {
+		return h264Frames(rng, n, gop)
+	}
+	return vp8Frames(rng, n, gop)
+}
+
 type rtpIn struct {
 	h   rtp.Header
 	p   []byte
@@ -127,10 +135,7 @@ func TestBridgeRoundTripReorderDuplicate(t *testing.T) {
 	for _, kind := range []string{"vp8", "h264"} {
 		t.Run(kind, func(t *testing.T) {
 			rng := rand.New(rand.NewSource(3))
-			frames := vp8Frames(rng, 90, 30)
-			if kind == "h264" {
-				frames = h264Frames(rng, 90, 30)
-			}
+			frames := kindFrames(kind, rng, 90, 30)
 			pkts := flatten(packetize(t, kind, frames))
 			// Reorder within windows of 6 packets and duplicate 10%.
 			for i := 0; i+6 <= len(pkts); i += 6 {
@@ -236,11 +241,7 @@ func TestOpusFrames(t *testing.T) {
 func TestBridgePaddingBetweenFrames(t *testing.T) {
 	for _, kind := range []string{"vp8", "h264"} {
 		t.Run(kind, func(t *testing.T) {
-			rng := rand.New(rand.NewSource(11))
-			frames := vp8Frames(rng, 60, 30)
-			if kind == "h264" {
-				frames = h264Frames(rng, 60, 30)
-			}
+			frames := kindFrames(kind, rand.New(rand.NewSource(11)), 60, 30)
 			var pkts []rtpIn
 			for i, f := range packetize(t, kind, frames) {
 				pkts = append(pkts, f...)
