@@ -47,6 +47,7 @@ type session struct {
 	ctrlMu    sync.Mutex
 	ctrl      *wt.SendStream
 	setupDone chan struct{}
+	ctrlTaken atomic.Bool // a stream started with SETUP; any other is a violation
 	ext       atomic.Bool // the peer speaks Petrel's extensions
 	requests  atomic.Int32
 
@@ -244,12 +245,13 @@ func (s *session) readUni(st *wt.ReceiveStream) {
 		return
 	}
 	if t == moqt.TypeSetup {
-		select {
-		case <-s.setupDone:
+		// Two streams may start with SETUP at once; the first to claim is the
+		// control stream, whether or not its SETUP has been read yet.
+		if !s.ctrlTaken.CompareAndSwap(false, true) {
 			s.close(moqt.CloseProtocolViolation, "second control stream")
-		default:
-			s.readControl(br)
+			return
 		}
+		s.readControl(br)
 		return
 	}
 	h, err := moqt.ReadSubgroupHeaderAfterType(br, t)
