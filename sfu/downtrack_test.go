@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -334,5 +335,57 @@ func BenchmarkFanout400Parallel(b *testing.B) {
 		raw[2], raw[3] = byte(i>>8), byte(i)
 		pub.layer(0).parse(&pkt, raw)
 		pub.fanoutParallel(&pkt, w)
+	}
+}
+
+// chanSource hands a layer's read loop the packets sent on it.
+type chanSource struct {
+	nopSource
+	c chan []byte
+}
+
+func (s *chanSource) ReadRTP(b []byte) (int, error) {
+	p, ok := <-s.c
+	if !ok {
+		return 0, io.EOF
+	}
+	return copy(b, p), nil
+}
+
+// A layer the publisher turned off and turns on again (the subscriber asked
+// for it) is switched to on its first packet, the keyframe it starts with: the
+// subscriber's layer choice waited for the next allocation round (up to
+// 500 ms), then asked for another keyframe.
+func TestLayerBackOnIsTakenAtItsFirstKeyframe(t *testing.T) {
+	pub, ws := testPub(1, true, 0, 2)
+	d := pub.Subscribers()[0]
+	high := pub.layer(2)
+	high.lastRecv.Store(now() - int64(3*time.Second)) // turned off 3 s ago
+	d.chooseLayer()
+	if got := d.target.Load(); got != 0 {
+		t.Fatalf("target %d while the top layer is off", got)
+	}
+	var pkt Packet
+	if !pub.layer(0).parse(&pkt, vp8Packet(1, 3000, true, 0)) {
+		t.Fatal("parse")
+	}
+	pkt.Arrival = now()
+	pub.fanout(&pkt)
+	if len(ws[0].hdrs) != 1 {
+		t.Fatalf("low keyframe: %d packets forwarded", len(ws[0].hdrs))
+	}
+
+	src := &chanSource{c: make(chan []byte, 1)}
+	high.src = src
+	done := make(chan struct{})
+	go func() { high.forward(); close(done) }()
+	src.c <- vp8Packet(500, 6000, true, 0)
+	close(src.c)
+	<-done
+	if got := d.target.Load(); got != 2 {
+		t.Fatalf("target %d after the top layer came back", got)
+	}
+	if len(ws[0].hdrs) != 2 {
+		t.Fatalf("the top layer's first keyframe was not forwarded (%d packets)", len(ws[0].hdrs))
 	}
 }

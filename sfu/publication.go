@@ -164,13 +164,17 @@ func (t *Publication) layer(i int8) *layer {
 	return t.layers[i].Load()
 }
 
-// Layers reports which layers exist and which have sent media in the last second.
+// layerIdle is how long a layer may send nothing and still count as active.
+const layerIdle = time.Second
+
+// activeLayers reports which layers exist and which have sent media in the
+// last layerIdle.
 func (t *Publication) activeLayers() (exists, active [maxLayers]bool) {
 	n := now()
 	for i := range t.layers {
 		if l := t.layers[i].Load(); l != nil {
 			exists[i] = true
-			active[i] = n-l.lastRecv.Load() < int64(time.Second)
+			active[i] = n-l.lastRecv.Load() < int64(layerIdle)
 		}
 	}
 	return exists, active
@@ -283,8 +287,10 @@ func (l *layer) forward() {
 			l.lastKey.Store(pkt.Arrival)
 			l.noteGOP(&pkt)
 		}
-		if l.lastRecv.Swap(pkt.Arrival) == 0 {
-			// A layer that starts sending may be what subscribers should get.
+		if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
+			// A layer that starts sending, or sends again after the
+			// publisher turned it off, may be what subscribers should get:
+			// its first packets are the keyframe a switch up waits for.
 			for _, d := range t.Subscribers() {
 				d.chooseLayer()
 			}
