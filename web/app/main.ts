@@ -197,7 +197,8 @@ function wireRoom(r: Room): void {
     document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
       const swap = el instanceof HTMLVideoElement && pendingSwap.get(el);
       if (swap) swap(); // the tile's next track is waiting for its first frame: show it now
-      else if (el instanceof HTMLVideoElement) {
+      if (el instanceof HTMLVideoElement && el.dataset.trackSid !== pub.sid) return;
+      if (el instanceof HTMLVideoElement) {
         room?.unobserveVideo(el);
         el.srcObject = null;
         if (pub.source === 'screen') el.closest('.tile')?.remove();
@@ -256,28 +257,68 @@ function wireRoom(r: Room): void {
 // simulcast when the room grew) keeps the old picture until the new track's first
 // frame arrives (its unmute), instead of going blank meanwhile. The same
 // publication on another path (SFU / direct) switches at once, as before.
+//
+// A tile never goes back from a publication to one this page saw before it
+// while the newer one plays: a waiting swap whose unmute (or timeout) comes late
+// is dropped then, as is a track that ended while it waited. In a move to
+// another node the relay of the other's new stream through the old node waits
+// for its first frame until about when we leave; its late unmute used to swap
+// the tile back to it after the new node's track was shown, and it ended with
+// the old connection: frozen for good. Order, not arrival, decides: when a third
+// joins a 1:1 call the camera's simulcast republish waits while the old
+// publication comes back from the direct path to the SFU, and that re-show must
+// neither call off the wait nor replace the republish if that is shown first.
 const pendingSwap = new WeakMap<HTMLVideoElement, () => void>();
 const SWAP_WAIT_MS = 5_000;
+const firstSeen = new Map<string, number>();
+
+function seenOrder(trackSid: string): number {
+  let n = firstSeen.get(trackSid);
+  if (n === undefined) {
+    n = firstSeen.size;
+    firstSeen.set(trackSid, n);
+  }
+  return n;
+}
 
 function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: string): void {
-  const shown = video.srcObject instanceof MediaStream ? video.srcObject.getVideoTracks()[0] : undefined;
-  const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
-  const swap = (): void => {
+  const order = seenOrder(trackSid);
+  const shownTrack = (): MediaStreamTrack | undefined =>
+    video.srcObject instanceof MediaStream ? video.srcObject.getVideoTracks()[0] : undefined;
+  // Whether the tile plays a newer publication than this track's.
+  const outdated = (): boolean => {
+    const shown = shownTrack();
+    const sid = video.dataset.trackSid;
+    return !!shown && shown.readyState === 'live' && !!sid && sid !== trackSid && seenOrder(sid) > order;
+  };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  // show is also called when the shown publication goes (trackUnsubscribed).
+  const show = (): void => {
     clearTimeout(timer);
-    track.removeEventListener('unmute', swap);
-    if (pendingSwap.get(video) === swap) pendingSwap.delete(video);
+    track.removeEventListener('unmute', later);
+    if (pendingSwap.get(video) === show) pendingSwap.delete(video);
+    if (track.readyState !== 'live') return;
     video.srcObject = new MediaStream([track]);
     video.dataset.trackSid = trackSid;
   };
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  const later = (): void => {
+    if (outdated()) {
+      clearTimeout(timer);
+      track.removeEventListener('unmute', later);
+      if (pendingSwap.get(video) === show) pendingSwap.delete(video);
+      return;
+    }
+    show();
+  };
+  const shown = shownTrack();
+  const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
   if (!playing || !track.muted) {
-    pendingSwap.delete(video);
-    swap();
+    later();
     return;
   }
-  pendingSwap.set(video, swap);
-  track.addEventListener('unmute', swap);
-  timer = setTimeout(swap, SWAP_WAIT_MS);
+  pendingSwap.set(video, show);
+  track.addEventListener('unmute', later);
+  timer = setTimeout(later, SWAP_WAIT_MS);
 }
 
 function tileOf(sid: string): HTMLElement | null {
