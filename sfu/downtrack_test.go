@@ -375,17 +375,27 @@ func TestLayerBackOnIsTakenAtItsFirstKeyframe(t *testing.T) {
 		t.Fatalf("low keyframe: %d packets forwarded", len(ws[0].hdrs))
 	}
 
-	src := &chanSource{c: make(chan []byte, 1)}
+	src := &chanSource{c: make(chan []byte)}
 	high.src = src
 	done := make(chan struct{})
 	go func() { high.forward(); close(done) }()
+	// Chromium probes with padding on the SSRC of an encoding it has off:
+	// not media, the layer stays off.
+	pad := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 499, Timestamp: 6000, SSRC: 42,
+		Padding: true, PaddingSize: 200}}
+	raw, _ := pad.Marshal()
+	src.c <- raw
+	src.c <- raw // returns once the first one is handled
+	if got := d.target.Load(); got != 0 {
+		t.Fatalf("target %d after padding on the turned-off layer", got)
+	}
 	src.c <- vp8Packet(500, 6000, true, 0)
 	close(src.c)
 	<-done
 	if got := d.target.Load(); got != 2 {
 		t.Fatalf("target %d after the top layer came back", got)
 	}
-	if len(ws[0].hdrs) != 2 {
+	if len(ws[0].hdrs) != 2 || ws[0].hdrs[1].Padding {
 		t.Fatalf("the top layer's first keyframe was not forwarded (%d packets)", len(ws[0].hdrs))
 	}
 }

@@ -48,6 +48,9 @@ type Publication struct {
 	// demand is the last trackDemand sent to the publisher (packDemand).
 	demand   atomic.Uint32
 	demandMu sync.Mutex // serializes computing and sending demand
+	// neededAt is when each layer, and (last) the track, was last needed by
+	// someone (guarded by demandMu; see demandOffDelay).
+	neededAt [maxLayers + 1]int64
 
 	packets atomic.Uint64
 	bytes   atomic.Uint64
@@ -287,12 +290,17 @@ func (l *layer) forward() {
 			l.lastKey.Store(pkt.Arrival)
 			l.noteGOP(&pkt)
 		}
-		if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
-			// A layer that starts sending, or sends again after the
-			// publisher turned it off, may be what subscribers should get:
-			// its first packets are the keyframe a switch up waits for.
-			for _, d := range t.Subscribers() {
-				d.chooseLayer()
+		// Padding alone (Chromium probes on the SSRC of an encoding it has
+		// turned off) is not media: the layer is no more active for it.
+		if len(pkt.Payload) > 0 {
+			if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
+				// A layer that starts sending, or sends again after the
+				// publisher turned it off, may be what subscribers should
+				// get: its first packets are the keyframe a switch up
+				// waits for.
+				for _, d := range t.Subscribers() {
+					d.chooseLayer()
+				}
 			}
 		}
 		t.packets.Add(1)
