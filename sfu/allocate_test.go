@@ -166,6 +166,31 @@ func TestAskingForMoreUpdatesDemandAtOnce(t *testing.T) {
 	}
 }
 
+// A layer nobody needs any more stays on at the publisher for demandOffDelay,
+// so that a receiver asking for it again soon switches without waiting for the
+// publisher's encoder; then it is turned off.
+func TestDemandTurnsLayersOffAfterTheDelay(t *testing.T) {
+	pub, _ := testPub(1, false, 0, 1, 2)
+	d := pub.Subscribers()[0]
+	all := packDemand([maxLayers]bool{true, true, true}, true)
+	pub.updateDemand()
+	if got := pub.demand.Load(); got != all {
+		t.Fatalf("demand %b, want %b", got, all)
+	}
+	d.SetMaxLayer(0)
+	pub.updateDemand()
+	if got := pub.demand.Load(); got != all {
+		t.Fatalf("demand %b right after asking for less: turned off at once", got)
+	}
+	for i := range pub.neededAt {
+		pub.neededAt[i] -= int64(demandOffDelay) // as if the delay had passed
+	}
+	pub.updateDemand()
+	if got, want := pub.demand.Load(), packDemand([maxLayers]bool{true}, true); got != want {
+		t.Fatalf("demand %b after the delay, want %b", got, want)
+	}
+}
+
 // TestAudioTakesItsMeasuredRate: a 350 kbit/s estimate, an Opus track measured
 // at 40 kbit/s and a video track whose layers run at 100 and 300 kbit/s. The
 // audio takes 48 kbit/s (its rate and a fifth), which leaves the 300 kbit/s

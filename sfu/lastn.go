@@ -289,9 +289,37 @@ func (t *Publication) updateDemand() {
 		}
 		any = any || sa
 	}
+	// Turning on is at once, turning off only once nobody needed it for
+	// demandOffDelay.
+	n := now()
+	for i := range need {
+		need[i] = t.stillNeeded(i, need[i], n)
+	}
+	any = t.stillNeeded(maxLayers, any, n)
 	if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
 		t.owner.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
 	}
+}
+
+// demandOffDelay is how long a layer (or the whole track) stays on at the
+// publisher after the last receiver stopped needing it. Chromium takes a few
+// hundred milliseconds to bring an encoding it turned off back (encoder
+// reconfiguration, its bandwidth allocation, the first keyframe), and a viewer
+// toggling a tile's size, a tab coming back or two people talking in turns
+// under Last-N would pay that each time; LiveKit holds paused layers for 5 s
+// (dynacast_pause_delay) for the same reason. The cost is a few seconds of the
+// publisher's uplink after each drop in demand.
+const demandOffDelay = 3 * time.Second
+
+// stillNeeded records a layer's need (index maxLayers: the track's) at n and
+// says whether it counts as needed: now, or within demandOffDelay. Under
+// demandMu.
+func (t *Publication) stillNeeded(i int, needed bool, n int64) bool {
+	if needed {
+		t.neededAt[i] = n
+		return true
+	}
+	return t.neededAt[i] != 0 && n-t.neededAt[i] < int64(demandOffDelay)
 }
 
 func packDemand(need [maxLayers]bool, any bool) uint32 {

@@ -5,7 +5,7 @@
 // (requestVideoFrameCallback: the frame's width tells the layer). The server,
 // both browsers and this script share the machine; run it alone.
 //
-//   make build && node bench/conference/switch-browser.mjs [switches=24] [out.json] [keep-high]
+//   make build && node bench/conference/switch-browser.mjs [switches=24] [out.json] [keep-high|cold]
 //
 // Uses the browser tests' helpers (test/browser/lib, its node_modules).
 import { writeFileSync } from 'node:fs';
@@ -19,6 +19,10 @@ const switches = Number(process.argv[2] ?? 24);
 const outPath = process.argv[3];
 // keep-high: a second viewer holds the top layer on at the publisher.
 const keepHigh = process.argv[4] === 'keep-high';
+// cold: 4-5 s between switches, longer than the server keeps a layer nobody
+// needs on at the publisher (demandOffDelay, 3 s): every switch up waits for
+// the publisher to turn its top encoding back on.
+const cold = process.argv[4] === 'cold';
 
 const load0 = os.loadavg();
 const server = await startServer('switch-browser');
@@ -54,7 +58,7 @@ try {
   // layer small and raises it as its own bandwidth estimate grows).
   await sleep(5_000);
 
-  const results = await viewer.page.evaluate(async ([sid, n]) => {
+  const results = await viewer.page.evaluate(async ([sid, n, pause]) => {
     const room = window.petrel.room;
     const video = document.querySelector(`.tile[data-sid="${sid}"] video`);
     room.unobserveVideo(video);
@@ -129,10 +133,10 @@ try {
       out.samples.push({ to: want, ms: f ? f.presented - t0 : null, callbackMs: f ? f.now - t0 : null, ackMs: acked - t0, serverMs, width: f?.width });
       want = want === 'low' ? 'high' : 'low';
       // Out of step with the publisher's keyframe rhythm.
-      await sleep(1_200 + Math.random() * 800);
+      await sleep(pause + Math.random() * 800);
     }
     return out;
-  }, [sender.sid, switches]);
+  }, [sender.sid, switches, cold ? 4_200 : 1_200]);
 
   const load1 = os.loadavg();
   if (results.error) throw new Error(results.error);
@@ -146,10 +150,10 @@ try {
       ? `| ${label} | 0 | – | – | – | – |`
       : `| ${label} | ${xs.length} | ${q(xs, 0.5).toFixed(0)} | ${q(xs, 0.9).toFixed(0)} | ${Math.min(...xs).toFixed(0)} | ${Math.max(...xs).toFixed(0)} |`;
   const commit = execSync('git rev-parse --short HEAD').toString().trim();
-  if (outPath) writeFileSync(outPath, JSON.stringify({ at: new Date().toISOString(), commit, keepHigh, load0, load1, ...results }, null, 1));
+  if (outPath) writeFileSync(outPath, JSON.stringify({ at: new Date().toISOString(), commit, keepHigh, cold, load0, load1, ...results }, null, 1));
   const unsettled = results.samples.filter((s) => s.unsettled).length;
   console.log(`${results.samples.length} switches asked: ${ok.length} shown, ${unsettled} not started (the old layer never settled), ${results.samples.length - ok.length - unsettled} not shown within 10 s`);
-  console.log(`Chromium layer switches (${results.lowW}px <-> ${results.highW}px${keepHigh ? ', top layer held on by a second viewer' : ''}), ${ok.length}/${results.samples.length} completed; commit ${commit}; load average before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(`Chromium layer switches (${results.lowW}px <-> ${results.highW}px${keepHigh ? ', top layer held on by a second viewer' : ''}${cold ? ', 4-5 s apart (top encoding off before each switch up)' : ''}), ${ok.length}/${results.samples.length} completed; commit ${commit}; load average before ${load0.map((x) => x.toFixed(2)).join(' ')}, after ${load1.map((x) => x.toFixed(2)).join(' ')}`);
   console.log('| switches | n | median ms | p90 ms | min ms | max ms |');
   console.log('|---|---:|---:|---:|---:|---:|');
   console.log(row('all', ok.map((s) => s.ms)));
