@@ -195,14 +195,15 @@ function wireRoom(r: Room): void {
   });
   r.on('trackUnsubscribed', (_track, pub) => {
     document.querySelectorAll(`[data-track-sid="${pub.sid}"]`).forEach((el) => {
-      const swap = el instanceof HTMLVideoElement && pendingSwap.get(el);
-      if (swap) swap(); // the tile's next track is waiting for its first frame: show it now
-      if (el instanceof HTMLVideoElement && el.dataset.trackSid !== pub.sid) return;
-      if (el instanceof HTMLVideoElement) {
-        room?.unobserveVideo(el);
-        el.srcObject = null;
-        if (pub.source === 'screen') el.closest('.tile')?.remove();
-      } else el.remove();
+      if (!(el instanceof HTMLVideoElement)) {
+        el.remove();
+        return;
+      }
+      pendingSwap.get(el)?.(); // the tile's next track is waiting for its first frame: show it now
+      if (el.dataset.trackSid !== pub.sid) return;
+      room?.unobserveVideo(el);
+      el.srcObject = null;
+      if (pub.source === 'screen') el.closest('.tile')?.remove();
     });
   });
   r.on('trackMuted', (_pub, p) => updateLabel(p));
@@ -292,24 +293,20 @@ function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: s
     return !!shown && shown.readyState === 'live' && !!sid && sid !== trackSid && seenOrder(sid) > order;
   };
   let timer: ReturnType<typeof setTimeout> | undefined;
-  // show is also called when the shown publication goes (trackUnsubscribed).
-  const show = (): void => {
+  // Stop waiting: no timer, no unmute listener, no pending swap.
+  const stopWaiting = (): void => {
     clearTimeout(timer);
     track.removeEventListener('unmute', later);
     if (pendingSwap.get(video) === show) pendingSwap.delete(video);
+  };
+  // show is also called when the shown publication goes (trackUnsubscribed).
+  const show = (): void => {
+    stopWaiting();
     if (track.readyState !== 'live') return;
     video.srcObject = new MediaStream([track]);
     video.dataset.trackSid = trackSid;
   };
-  const later = (): void => {
-    if (outdated()) {
-      clearTimeout(timer);
-      track.removeEventListener('unmute', later);
-      if (pendingSwap.get(video) === show) pendingSwap.delete(video);
-      return;
-    }
-    show();
-  };
+  const later = (): void => (outdated() ? stopWaiting() : show());
   const shown = shownTrack();
   const playing = shown && shown.readyState === 'live' && !shown.muted && video.dataset.trackSid !== trackSid;
   if (!playing || !track.muted) {
