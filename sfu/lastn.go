@@ -296,7 +296,7 @@ func (t *Publication) updateDemand() {
 		need[i] = t.stillNeeded(i, need[i], n)
 	}
 	any = t.stillNeeded(maxLayers, any, n)
-	if t.demand.Swap(packDemand(need, any)) != packDemand(need, any) {
+	if v := packDemand(need, any); t.demand.Swap(v) != v {
 		t.owner.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
 	}
 }

@@ -575,9 +575,8 @@ func (d *downSub) enqueue(o outObj) {
 			// Ask again while waiting: a request can be lost (rate limits
 			// upstream, a keyframe that was itself dropped), and a WebRTC
 			// publisher sends no keyframe unless asked.
-			if now := time.Now(); d.keyframe != nil && now.Sub(d.askedAt) >= keyframeRetry {
-				d.askedAt = now
-				go d.keyframe()
+			if now := time.Now(); now.Sub(d.askedAt) >= keyframeRetry {
+				d.askKeyframe(now)
 			}
 			return
 		}
@@ -592,10 +591,16 @@ func (d *downSub) enqueue(o outObj) {
 	default:
 		d.Dropped.Add(1)
 		d.dropping = !d.perFrame
-		if d.keyframe != nil {
-			d.askedAt = time.Now()
-			go d.keyframe()
-		}
+		d.askKeyframe(time.Now())
+	}
+}
+
+// askKeyframe asks the publisher for a keyframe, off the forwarding goroutine.
+// Under enqMu.
+func (d *downSub) askKeyframe(now time.Time) {
+	if d.keyframe != nil {
+		d.askedAt = now
+		go d.keyframe()
 	}
 }
 
