@@ -17,6 +17,7 @@ type Track struct {
 	Kind      string // "audio" or "video"
 	MimeType  string // "video/VP8", "audio/opus", …
 	ClockRate uint32
+	Channels  uint16 // audio channels (opus: 2), for offers' a=rtpmap
 	Fmtp      string // the publisher's fmtp (H.264: profile and packetization)
 	ID        string // msid track id
 	StreamID  string // msid stream id

@@ -52,7 +52,8 @@ type Server struct {
 	byAddr  map[netip.AddrPort]*Viewer
 	// active counts both maps' entries: with no lean viewer a datagram costs
 	// Handle one atomic load.
-	active atomic.Int32
+	active  atomic.Int32
+	viewers atomic.Int32
 
 	// stunMsg is Handle's decoding buffer: Handle runs on the socket's one
 	// reader goroutine.
@@ -141,9 +142,7 @@ func (s *Server) Dropped() uint64 { return s.dropped.Load() }
 
 // Viewers is the number of viewers being served.
 func (s *Server) Viewers() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.byUfrag)
+	return int(s.viewers.Load())
 }
 
 // Handle takes a datagram that belongs to a lean viewer and reports whether
@@ -238,11 +237,29 @@ func (s *Server) drop(why, detail string, from netip.AddrPort, n int) {
 }
 
 func (s *Server) add(v *Viewer) {
-	s.mu.Lock()
-	s.byUfrag[v.lufrag] = v
-	s.mu.Unlock()
-	s.active.Add(1)
+	s.addUfrag(v, v.creds.Load().ufrag)
+	s.viewers.Add(1)
 	metrics.LeanEgressViewers.Inc()
+}
+
+// addUfrag lets binding requests for ufrag reach v. Of the ufrags an ICE
+// restart replaced, only the last one stays.
+func (s *Server) addUfrag(v *Viewer, ufrag string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v.closed.Load() {
+		return
+	}
+	for len(v.ufrags) >= 2 {
+		if s.byUfrag[v.ufrags[0]] == v {
+			delete(s.byUfrag, v.ufrags[0])
+			s.active.Add(-1)
+		}
+		v.ufrags = v.ufrags[1:]
+	}
+	s.byUfrag[ufrag] = v
+	v.ufrags = append(v.ufrags, ufrag)
+	s.active.Add(1)
 }
 
 // addAddr lets datagrams from a (checked) address reach v.
@@ -264,11 +281,17 @@ const maxAddrs = 8
 
 func (s *Server) remove(v *Viewer) {
 	s.mu.Lock()
-	if s.byUfrag[v.lufrag] == v {
-		delete(s.byUfrag, v.lufrag)
-		s.active.Add(-1)
+	if len(v.ufrags) > 0 {
+		s.viewers.Add(-1)
 		metrics.LeanEgressViewers.Dec()
 	}
+	for _, u := range v.ufrags {
+		if s.byUfrag[u] == v {
+			delete(s.byUfrag, u)
+			s.active.Add(-1)
+		}
+	}
+	v.ufrags = nil
 	for _, a := range v.addrs {
 		if s.byAddr[a] == v {
 			delete(s.byAddr, a)
@@ -293,6 +316,9 @@ func (s *Server) janitor() {
 		vs = vs[:0]
 		s.mu.RLock()
 		for _, v := range s.byUfrag {
+			if v.off != nil && !v.off.wasAnswered() {
+				continue // nothing was offered yet, or the answer is to come
+			}
 			if n-v.lastCheck.Load() > int64(ConsentTimeout) {
 				vs = append(vs, v)
 			}

@@ -78,8 +78,8 @@ func (g *gcmTx) state(ssrc uint32) *gcmTxSSRC {
 }
 
 // viewerGCM is the sealer for a finished server handshake (nil for AES-CM).
-func viewerGCM(dc *dtls.Conn) (*gcmTx, error) {
-	k, err := lean.GCMFromDTLS(dc, false, true)
+func viewerGCM(dc *dtls.Conn, client bool) (*gcmTx, error) {
+	k, err := lean.GCMFromDTLS(dc, client, true)
 	if k == nil || err != nil {
 		return nil, err
 	}

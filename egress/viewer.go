@@ -36,10 +36,17 @@ type Viewer struct {
 	s *Server
 	h Handler
 
-	lufrag, lpwd string
-	rufrag       string
-	fpAlg        string
-	fp           []byte
+	// creds are the server's ICE credentials; an ICE restart of a
+	// server-offered session (offer.go) replaces them, and checks with the
+	// previous ones are answered until the next restart.
+	creds  atomic.Pointer[iceCreds]
+	ufrags []string // every ufrag the server maps to this viewer, under s.mu
+	rufrag string   // the client's ufrag (WHEP: from its offer)
+	fpAlg  string
+	fp     []byte
+	// off is the negotiation state of a session the server offers (a room
+	// subscriber, offer.go); nil for a WHEP viewer, which offers itself.
+	off *offerer
 	// Senders says, per track given to NewViewer, the payload type and SSRC
 	// to send it with.
 	Senders []Sender
@@ -99,8 +106,10 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	if err != nil {
 		return nil, "", err
 	}
-	v := &Viewer{s: s, h: h, lufrag: lean.Token(16), lpwd: lean.Token(32), rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp}
-	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: v.lufrag, pwd: v.lpwd, fingerprint: s.cert.Fingerprint,
+	v := &Viewer{s: s, h: h, rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp}
+	c := newCreds(nil)
+	v.creds.Store(c)
+	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: c.ufrag, pwd: c.pwd, fingerprint: s.cert.Fingerprint,
 		ips: s.ips, port: s.port, cname: lean.Token(16)}, randomSSRC)
 	if err != nil {
 		return nil, "", err
@@ -112,12 +121,44 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	return v, answer, nil
 }
 
+// iceCreds are one set of the server's ICE credentials, and the set an ICE
+// restart replaced (its checks are still answered: the client switches when
+// it has applied the new offer).
+type iceCreds struct {
+	ufrag, pwd string
+	prev       *iceCreds
+}
+
+func newCreds(prev *iceCreds) *iceCreds {
+	if prev != nil {
+		prev = &iceCreds{ufrag: prev.ufrag, pwd: prev.pwd} // one generation back, no more
+	}
+	return &iceCreds{ufrag: lean.Token(16), pwd: lean.Token(32), prev: prev}
+}
+
+// check verifies a binding request against the current credentials, then
+// against the ones before an ICE restart; it returns the password to answer
+// with.
+func (c *iceCreds) check(m *stun.Message) (lean.Binding, string, error) {
+	b, err := lean.CheckBinding(m, c.ufrag, c.pwd)
+	if err != nil && c.prev != nil {
+		if b, err2 := lean.CheckBinding(m, c.prev.ufrag, c.prev.pwd); err2 == nil {
+			return b, c.prev.pwd, nil
+		}
+	}
+	return b, c.pwd, err
+}
+
 // onBinding answers an ICE check (ICE-lite, controlled: RFC 8445 2.5). A check
 // with valid credentials makes its source address the viewer's; the first one
 // starts DTLS, USE-CANDIDATE moves the media to the nominated address.
 func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
-	b, err := lean.CheckBinding(m, v.lufrag, v.lpwd)
-	if err == nil && b.RemoteUfrag != v.rufrag {
+	b, pwd, err := v.creds.Load().check(m)
+	// A WHEP viewer's ufrag is known from its offer. A client the server
+	// offered to checks as soon as it has applied the offer, often before its
+	// answer (and ufrag) arrives here; the integrity check with the server's
+	// password is what proves it read the offer.
+	if err == nil && v.off == nil && b.RemoteUfrag != v.rufrag {
 		err = errors.New("binding request from another ICE session (remote ufrag)")
 	}
 	if err != nil {
@@ -128,7 +169,7 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 		v.s.drop("stun", "binding request from one address too many", from, len(m.Raw))
 		return
 	}
-	resp, err := lean.BindingSuccess(m, from, v.lpwd)
+	resp, err := lean.BindingSuccess(m, from, pwd)
 	if err != nil {
 		return
 	}
@@ -218,15 +259,51 @@ func (v *Viewer) handshake() {
 		return
 	}
 	v.cancel = cancel
-	dc, err := dtls.ServerWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
-		dtls.WithCertificates(v.s.cert.TLS),
-		dtls.WithClientAuth(dtls.RequireAnyClientCert), // self-signed: the fingerprint is the check
-		dtls.WithVerifyPeerCertificate(func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return lean.VerifyFingerprint(v.fpAlg, v.fp, raw)
-		}),
-		dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
-		dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
-		dtls.WithFlightInterval(500*time.Millisecond))
+	v.dmu.Unlock()
+	// The server is the DTLS server unless a client it offered to answered
+	// setup:passive (Pion does when the offer is ICE-lite). That needs the
+	// answer: the client's first flight waits in v.pc meanwhile.
+	client := false
+	if v.off != nil {
+		select {
+		case <-v.off.answered:
+		case <-ctx.Done():
+			v.Close("no answer came within " + ConsentTimeout.String())
+			return
+		}
+		client = v.off.dtlsClient.Load()
+	}
+	verify := func(raw [][]byte, _ [][]*x509.Certificate) error {
+		alg, fp, err := v.fingerprint()
+		if err != nil {
+			return err
+		}
+		return lean.VerifyFingerprint(alg, fp, raw)
+	}
+	var dc *dtls.Conn
+	var err error
+	v.dmu.Lock()
+	if v.closed.Load() {
+		v.dmu.Unlock()
+		return
+	}
+	if client {
+		dc, err = dtls.ClientWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
+			dtls.WithCertificates(v.s.cert.TLS),
+			dtls.WithInsecureSkipVerify(true), // self-signed: the fingerprint is the check
+			dtls.WithVerifyPeerCertificate(verify),
+			dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
+			dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
+			dtls.WithFlightInterval(500*time.Millisecond))
+	} else {
+		dc, err = dtls.ServerWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
+			dtls.WithCertificates(v.s.cert.TLS),
+			dtls.WithClientAuth(dtls.RequireAnyClientCert), // self-signed: the fingerprint is the check
+			dtls.WithVerifyPeerCertificate(verify),
+			dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
+			dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
+			dtls.WithFlightInterval(500*time.Millisecond))
+	}
 	if err == nil {
 		v.dc = dc
 	}
@@ -236,16 +313,16 @@ func (v *Viewer) handshake() {
 		return
 	}
 	if err := dc.HandshakeContext(ctx); err != nil {
-		v.s.log.Info("lean egress: DTLS handshake failed", "viewer", v.lufrag, "err", err)
+		v.s.log.Info("lean egress: DTLS handshake failed", "viewer", v.creds.Load().ufrag, "err", err)
 		v.Close("dtls: " + err.Error())
 		return
 	}
-	rx, tx, err := lean.SRTPContexts(dc, false)
+	rx, tx, err := lean.SRTPContexts(dc, client)
 	if err != nil {
 		v.Close(err.Error())
 		return
 	}
-	gtx, err := viewerGCM(dc)
+	gtx, err := viewerGCM(dc, client)
 	if err != nil {
 		v.Close(err.Error())
 		return
@@ -388,8 +465,26 @@ func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
 	return err
 }
 
+// Offered reports whether the server offers to this session (a room
+// subscriber) rather than answering it (a WHEP viewer).
+func (v *Viewer) Offered() bool { return v.off != nil }
+
 // RemoteUfrag is the ICE ufrag of the viewer's offer.
 func (v *Viewer) RemoteUfrag() string { return v.rufrag }
+
+// fingerprint is the client's certificate fingerprint (from its offer, or
+// from its answer, which the handshake of an offered session waits for).
+func (v *Viewer) fingerprint() (string, []byte, error) {
+	if v.off == nil {
+		return v.fpAlg, v.fp, nil
+	}
+	v.off.mu.Lock()
+	defer v.off.mu.Unlock()
+	if v.fp == nil {
+		return "", nil, errors.New("dtls: no answer named the client's fingerprint")
+	}
+	return v.fpAlg, v.fp, nil
+}
 
 // Ready reports whether media flows (the SRTP keys are in place).
 func (v *Viewer) Ready() bool { return v.ready.Load() }
