@@ -39,6 +39,10 @@ deps:
 test-go:
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 20m ./...
+	# The room tests again with the lean egress serving the subscribers
+	# (docs/lean-egress.md).
+	PETREL_LEAN_EGRESS=true $(GO) test -count=1 -timeout 10m ./test/integration/ \
+		-run 'TestPublishSubscribe|TestRenegotiation|TestICERestart|TestLateSubscriber|TestNACK|TestSimulcast|TestBandwidth|TestDemand|TestICETCP'
 
 # The SDK's and app's unit tests (node --test on the compiled TypeScript).
 test-web: web/node_modules/.package-lock.json

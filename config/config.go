@@ -56,9 +56,10 @@ type RTC struct {
 	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
-	// LeanEgress serves WHEP viewers without a Pion PeerConnection each
-	// (egress/, docs/lean-egress.md), on the same UDP port.
-	LeanEgress bool `yaml:"lean_egress" flag:"lean-egress" usage:"serve WHEP viewers with the lean egress (ICE-lite, no PeerConnection per viewer)"`
+	// LeanEgress serves WHEP viewers and the subscriber side of room
+	// participants without a Pion PeerConnection each (egress/,
+	// docs/lean-egress.md), on the same UDP port.
+	LeanEgress bool `yaml:"lean_egress" flag:"lean-egress" usage:"serve WHEP viewers and room subscribers with the lean egress (ICE-lite, no PeerConnection per viewer)"`
 }
 
 // TURN configures the embedded TURN server.

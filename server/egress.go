@@ -34,6 +34,6 @@ func startLeanEgress(cfg config.Config, e *rtc.Engine, m *sfu.Manager, log *slog
 	}
 	e.SetFilter(srv)
 	m.SetLeanEgress(srv)
-	log.Info("lean egress: WHEP viewers are served without PeerConnections", "candidates", ips)
+	log.Info("lean egress: WHEP viewers and room subscribers are served without PeerConnections", "candidates", ips)
 	return srv, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -28,6 +29,11 @@ type leanViewer struct {
 	v     *egress.Viewer
 	downs atomic.Pointer[[]leanDown]
 	hdr   rtp.Header // OnRTCP's scratch: it runs on the egress's one RTCP goroutine
+
+	// A room subscriber's tracks come and go: by media section, the
+	// DownTracks the last offers carried (bound when an answer takes them).
+	mu   sync.Mutex
+	mids map[string]*DownTrack
 }
 
 // rtxBufs lends OnRTCP a buffer for retransmissions: a viewer NACKs rarely,
@@ -49,8 +55,7 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 	tm.Mark(StepPCCreated)
 	specs := make([]egress.Track, len(tracks))
 	for i, t := range tracks {
-		specs[i] = egress.Track{Kind: t.kind.String(), MimeType: t.codec.MimeType, ClockRate: t.codec.ClockRate,
-			Fmtp: t.codec.SDPFmtpLine, ID: t.sid, StreamID: t.owner.sid}
+		specs[i] = t.egressTrack()
 	}
 	lv := &leanViewer{p: p, tm: tm}
 	v, answer, err := srv.NewViewer(offer, specs, lv)
@@ -73,7 +78,7 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 	for i, t := range tracks {
 		d := newDownTrack(t, p)
 		snd := v.Senders[i]
-		d.bindWriter(v, snd.SSRC, snd.PT, t.codec.ClockRate)
+		d.bindWriter(v, snd.SSRC, snd.PT, t.codec.ClockRate, 0, 0)
 		downs[i] = leanDown{ssrc: snd.SSRC, d: d}
 		p.mu.Lock()
 		p.subs[t.sid] = d
@@ -113,7 +118,9 @@ func (lv *leanViewer) OnClose(reason string) { go lv.p.Close(reason) }
 
 // OnRTCP hands each feedback packet to the DownTracks it is addressed to:
 // NACKs are answered from the publication's cache, PLI/FIR become keyframe
-// requests, receiver reports give loss and RTT.
+// requests, receiver reports give loss and RTT. Transport-wide feedback is
+// the connection's, whichever of its SSRCs it names: it goes to the
+// estimator.
 func (lv *leanViewer) OnRTCP(pkts []rtcp.Packet) {
 	downs := lv.downs.Load()
 	if downs == nil {
@@ -122,6 +129,12 @@ func (lv *leanViewer) OnRTCP(pkts []rtcp.Packet) {
 	rtx := rtxBufs.Get().(*[]byte)
 	defer rtxBufs.Put(rtx)
 	for _, pkt := range pkts {
+		if cc, ok := pkt.(*rtcp.TransportLayerCC); ok {
+			if lv.p.bwe != nil {
+				lv.p.bwe.OnFeedback(cc, now())
+			}
+			continue
+		}
 		for _, ssrc := range pkt.DestinationSSRC() {
 			for _, x := range *downs {
 				if x.ssrc == ssrc {
@@ -130,4 +143,104 @@ func (lv *leanViewer) OnRTCP(pkts []rtcp.Packet) {
 			}
 		}
 	}
+}
+
+// egressTrack is what the lean egress writes into SDP for t.
+func (t *Publication) egressTrack() egress.Track {
+	return egress.Track{Kind: t.kind.String(), MimeType: t.codec.MimeType, ClockRate: t.codec.ClockRate,
+		Channels: t.codec.Channels, Fmtp: t.codec.SDPFmtpLine, ID: t.sid, StreamID: t.owner.sid}
+}
+
+// setupLeanSubscriber gives a room participant a subscriber side in the lean
+// egress instead of a PeerConnection: the server offers its tracks in its
+// own SDP, and each DownTrack's packets are encrypted and written to the
+// socket by the goroutine that forwards them (docs/lean-egress.md). Under
+// p.mu.
+func (p *Participant) setupLeanSubscriber(srv *egress.Server, tm *SessionTiming) error {
+	lv := &leanViewer{p: p, tm: tm, mids: map[string]*DownTrack{}}
+	v, err := srv.NewSubscriber(lv)
+	if err != nil {
+		return err
+	}
+	lv.v = v
+	lv.downs.Store(&[]leanDown{})
+	p.lean = lv // Close closes v
+	if p.bwe == nil {
+		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
+	}
+	reports.add(p, v)
+	return nil
+}
+
+// leanRoom is the participant's lean subscriber side, nil if it has none
+// (a PeerConnection, or a WHEP viewer whose tracks its offer fixed).
+func (p *Participant) leanRoom() *leanViewer {
+	if p.lean != nil && p.lean.v.Offered() {
+		return p.lean
+	}
+	return nil
+}
+
+// add gives d a media section in the next offer.
+func (lv *leanViewer) add(d *DownTrack) error {
+	snd, err := lv.v.AddTrack(d.pub.egressTrack())
+	if err != nil {
+		return err
+	}
+	lv.mu.Lock()
+	lv.mids[snd.Mid] = d
+	lv.mu.Unlock()
+	return nil
+}
+
+// remove takes d's section off (the next offer has it inactive).
+func (lv *leanViewer) remove(d *DownTrack) {
+	lv.mu.Lock()
+	mid := ""
+	for m, x := range lv.mids {
+		if x == d {
+			mid = m
+			delete(lv.mids, m)
+		}
+	}
+	downs := make([]leanDown, 0, len(*lv.downs.Load()))
+	for _, x := range *lv.downs.Load() {
+		if x.d != d {
+			downs = append(downs, x)
+		}
+	}
+	lv.downs.Store(&downs)
+	lv.mu.Unlock()
+	if mid != "" {
+		lv.v.RemoveTrack(mid)
+	}
+}
+
+// answer applies the client's answer and binds the DownTracks it takes.
+func (lv *leanViewer) answer(sdp string) error {
+	acc, err := lv.v.ApplyAnswer(sdp)
+	if err != nil {
+		return err
+	}
+	lv.mu.Lock()
+	downs := append([]leanDown(nil), *lv.downs.Load()...)
+	var bind []func()
+	for _, a := range acc {
+		d := lv.mids[a.Mid]
+		if d == nil || d.bound.Load() {
+			continue
+		}
+		if !a.OK {
+			lv.p.log.Info("the client declined a track", "track", d.pub.sid, "mid", a.Mid)
+			continue
+		}
+		downs = append(downs, leanDown{ssrc: a.SSRC, d: d})
+		bind = append(bind, func() { d.bindWriter(lv.v, a.SSRC, a.PT, d.pub.codec.ClockRate, a.TransportCC, a.Dependency) })
+	}
+	lv.downs.Store(&downs)
+	lv.mu.Unlock()
+	for _, b := range bind {
+		b()
+	}
+	return nil
 }

@@ -165,21 +165,30 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 		return nil, fmt.Errorf("publisher connection: %w", err)
 	}
 	p.setupPublisher(pub)
-	sub, err := m.engine.NewSubscriberPC()
-	if err != nil {
-		_ = pub.Close()
-		return nil, fmt.Errorf("subscriber connection: %w", err)
-	}
-	p.setupSubscriber(sub)
 	tm := p.startTiming("room", start) // timing.go: the viewer's side of time-to-stream
+	var sub *webrtc.PeerConnection
+	if srv := m.leanEgress.Load(); srv != nil {
+		// subside.go: the lean egress or a PeerConnection, once the client's
+		// candidates show whether it can use UDP.
+		p.subChoice = &subChoice{srv: srv, newPC: m.engine.NewSubscriberPC}
+		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
+	} else {
+		if sub, err = m.engine.NewSubscriberPC(); err != nil {
+			_ = pub.Close()
+			return nil, fmt.Errorf("subscriber connection: %w", err)
+		}
+		p.setupSubscriber(sub)
+		tm.watchTransport(sub)
+	}
 	tm.Mark(StepPCCreated)
-	tm.watchTransport(sub)
 	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
 	if err := m.admit(p); err != nil {
 		_ = pub.Close()
-		_ = sub.Close()
+		if sub != nil {
+			_ = sub.Close()
+		}
 		return nil, err
 	}
 	p.log.Info("participant joined")

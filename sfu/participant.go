@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,8 +85,12 @@ type Participant struct {
 	bwe *bwe.Estimator
 
 	// lean is set for a WHEP viewer served by the lean egress (lean.go),
-	// which has no subscriber PeerConnection.
+	// which has no subscriber PeerConnection, and for a room participant
+	// whose subscriber side the lean egress is. Under mu once joined.
 	lean *leanViewer
+	// subChoice is set while a room participant's subscriber side is still
+	// to be chosen (subside.go). Under mu.
+	subChoice *subChoice
 }
 
 func newSid(prefix string) string {
@@ -183,7 +188,9 @@ func (p *Participant) setupPublisher(pc *webrtc.PeerConnection) {
 
 func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
 	p.sub = pc
-	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
+	if p.bwe == nil {
+		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
+	}
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		p.log.Debug("subscriber connection", "state", s.String())
 		if s == webrtc.PeerConnectionStateConnected {
@@ -206,6 +213,9 @@ func (p *Participant) subscriberReady() {
 func (p *Participant) HandleOffer(sdp string) (string, error) {
 	p.mu.Lock()
 	pc := p.pub
+	if p.subChoice != nil {
+		p.subChoice.sawSDP(sdp)
+	}
 	p.mu.Unlock()
 	if pc == nil {
 		return "", protocol.Errorf(protocol.CodeBadRequest, "no publisher connection")
@@ -239,8 +249,11 @@ func setLocalAndGather(pc *webrtc.PeerConnection, desc webrtc.SessionDescription
 // HandleAnswer applies the client's answer to the server's subscriber offer.
 func (p *Participant) HandleAnswer(sdp string) error {
 	p.mu.Lock()
-	pc := p.sub
+	pc, lv := p.sub, p.leanRoom()
 	p.mu.Unlock()
+	if lv != nil {
+		return p.handleLeanAnswer(lv, sdp)
+	}
 	if pc == nil {
 		return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 	}
@@ -255,6 +268,31 @@ func (p *Participant) HandleAnswer(sdp string) error {
 		return protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
 	}
 	p.flushCandidates(pc)
+	p.answered()
+	return nil
+}
+
+// handleLeanAnswer is HandleAnswer for a lean subscriber side.
+func (p *Participant) handleLeanAnswer(lv *leanViewer, sdp string) error {
+	p.mu.Lock()
+	waiting := p.negotiating
+	p.mu.Unlock()
+	if !waiting {
+		return protocol.Errorf(protocol.CodeBadRequest, "no offer is waiting for an answer")
+	}
+	if err := lv.answer(sdp); err != nil {
+		p.mu.Lock()
+		p.negotiating = false
+		p.mu.Unlock()
+		return protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
+	}
+	p.answered()
+	return nil
+}
+
+// answered ends a round of subscriber negotiation, and starts the next one
+// if something changed meanwhile.
+func (p *Participant) answered() {
 	p.mu.Lock()
 	p.negotiating = false
 	again := p.renegotiate
@@ -263,7 +301,6 @@ func (p *Participant) HandleAnswer(sdp string) error {
 	if again {
 		p.negotiate(false)
 	}
-	return nil
 }
 
 // AddCandidate applies a trickled candidate; candidates that arrive before the
@@ -272,6 +309,11 @@ func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) er
 	p.mu.Lock()
 	pc := p.pub
 	if target == "subscriber" {
+		if p.leanRoom() != nil {
+			// ICE-lite: the server learns the client's address from its checks.
+			p.mu.Unlock()
+			return nil
+		}
 		pc = p.sub
 	}
 	if pc == nil {
@@ -281,6 +323,9 @@ func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) er
 	if c == nil { // end of candidates
 		p.mu.Unlock()
 		return nil
+	}
+	if target != "subscriber" && p.subChoice != nil {
+		p.subChoice.saw(c.Candidate)
 	}
 	if pc.RemoteDescription() == nil {
 		if len(p.pending[pc]) < 64 {
@@ -311,7 +356,7 @@ func (p *Participant) flushCandidates(pc *webrtc.PeerConnection) {
 func (p *Participant) negotiate(iceRestart bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.sub == nil || p.closed {
+	if !p.hasSubscriberSide() || p.closed {
 		return
 	}
 	if iceRestart {
@@ -327,9 +372,25 @@ func (p *Participant) negotiate(iceRestart bool) {
 func (p *Participant) doNegotiate() {
 	p.mu.Lock()
 	p.negotiateSet = false
-	if p.closed || p.sub == nil {
+	if p.closed || !p.hasSubscriberSide() {
 		p.mu.Unlock()
 		return
+	}
+	if c := p.subChoice; c != nil {
+		lean, ok := c.decide(p.joinedAt)
+		if !ok {
+			p.negotiateSet = true
+			time.AfterFunc(20*time.Millisecond, p.doNegotiate)
+			p.mu.Unlock()
+			return
+		}
+		p.subChoice = nil
+		if err := p.makeSubscriberSide(c, lean); err != nil {
+			p.mu.Unlock()
+			p.log.Warn("subscriber connection failed", "err", err)
+			p.Close("negotiation_failed")
+			return
+		}
 	}
 	if p.negotiating {
 		p.renegotiate = true
@@ -345,9 +406,21 @@ func (p *Participant) doNegotiate() {
 	p.negotiating = true
 	restart := p.iceRestart
 	p.iceRestart = false
-	pc := p.sub
+	pc, lv := p.sub, p.leanRoom()
 	p.mu.Unlock()
 
+	if lv != nil {
+		sdp, err := lv.v.Offer(restart)
+		if err == nil {
+			p.send(protocol.Msg{"type": "offer", "sdp": sdp})
+			return
+		}
+		p.log.Warn("subscriber offer failed", "err", err)
+		p.mu.Lock()
+		p.negotiating = false
+		p.mu.Unlock()
+		return
+	}
 	offer, err := pc.CreateOffer(&webrtc.OfferOptions{ICERestart: restart})
 	if err == nil {
 		var sdp string
@@ -511,7 +584,8 @@ func (p *Participant) Subscribe(t *Publication) error {
 		return nil
 	}
 	p.mu.Lock()
-	if p.closed || p.sub == nil {
+	lv := p.leanRoom()
+	if p.closed || !p.hasSubscriberSide() {
 		p.mu.Unlock()
 		return nil
 	}
@@ -520,17 +594,29 @@ func (p *Participant) Subscribe(t *Publication) error {
 		return nil
 	}
 	d := newDownTrack(t, p)
-	sender, err := p.sub.AddTrack(d)
-	if err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("subscribe %s: %w", t.sid, err)
+	waits := p.subChoice != nil
+	if waits {
+		p.subChoice.pending = append(p.subChoice.pending, d) // subside.go
+	} else if lv != nil {
+		if err := lv.add(d); err != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("subscribe %s: %w", t.sid, err)
+		}
+	} else {
+		sender, err := p.sub.AddTrack(d)
+		if err != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("subscribe %s: %w", t.sid, err)
+		}
+		d.sender = sender
 	}
-	d.sender = sender
 	p.subs[t.sid] = d
 	p.mu.Unlock()
 	metrics.Subscriptions.Inc()
 	t.addDown(d)
-	go d.readRTCP()
+	if lv == nil && !waits {
+		go d.readRTCP()
+	}
 	p.send(protocol.Msg{"type": "trackSubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 	p.negotiate(false)
 	return nil
@@ -544,7 +630,10 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 	if ok {
 		delete(p.subs, t.sid)
 	}
-	sub := p.sub
+	sub, lv, c := p.sub, p.leanRoom(), p.subChoice
+	if c != nil && ok {
+		c.pending = slices.DeleteFunc(c.pending, func(x *DownTrack) bool { return x == d })
+	}
 	p.mu.Unlock()
 	if !ok {
 		return
@@ -563,8 +652,13 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 			return
 		}
 	}
-	if sub != nil && renegotiate {
-		_ = sub.RemoveTrack(d.sender)
+	if lv != nil {
+		lv.remove(d)
+	}
+	if (sub != nil || lv != nil || c != nil) && renegotiate {
+		if sub != nil {
+			_ = sub.RemoveTrack(d.sender)
+		}
 		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 		p.negotiate(false)
 	}
@@ -715,7 +809,7 @@ func (p *Participant) Close(reason string) {
 	for _, d := range p.subs {
 		subs = append(subs, d.pub)
 	}
-	pub, sub := p.pub, p.sub
+	pub, sub, lv := p.pub, p.sub, p.leanRoom()
 	p.mu.Unlock()
 
 	for _, t := range pubs {
@@ -729,6 +823,9 @@ func (p *Participant) Close(reason string) {
 	}
 	if sub != nil {
 		_ = sub.Close()
+	}
+	if lv != nil {
+		lv.v.Close("left")
 	}
 	p.room.remove(p, reason)
 	p.log.Info("participant left", "reason", reason)
@@ -777,6 +874,12 @@ func constantTimeEqual(a, b string) bool {
 		v |= a[i] ^ b[i]
 	}
 	return v == 0
+}
+
+// hasSubscriberSide: the participant receives media (a PeerConnection, the
+// lean egress, or one of them to be chosen). Under mu.
+func (p *Participant) hasSubscriberSide() bool {
+	return p.sub != nil || p.subChoice != nil || p.leanRoom() != nil
 }
 
 // PublisherPC and SubscriberPC expose the connections to the WHIP/WHEP layer.

@@ -50,10 +50,15 @@ type rtcpWriter interface {
 }
 
 // bindWriter is Bind for a writer that is not a Pion track: the SSRC, payload
-// type and clock rate were negotiated by its owner.
-func (d *DownTrack) bindWriter(w rtpWriter, ssrc uint32, pt uint8, clock uint32) {
+// type, clock rate and header extension ids (0: not negotiated) were
+// negotiated by its owner.
+func (d *DownTrack) bindWriter(w rtpWriter, ssrc uint32, pt uint8, clock uint32, twccID, ddID uint8) {
 	d.mu.Lock()
 	d.writer, d.ssrc, d.pt, d.clock = w, ssrc, pt, clock
+	if d.sub != nil && d.sub.bwe != nil {
+		d.twccID = twccID
+	}
+	d.ddID = ddID
 	d.mu.Unlock()
 	d.bound.Store(true)
 	if l := d.pub.layer(int8(d.target.Load())); l != nil {

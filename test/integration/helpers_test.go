@@ -50,6 +50,9 @@ func start(t *testing.T, mod ...func(*config.Config)) *env {
 	cfg.TURN.Port = 0
 	cfg.TURN.RelayIP = "127.0.0.1"
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
+	// PETREL_LEAN_EGRESS=true runs every test with the lean egress serving
+	// room subscribers and WHEP viewers.
+	cfg.RTC.LeanEgress = os.Getenv("PETREL_LEAN_EGRESS") == "true"
 	for _, m := range mod {
 		m(&cfg)
 	}

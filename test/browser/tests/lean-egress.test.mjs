@@ -1,10 +1,13 @@
 // Chromium plays a WHEP stream through the lean egress (petrel serve
 // --lean-egress: ICE-lite, no PeerConnection per viewer) and decodes its video
 // and audio. The publisher is another Chromium page publishing its fake camera
-// and microphone over WHIP.
+// and microphone over WHIP. Then a room of two Chromium pages and Firefox ESR
+// receives each other through it: the server offers their subscriber
+// connections itself.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { launchChromium } from '../lib/browsers.mjs';
+import { launchChromium, launchFirefox } from '../lib/browsers.mjs';
+import { Participant, expectGrowth } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 
 // Runs in the page: WHIP publish of the fake devices. Returns when ICE is up.
@@ -116,4 +119,26 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
       if (Date.now() > end) assert.fail('the viewer is still connected 15 s after DELETE');
       await new Promise((r) => setTimeout(r, 250));
     }
+  }, { args: ['--lean-egress'] }));
+
+test('a room of Chromium and Firefox ESR receives each other through the lean egress', { timeout: 120_000 }, () =>
+  scenario('lean-egress-room', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const firefox = own(await launchFirefox());
+    // Three, so that the room is not a direct 1:1 call.
+    const a = watch(new Participant('a', await chromium.newPage()));
+    const b = watch(new Participant('b', await chromium.newPage()));
+    const fox = watch(new Participant('fox', await firefox.newPage()));
+    for (const p of [a, b, fox]) await p.join(server.base, await server.token('lean-room', p.label));
+    for (const [x, y] of [[a, b], [a, fox], [b, a], [fox, a], [fox, b]]) await x.seesVideoOf(y);
+    for (const p of [a, fox]) {
+      // The server's offer for the subscriber connection is the egress's own.
+      const sdp = await p.page.evaluate(() => window.petrel.room.subscriberPc.remoteDescription?.sdp ?? '');
+      assert.match(sdp, /a=ice-lite/, `${p.identity}'s subscriber connection comes from the lean egress`);
+      await expectGrowth(`${p.identity}'s media`, () => p.inbound(), { framesDecoded: 10, audioPackets: 20 });
+    }
+    // A participant who leaves is taken off the others' subscriber
+    // connections (a new offer with its sections inactive); media goes on.
+    await b.page.close();
+    await expectGrowth("fox's media after b left", () => fox.inbound(), { framesDecoded: 10 });
   }, { args: ['--lean-egress'] }));

@@ -1,0 +1,111 @@
+package sfu
+
+import (
+	"strings"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/egress"
+)
+
+// With the lean egress on, a room participant's subscriber side is the lean
+// egress (lean.go: ICE-lite, UDP only, no PeerConnection) for a client that
+// can use UDP, and a PeerConnection (which also does ICE-TCP) for one that
+// cannot. Which one is decided at the first subscriber offer, from the
+// candidates the client trickled for its publisher connection, which it
+// opens right after joining: a UDP candidate (host, server-reflexive, or a
+// TURN relay, which reaches the server over UDP whatever the client's leg)
+// chooses the lean egress; only TCP candidates, or none within
+// subChoiceWait, choose a PeerConnection. Until then the participant's
+// subscriptions wait in pending.
+type subChoice struct {
+	srv      *egress.Server
+	newPC    func() (*webrtc.PeerConnection, error)
+	udp, tcp bool
+	tcpAt    time.Time
+	pending  []*DownTrack
+}
+
+const (
+	// subChoiceWait is how long the first subscriber offer waits for a
+	// candidate of the client's.
+	subChoiceWait = time.Second
+	// subChoiceTCPWait is how long it waits for a UDP candidate after a TCP
+	// one (clients gather both at once).
+	subChoiceTCPWait = 200 * time.Millisecond
+)
+
+// saw notes a candidate of the client's ("candidate:1 1 udp 2130706431 …").
+func (c *subChoice) saw(candidate string) {
+	f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(candidate), "a="))
+	if len(f) < 3 {
+		return
+	}
+	switch strings.ToLower(f[2]) {
+	case "udp":
+		c.udp = true
+	case "tcp":
+		if !c.tcp {
+			c.tcp, c.tcpAt = true, time.Now()
+		}
+	}
+}
+
+// sawSDP notes the candidates written into an SDP.
+func (c *subChoice) sawSDP(sdp string) {
+	for _, l := range strings.Split(sdp, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=candidate:"); ok {
+			c.saw("candidate:" + v)
+		}
+	}
+}
+
+// decide says whether the lean egress serves the client (lean), or that it
+// is too early to tell (!ok).
+func (c *subChoice) decide(joined time.Time) (lean, ok bool) {
+	switch {
+	case c.udp:
+		return true, true
+	case c.tcp && time.Since(c.tcpAt) >= subChoiceTCPWait:
+		return false, true
+	case time.Since(joined) >= subChoiceWait:
+		return false, true
+	}
+	return false, false
+}
+
+// makeSubscriberSide creates the side c chose and gives it the subscriptions
+// that waited. Under p.mu.
+func (p *Participant) makeSubscriberSide(c *subChoice, lean bool) error {
+	if lean {
+		if err := p.setupLeanSubscriber(c.srv, p.timing()); err != nil {
+			return err
+		}
+		for _, d := range c.pending {
+			if err := p.lean.add(d); err != nil {
+				return err
+			}
+		}
+		p.log.Debug("subscriber side", "egress", "lean")
+		return nil
+	}
+	pc, err := c.newPC()
+	if err != nil {
+		return err
+	}
+	p.setupSubscriber(pc)
+	if tm := p.timing(); tm != nil {
+		tm.watchTransport(pc)
+	}
+	for _, d := range c.pending {
+		sender, err := pc.AddTrack(d)
+		if err != nil {
+			return err
+		}
+		d.sender = sender
+		go d.readRTCP()
+	}
+	p.log.Debug("subscriber side", "egress", "peerconnection")
+	return nil
+}
