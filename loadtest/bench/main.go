@@ -140,7 +140,7 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 	for rep := 1; rep <= max(repeat, 1); rep++ {
 		for _, j := range jobs {
 			for _, srv := range strings.Split(servers, ",") {
-				if (strings.HasPrefix(srv, "janus-streaming") || strings.HasPrefix(srv, "petrel-")) && j.scenario != "stream" {
+				if (strings.HasPrefix(srv, "janus-streaming") || srv == "petrel-whep") && j.scenario != "stream" {
 					continue
 				}
 				r, err := one(bin, ns, srv, j.scenario, j.n, j.p, duration, warmup, rate, loadtest.Config{})
@@ -179,7 +179,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 		if srv == "petrel-lean" {
 			args = append(args, "--lean-egress")
 		}
-		if srv != "petrel" {
+		if srv == "petrel-whep" || srv == "petrel-lean" && scenario == "stream" {
 			cfg.Proto = "whip" // WHEP viewers (the generator's lean peers)
 		}
 		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret, args...)
