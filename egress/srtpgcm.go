@@ -18,9 +18,19 @@ import (
 // write lock.
 type gcmTx struct {
 	lean.GCM
-	ssrcs [4]gcmTxSSRC
-	n     int
+	// ssrcs holds every stream's rollover counter: one evicted and made
+	// again would start from ROC 0, and after its sequence numbers wrapped
+	// the receiver could not authenticate it any more. A WHEP viewer has
+	// two streams, a room subscriber one per track; last is the index of
+	// the last one used (packets come in runs of one stream).
+	ssrcs []gcmTxSSRC
+	last  int
 }
+
+// maxTxSSRCs bounds the streams a viewer keeps counters for: more than a
+// session's media sections (maxSections), so that only the counters of
+// streams long gone are dropped.
+const maxTxSSRCs = 2 * maxSections
 
 // gcmTxSSRC is one stream's rollover counter: the highest sequence number
 // sent and the ROC it was sent with.
@@ -63,18 +73,21 @@ func (g *gcmTx) seal(buf []byte, n, hl int) []byte {
 }
 
 func (g *gcmTx) state(ssrc uint32) *gcmTxSSRC {
-	for i := 0; i < g.n; i++ {
+	if g.last < len(g.ssrcs) && g.ssrcs[g.last].ssrc == ssrc {
+		return &g.ssrcs[g.last]
+	}
+	for i := range g.ssrcs {
 		if g.ssrcs[i].ssrc == ssrc {
+			g.last = i
 			return &g.ssrcs[i]
 		}
 	}
-	if g.n < len(g.ssrcs) {
-		g.n++
-	} else {
-		copy(g.ssrcs[:], g.ssrcs[1:]) // a viewer has two streams; keep the newest
+	if len(g.ssrcs) == maxTxSSRCs {
+		g.ssrcs = append(g.ssrcs[:0], g.ssrcs[1:]...) // the oldest stream
 	}
-	g.ssrcs[g.n-1] = gcmTxSSRC{ssrc: ssrc}
-	return &g.ssrcs[g.n-1]
+	g.ssrcs = append(g.ssrcs, gcmTxSSRC{ssrc: ssrc})
+	g.last = len(g.ssrcs) - 1
+	return &g.ssrcs[g.last]
 }
 
 // viewerGCM is the sealer for a finished server handshake (nil for AES-CM).

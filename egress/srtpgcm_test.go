@@ -64,3 +64,34 @@ func TestGCMTx(t *testing.T) {
 		t.Fatal("AES-CM is left to pion/srtp")
 	}
 }
+
+// TestGCMTxManyStreams: a room subscriber gets a stream per track. Every
+// stream keeps its rollover counter while the others are sent in between,
+// however many there are: with room for four, a sixth evicted the first, which
+// started again from ROC 0, and once its sequence numbers had wrapped the
+// receiver could not open it (every subscriber lost that publisher's video).
+func TestGCMTxManyStreams(t *testing.T) {
+	prof := srtp.ProtectionProfileAeadAes128Gcm
+	key, salt := make([]byte, 16), make([]byte, 12)
+	_, _ = rand.Read(key)
+	_, _ = rand.Read(salt)
+	g, err := newGCMTx(prof, key, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := srtp.CreateContext(key, salt, prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, mtu+srtpOverhead)
+	for i := 0; i < 400; i++ {
+		for s := uint32(1); s <= 6; s++ {
+			h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: uint16(65300 + i + int(s)*10), SSRC: s}
+			hl, _ := h.MarshalTo(buf)
+			n := hl + copy(buf[hl:], []byte("payload"))
+			if _, err := dec.DecryptRTP(nil, g.seal(buf, n, hl), nil); err != nil {
+				t.Fatalf("packet %d of stream %d (seq %d): %v", i, s, h.SequenceNumber, err)
+			}
+		}
+	}
+}
