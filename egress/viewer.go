@@ -64,6 +64,8 @@ type Viewer struct {
 
 	ready atomic.Bool
 	rx    atomic.Pointer[srtp.Context] // the RTCP goroutine's alone once set
+	// lastDTLS is when the last DTLS record came (unix ns).
+	lastDTLS atomic.Int64
 	// detached: the DTLS connection was dropped once the viewer proved it
 	// has the keys (detachDTLS).
 	detached atomic.Bool
@@ -197,6 +199,7 @@ func (v *Viewer) onDatagram(b []byte) {
 			v.s.drop("dtls", "DTLS record after the handshake", v.remoteAddr(), len(b))
 			return
 		}
+		v.lastDTLS.Store(time.Now().UnixNano())
 		if !v.pc.Push(b) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
 		}
@@ -333,6 +336,8 @@ func (v *Viewer) handshake() {
 	v.rx.Store(rx)
 	v.ready.Store(true)
 	v.h.OnDTLS()
+	v.lastDTLS.Store(time.Now().UnixNano())
+	time.AfterFunc(dtlsQuiet, v.detachWhenQuiet)
 	// A receive-only viewer sends no application data; Read returns when the
 	// viewer closes the session (close_notify) or Close shuts the adapter.
 	var buf [256]byte
@@ -364,6 +369,23 @@ func (v *Viewer) detachDTLS() {
 	if dc != nil {
 		_ = dc.Close()
 	}
+}
+
+// dtlsQuiet is how long DTLS stays after the handshake when the viewer
+// sends no SRTCP (the load generator's peers send none): a client that
+// missed the server's last flight sends its own again within a second or
+// two, so one that has been quiet this long has it.
+const dtlsQuiet = 5 * time.Second
+
+func (v *Viewer) detachWhenQuiet() {
+	if v.detached.Load() || v.closed.Load() {
+		return
+	}
+	if left := time.Duration(v.lastDTLS.Load() + int64(dtlsQuiet) - time.Now().UnixNano()); left > 0 {
+		time.AfterFunc(left, v.detachWhenQuiet)
+		return
+	}
+	v.detachDTLS()
 }
 
 var errClosed = errors.New("egress: viewer closed")
