@@ -285,7 +285,7 @@ func TestControllerAgainstPetrelWHEP(t *testing.T) {
 	a.Start()
 	defer v.Stop()
 	defer a.Stop()
-	tok, _ := tp.Token(ctx, "c", "pub")
+	tok, _ := tp.Token(ctx, "c", "pub", true)
 	pub := NewPeer("pub", "publisher", &Counters{})
 	defer pub.Close()
 	if err := WHIP(ctx, lean, url+"/whip/c", tok, pub, v, a); err != nil {
@@ -310,7 +310,7 @@ func TestControllerAgainstPetrelWHEP(t *testing.T) {
 	if !strings.Contains(sdp, "a=candidate:") {
 		t.Fatalf("local_sdp has no candidates: %q", sdp)
 	}
-	tok2, _ := tp.Token(ctx, "c", "viewer")
+	tok2, _ := tp.Token(ctx, "c", "viewer", false)
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/whep/c", strings.NewReader(sdp))
 	req.Header.Set("Content-Type", "application/sdp")
 	req.Header.Set("Authorization", "Bearer "+tok2)

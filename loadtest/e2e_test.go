@@ -145,7 +145,7 @@ func TestEchoAndWHEPAgainstPetrel(t *testing.T) {
 	checkAllReceived(t, res, "subscriber", 5)
 	// The same through the generic WHIP/WHEP target: tokens are minted here,
 	// as any server's operator would hand them out.
-	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(context.Background(), "g", "viewer")
+	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(context.Background(), "g", "viewer", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func publishWHIP(t *testing.T, url, room string) {
 	t.Cleanup(func() { p.Close(); v.Stop(); a.Stop() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(ctx, room, "publisher")
+	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(ctx, room, "publisher", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func leanViewer(t *testing.T, ctx context.Context, url, room, id string, tot *Co
 	}
 	p.OnClose(l.Close)
 	t.Cleanup(p.Close)
-	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(ctx, room, id)
+	tok, err := (&Petrel{APIKey: testKey, APISecret: testSecret}).Token(ctx, room, id, false)
 	if err != nil {
 		t.Fatal(err)
 	}

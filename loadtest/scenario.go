@@ -360,7 +360,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 	case "stream", "whep":
 		var sids []string
 		if c.Proto == "whip" || c.Scenario == "whep" {
-			tok, err := t.Token(ctx, c.Room, "publisher")
+			tok, err := t.Token(ctx, c.Room, "publisher", true)
 			if err != nil {
 				return err
 			}
@@ -385,7 +385,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
 			p := r.newPeer(fmt.Sprintf("viewer%04d", i), "subscriber")
 			if c.Proto == "whip" || c.Scenario == "whep" {
-				tok, err := t.Token(ctx, c.Room, p.ID)
+				tok, err := t.Token(ctx, c.Room, p.ID, false)
 				if err != nil {
 					return p, err
 				}
@@ -466,7 +466,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
 			p := r.newPeer(fmt.Sprintf("whip%04d", i), "publisher")
 			room := fmt.Sprintf("%s-%04d", c.Room, i)
-			tok, err := t.Token(ctx, room, p.ID)
+			tok, err := t.Token(ctx, room, p.ID, true)
 			if err != nil {
 				return p, err
 			}

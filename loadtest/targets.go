@@ -32,10 +32,12 @@ type Petrel struct {
 	HTTP      *http.Client
 }
 
-// Token returns a token with every media grant for identity in room.
-func (t *Petrel) Token(ctx context.Context, room, identity string) (string, error) {
+// Token returns a token for identity in room that may subscribe and send
+// data, and publish media if publish is set (a subscriber's does not: as a
+// Janus subscriber handle, it gets no publisher-side media state).
+func (t *Petrel) Token(ctx context.Context, room, identity string, publish bool) (string, error) {
 	if t.APIKey != "" {
-		c := auth.Claims{Room: room, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true}}
+		c := auth.Claims{Room: room, Grants: auth.Grants{Publish: publish, Subscribe: true, PublishData: true}}
 		c.RegisteredClaims = jwt.RegisteredClaims{Subject: identity}
 		return auth.Keys{t.APIKey: t.APISecret}.Sign(t.APIKey, c, 6*time.Hour)
 	}
@@ -84,7 +86,7 @@ type Participant struct {
 // A publishOnly peer's setup times are its publisher connection's: client.Join
 // returns once that connection's data channel is open.
 func (t *Petrel) Join(ctx context.Context, room string, p *Peer, publishOnly bool) (*Participant, error) {
-	tok, err := t.Token(ctx, room, p.ID)
+	tok, err := t.Token(ctx, room, p.ID, p.Role != "subscriber")
 	if err != nil {
 		return nil, err
 	}
