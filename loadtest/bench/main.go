@@ -47,7 +47,7 @@ func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
 	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores)")
-	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (WHEP through --lean-egress), janus, janus-loops, janus-streaming, janus-streaming-loops")
+	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room subscribers for room), janus, janus-loops, janus-streaming, janus-streaming-loops")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
 	rate := flag.Float64("rate", 25, "peers per second")
@@ -331,7 +331,7 @@ func render(all []*run, out string) (string, string) {
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
-		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md); " +
+		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md, which in the room scenario serves the room protocol's subscriber side); " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +
@@ -401,7 +401,7 @@ func render(all []*run, out string) (string, string) {
 		"certificate for the peer connections it creates itself). CPU-µs per received packet is the generator's utime+stime over the steady " +
 		"window ÷ packets its peers received; it also pays for its publisher(s), its sources, the progress line and Go's runtime. " +
 		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
-		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` and `petrel-lean` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
+		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` and stream `petrel-lean` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
 		"RSS growth per peer is (RSS at the end − RSS before the run's first peer) ÷ connected peers; the process returns memory to the OS between runs.\n\n")
 	floor, floorDesc := receiveFloor("bench/results/floor.txt")
 	if floor > 0 {
