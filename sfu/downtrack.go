@@ -194,6 +194,18 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 	return *chosen, nil
 }
 
+// addTo sends d on a PeerConnection (Pion calls Bind once the answer is
+// applied) and reads the RTCP its sender gets.
+func (d *DownTrack) addTo(pc *webrtc.PeerConnection) error {
+	sender, err := pc.AddTrack(d)
+	if err != nil {
+		return err
+	}
+	d.sender = sender
+	go d.readRTCP()
+	return nil
+}
+
 // Unbind is called when the transceiver stops.
 func (d *DownTrack) Unbind(webrtc.TrackLocalContext) error {
 	d.bound.Store(false)

@@ -9,7 +9,6 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/auth"
-	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -164,10 +163,7 @@ func (p *Participant) setupLeanSubscriber(srv *egress.Server, tm *SessionTiming)
 	}
 	lv.v = v
 	lv.downs.Store(&[]leanDown{})
-	p.lean = lv // Close closes v
-	if p.bwe == nil {
-		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
-	}
+	p.lean = lv // Close closes v; Join made p.bwe
 	reports.add(p, v)
 	return nil
 }

@@ -367,17 +367,14 @@ func (p *Participant) setupWHEP(pc *webrtc.PeerConnection) {
 
 func (p *Participant) subscribeNoNegotiate(t *Publication) error {
 	d := newDownTrack(t, p)
-	sender, err := p.sub.AddTrack(d)
-	if err != nil {
+	if err := d.addTo(p.sub); err != nil {
 		return protocol.Errorf(protocol.CodeSDPInvalid, "the offer cannot receive %s: %v", t.kind, err)
 	}
-	d.sender = sender
 	p.mu.Lock()
 	p.subs[t.sid] = d
 	p.mu.Unlock()
 	metrics.Subscriptions.Inc()
 	t.addDown(d)
-	go d.readRTCP()
 	return nil
 }
 

@@ -409,31 +409,28 @@ func (p *Participant) doNegotiate() {
 	pc, lv := p.sub, p.leanRoom()
 	p.mu.Unlock()
 
-	if lv != nil {
-		sdp, err := lv.v.Offer(restart)
-		if err == nil {
-			p.send(protocol.Msg{"type": "offer", "sdp": sdp})
-			return
-		}
-		p.log.Warn("subscriber offer failed", "err", err)
-		p.mu.Lock()
-		p.negotiating = false
-		p.mu.Unlock()
-		return
-	}
-	offer, err := pc.CreateOffer(&webrtc.OfferOptions{ICERestart: restart})
+	sdp, err := subscriberOffer(pc, lv, restart)
 	if err == nil {
-		var sdp string
-		sdp, err = setLocalAndGather(pc, offer)
-		if err == nil {
-			p.send(protocol.Msg{"type": "offer", "sdp": sdp})
-			return
-		}
+		p.send(protocol.Msg{"type": "offer", "sdp": sdp})
+		return
 	}
 	p.log.Warn("subscriber offer failed", "err", err)
 	p.mu.Lock()
 	p.negotiating = false
 	p.mu.Unlock()
+}
+
+// subscriberOffer writes the next offer of the subscriber side: the lean
+// egress's own SDP, or the PeerConnection's with its candidates.
+func subscriberOffer(pc *webrtc.PeerConnection, lv *leanViewer, restart bool) (string, error) {
+	if lv != nil {
+		return lv.v.Offer(restart)
+	}
+	offer, err := pc.CreateOffer(&webrtc.OfferOptions{ICERestart: restart})
+	if err != nil {
+		return "", err
+	}
+	return setLocalAndGather(pc, offer)
 }
 
 // PublishTrack records a track the client is about to send; media arriving with
@@ -584,7 +581,6 @@ func (p *Participant) Subscribe(t *Publication) error {
 		return nil
 	}
 	p.mu.Lock()
-	lv := p.leanRoom()
 	if p.closed || !p.hasSubscriberSide() {
 		p.mu.Unlock()
 		return nil
@@ -594,32 +590,31 @@ func (p *Participant) Subscribe(t *Publication) error {
 		return nil
 	}
 	d := newDownTrack(t, p)
-	waits := p.subChoice != nil
-	if waits {
-		p.subChoice.pending = append(p.subChoice.pending, d) // subside.go
-	} else if lv != nil {
-		if err := lv.add(d); err != nil {
-			p.mu.Unlock()
-			return fmt.Errorf("subscribe %s: %w", t.sid, err)
-		}
-	} else {
-		sender, err := p.sub.AddTrack(d)
-		if err != nil {
-			p.mu.Unlock()
-			return fmt.Errorf("subscribe %s: %w", t.sid, err)
-		}
-		d.sender = sender
+	if err := p.attach(d); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("subscribe %s: %w", t.sid, err)
 	}
 	p.subs[t.sid] = d
 	p.mu.Unlock()
 	metrics.Subscriptions.Inc()
 	t.addDown(d)
-	if lv == nil && !waits {
-		go d.readRTCP()
-	}
 	p.send(protocol.Msg{"type": "trackSubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 	p.negotiate(false)
 	return nil
+}
+
+// attach gives d to the participant's subscriber side: the wait for its
+// choice (subside.go), the lean egress's next offer, or the PeerConnection.
+// Under p.mu.
+func (p *Participant) attach(d *DownTrack) error {
+	if p.subChoice != nil {
+		p.subChoice.pending = append(p.subChoice.pending, d)
+		return nil
+	}
+	if lv := p.leanRoom(); lv != nil {
+		return lv.add(d)
+	}
+	return d.addTo(p.sub)
 }
 
 // unsubscribe stops receiving t; renegotiate is false when the connection is
