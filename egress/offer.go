@@ -281,53 +281,20 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	if err := s.UnmarshalString(text); err != nil {
 		return nil, fmt.Errorf("answer: %w", err)
 	}
-	var ufrag, pwd, setup, fpAlg string
-	var fp []byte
-	common := func(attrs []sdp.Attribute) error {
-		for _, a := range attrs {
-			switch a.Key {
-			case "ice-ufrag":
-				if ufrag == "" {
-					ufrag = a.Value
-				}
-			case "ice-pwd":
-				if pwd == "" {
-					pwd = a.Value
-				}
-			case "setup":
-				if setup == "" {
-					setup = a.Value
-				}
-			case "fingerprint":
-				if fp != nil {
-					continue
-				}
-				alg, b, err := lean.ParseFingerprint(a.Value)
-				if err != nil {
-					return fmt.Errorf("answer: %w", err)
-				}
-				fpAlg, fp = alg, b
-			}
-		}
-		return nil
-	}
-	if err := common(s.Attributes); err != nil {
+	var t transport
+	if err := t.read(s.Attributes, "answer"); err != nil {
 		return nil, err
 	}
 	for _, m := range s.MediaDescriptions {
-		if err := common(m.Attributes); err != nil {
+		if err := t.read(m.Attributes, "answer"); err != nil {
 			return nil, err
 		}
 	}
-	switch {
-	case ufrag == "" || pwd == "":
-		return nil, errors.New("answer: no ice-ufrag/ice-pwd")
-	case len(ufrag) > 256 || len(pwd) > 256:
-		return nil, errors.New("answer: ice credentials too long")
-	case fp == nil:
-		return nil, errors.New("answer: no DTLS fingerprint")
-	case setup != "active" && setup != "passive":
-		return nil, fmt.Errorf("answer: setup:%q (an answer to actpass is active or passive)", setup)
+	if err := t.check("answer"); err != nil {
+		return nil, err
+	}
+	if t.setup != "active" && t.setup != "passive" {
+		return nil, fmt.Errorf("answer: setup:%q (an answer to actpass is active or passive)", t.setup)
 	}
 
 	o.mu.Lock()
@@ -338,7 +305,7 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	if len(s.MediaDescriptions) != len(o.offered) {
 		return nil, fmt.Errorf("answer: %d media sections for an offer of %d", len(s.MediaDescriptions), len(o.offered))
 	}
-	if v.fp != nil && (fpAlg != v.fpAlg || string(fp) != string(v.fp)) {
+	if v.fp != nil && (t.fpAlg != v.fpAlg || string(t.fp) != string(v.fp)) {
 		return nil, errors.New("answer: the DTLS fingerprint changed (a new DTLS session is not supported)")
 	}
 	var out []Accepted
@@ -378,9 +345,9 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 		out = append(out, a)
 	}
 	o.answeredV = o.version
-	v.rufrag, v.fpAlg, v.fp = ufrag, fpAlg, fp
+	v.rufrag, v.fpAlg, v.fp = t.ufrag, t.fpAlg, t.fp
 	o.answeredOnce.Do(func() {
-		o.dtlsClient.Store(setup == "passive")
+		o.dtlsClient.Store(t.setup == "passive")
 		v.lastCheck.Store(time.Now().UnixNano()) // the consent clock starts now
 		o.hasAnswer.Store(true)
 		close(o.answered)

@@ -33,10 +33,8 @@ type Sender struct {
 
 // offer is what the server needs from a viewer's offer.
 type offer struct {
-	ufrag, pwd string
-	fpAlg      string
-	fp         []byte
-	sections   []section
+	transport
+	sections []section
 }
 
 type section struct {
@@ -69,44 +67,12 @@ func parseOffer(text string) (*offer, error) {
 		return nil, fmt.Errorf("offer: %w", err)
 	}
 	o := &offer{}
-	setup := ""
-	// The first credentials and fingerprint win: with BUNDLE the first
-	// section's transport carries everything, and some offerers (aiortc)
-	// write different ICE credentials into every section.
-	common := func(attrs []sdp.Attribute) error {
-		for _, a := range attrs {
-			switch a.Key {
-			case "ice-ufrag":
-				if o.ufrag == "" {
-					o.ufrag = a.Value
-				}
-			case "ice-pwd":
-				if o.pwd == "" {
-					o.pwd = a.Value
-				}
-			case "setup":
-				if setup == "" {
-					setup = a.Value
-				}
-			case "fingerprint":
-				if o.fp != nil {
-					continue
-				}
-				alg, fp, err := lean.ParseFingerprint(a.Value)
-				if err != nil {
-					return fmt.Errorf("offer: %w", err)
-				}
-				o.fpAlg, o.fp = alg, fp
-			}
-		}
-		return nil
-	}
-	if err := common(s.Attributes); err != nil {
+	if err := o.read(s.Attributes, "offer"); err != nil {
 		return nil, err
 	}
 	for _, m := range s.MediaDescriptions {
 		sec := section{kind: m.MediaName.Media, port: m.MediaName.Port.Value, protos: m.MediaName.Protos, formats: m.MediaName.Formats, recv: true}
-		if err := common(m.Attributes); err != nil {
+		if err := o.read(m.Attributes, "offer"); err != nil {
 			return nil, err
 		}
 		byPT := map[uint8]int{} // payload type → index in sec.codecs
@@ -157,17 +123,68 @@ func parseOffer(text string) (*offer, error) {
 		}
 		o.sections = append(o.sections, sec)
 	}
-	switch {
-	case o.ufrag == "" || o.pwd == "":
-		return nil, errors.New("offer: no ice-ufrag/ice-pwd")
-	case len(o.ufrag) > 256 || len(o.pwd) > 256:
-		return nil, errors.New("offer: ice credentials too long")
-	case o.fp == nil:
-		return nil, errors.New("offer: no DTLS fingerprint")
-	case setup == "passive":
+	if err := o.check("offer"); err != nil {
+		return nil, err
+	}
+	if o.setup == "passive" {
 		return nil, errors.New("offer: setup:passive (this server is the DTLS server; offer actpass or active)")
 	}
 	return o, nil
+}
+
+// transport is what a client's SDP says of its ICE and DTLS side. The first
+// credentials, setup and fingerprint win: with BUNDLE the first section's
+// transport carries everything, and some clients (aiortc) write different
+// ICE credentials into every section.
+type transport struct {
+	ufrag, pwd, setup string
+	fpAlg             string
+	fp                []byte
+}
+
+// read takes the transport attributes of one level of an SDP (session or
+// media section); what ("offer", "answer") names the SDP in errors.
+func (t *transport) read(attrs []sdp.Attribute, what string) error {
+	for _, a := range attrs {
+		switch a.Key {
+		case "ice-ufrag":
+			if t.ufrag == "" {
+				t.ufrag = a.Value
+			}
+		case "ice-pwd":
+			if t.pwd == "" {
+				t.pwd = a.Value
+			}
+		case "setup":
+			if t.setup == "" {
+				t.setup = a.Value
+			}
+		case "fingerprint":
+			if t.fp != nil {
+				continue
+			}
+			alg, fp, err := lean.ParseFingerprint(a.Value)
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			t.fpAlg, t.fp = alg, fp
+		}
+	}
+	return nil
+}
+
+// check says what a usable transport lacks: ICE credentials (of a sane
+// length) and a fingerprint.
+func (t *transport) check(what string) error {
+	switch {
+	case t.ufrag == "" || t.pwd == "":
+		return fmt.Errorf("%s: no ice-ufrag/ice-pwd", what)
+	case len(t.ufrag) > 256 || len(t.pwd) > 256:
+		return fmt.Errorf("%s: ice credentials too long", what)
+	case t.fp == nil:
+		return fmt.Errorf("%s: no DTLS fingerprint", what)
+	}
+	return nil
 }
 
 func cutPT(v string) (uint8, string, bool) {
@@ -357,18 +374,27 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 func Serves(offer string) bool {
 	udp, tcp := false, false
 	for _, l := range strings.Split(offer, "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=candidate:")
-		if !ok {
-			continue
-		}
-		if f := strings.Fields(v); len(f) > 2 {
-			switch strings.ToLower(f[2]) {
-			case "udp":
-				udp = true
-			case "tcp":
-				tcp = true
-			}
+		switch CandidateProtocol(l) {
+		case "udp":
+			udp = true
+		case "tcp":
+			tcp = true
 		}
 	}
 	return udp || !tcp
+}
+
+// CandidateProtocol is the transport ("udp", "tcp", lower case) of an ICE
+// candidate, written as an SDP line ("a=candidate:1 1 udp …") or as a
+// trickled candidate ("candidate:1 1 UDP …"); "" if c is not a candidate.
+func CandidateProtocol(c string) string {
+	c = strings.TrimPrefix(strings.TrimSpace(c), "a=")
+	v, ok := strings.CutPrefix(c, "candidate:")
+	if !ok {
+		return ""
+	}
+	if f := strings.Fields(v); len(f) > 2 {
+		return strings.ToLower(f[2])
+	}
+	return ""
 }

@@ -38,11 +38,7 @@ const (
 
 // saw notes a candidate of the client's ("candidate:1 1 udp 2130706431 …").
 func (c *subChoice) saw(candidate string) {
-	f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(candidate), "a="))
-	if len(f) < 3 {
-		return
-	}
-	switch strings.ToLower(f[2]) {
+	switch egress.CandidateProtocol(candidate) {
 	case "udp":
 		c.udp = true
 	case "tcp":
@@ -55,9 +51,7 @@ func (c *subChoice) saw(candidate string) {
 // sawSDP notes the candidates written into an SDP.
 func (c *subChoice) sawSDP(sdp string) {
 	for _, l := range strings.Split(sdp, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=candidate:"); ok {
-			c.saw("candidate:" + v)
-		}
+		c.saw(l)
 	}
 }
 
@@ -76,36 +70,28 @@ func (c *subChoice) decide(joined time.Time) (lean, ok bool) {
 }
 
 // makeSubscriberSide creates the side c chose and gives it the subscriptions
-// that waited. Under p.mu.
+// that waited. Under p.mu, with p.subChoice already cleared.
 func (p *Participant) makeSubscriberSide(c *subChoice, lean bool) error {
 	if lean {
 		if err := p.setupLeanSubscriber(c.srv, p.timing()); err != nil {
 			return err
 		}
-		for _, d := range c.pending {
-			if err := p.lean.add(d); err != nil {
-				return err
-			}
-		}
 		p.log.Debug("subscriber side", "egress", "lean")
-		return nil
-	}
-	pc, err := c.newPC()
-	if err != nil {
-		return err
-	}
-	p.setupSubscriber(pc)
-	if tm := p.timing(); tm != nil {
-		tm.watchTransport(pc)
-	}
-	for _, d := range c.pending {
-		sender, err := pc.AddTrack(d)
+	} else {
+		pc, err := c.newPC()
 		if err != nil {
 			return err
 		}
-		d.sender = sender
-		go d.readRTCP()
+		p.setupSubscriber(pc)
+		if tm := p.timing(); tm != nil {
+			tm.watchTransport(pc)
+		}
+		p.log.Debug("subscriber side", "egress", "peerconnection")
 	}
-	p.log.Debug("subscriber side", "egress", "peerconnection")
+	for _, d := range c.pending {
+		if err := p.attach(d); err != nil {
+			return err
+		}
+	}
 	return nil
 }
