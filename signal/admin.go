@@ -3,6 +3,7 @@ package signal
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -12,27 +13,23 @@ import (
 // from loopback unless admin.allow_remote.
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	h := func(pattern string, f func(http.ResponseWriter, *http.Request) (any, error)) {
-		mux.Handle(pattern, s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c, err := s.verify(bearer(r))
-			if err != nil {
-				s.log.Info("admin request refused", "err", err, "remote", r.RemoteAddr)
-				httpError(w, err)
-				return
-			}
-			if !c.Grants.Admin {
-				httpError(w, protocol.Errorf(protocol.CodeForbidden, "the token has no admin grant"))
-				return
-			}
+		mux.Handle(pattern, s.admin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			v, err := f(w, r)
 			if err != nil {
 				httpError(w, err)
 				return
 			}
-			s.log.Info("admin request", "method", r.Method, "path", r.URL.Path, "identity", c.Identity())
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(v)
 		})))
 	}
+	// Go's profiles of the running server (CPU, heap, goroutines, execution
+	// trace), for finding where the time and memory go under real load:
+	// GET /v1/admin/debug/pprof/profile?seconds=N and the other names of
+	// net/http/pprof.
+	mux.Handle("GET /v1/admin/debug/pprof/", s.admin(http.StripPrefix("/v1/admin", http.HandlerFunc(pprof.Index))))
+	mux.Handle("GET /v1/admin/debug/pprof/profile", s.admin(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /v1/admin/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
 	if s.cameras != nil {
 		s.cameras.AdminRoutes(h)
 		s.cameras.Routes(mux, s.verify) // viewer routes (live.mp4), viewer tokens
@@ -109,6 +106,25 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		}
 		return map[string]bool{"muted": *req.Muted}, nil
 	})
+}
+
+// admin lets through requests with an admin token from loopback (unless
+// admin.allow_remote) and logs them.
+func (s *Server) admin(h http.Handler) http.Handler {
+	return s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.verify(bearer(r))
+		if err != nil {
+			s.log.Info("admin request refused", "err", err, "remote", r.RemoteAddr)
+			httpError(w, err)
+			return
+		}
+		if !c.Grants.Admin {
+			httpError(w, protocol.Errorf(protocol.CodeForbidden, "the token has no admin grant"))
+			return
+		}
+		s.log.Info("admin request", "method", r.Method, "path", r.URL.Path, "identity", c.Identity())
+		h.ServeHTTP(w, r)
+	}))
 }
 
 func (s *Server) room(r *http.Request) (*sfu.Room, error) {

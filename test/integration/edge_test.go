@@ -470,6 +470,16 @@ func TestAdminAPI(t *testing.T) {
 	if ev, err := alice.WaitEvent(ctx, "leave"); err != nil || ev["reason"] != "room_closed" {
 		t.Fatalf("room close: %v %v", ev, err)
 	}
+	// Go's profiles: admin token only.
+	if s, _ := call("GET", "/v1/admin/debug/pprof/goroutine?debug=1", e.token("a", "u", all, time.Hour), ""); s != 403 {
+		t.Fatalf("pprof with a non-admin token: %d", s)
+	}
+	if s, b := call("GET", "/v1/admin/debug/pprof/goroutine?debug=1", admin, ""); s != 200 || !strings.Contains(b, "goroutine profile:") {
+		t.Fatalf("goroutine profile: %d %.200s", s, b)
+	}
+	if s, b := call("GET", "/v1/admin/debug/pprof/profile?seconds=1", admin, ""); s != 200 || len(b) < 100 {
+		t.Fatalf("cpu profile: %d, %d bytes", s, len(b))
+	}
 	// The metrics endpoint answers on loopback and counts what happened.
 	resp, err := http.Get(e.url + "/metrics")
 	if err != nil {
