@@ -18,6 +18,7 @@ import (
 	"github.com/pion/stun/v4"
 
 	"github.com/petrel-sfu/petrel/rtc/lean"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
 
 // Handler is told what happens to a viewer. OnRTCP runs on the server's one
@@ -47,6 +48,8 @@ type Viewer struct {
 	// off is the negotiation state of a session the server offers (a room
 	// subscriber, offer.go); nil for a WHEP viewer, which offers itself.
 	off *offerer
+	// data is set for a session that carries data channels (data.go).
+	data *dataSide
 	// Senders says, per track given to NewViewer, the payload type and SSRC
 	// to send it with.
 	Senders []Sender
@@ -160,7 +163,7 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 	// offered to checks as soon as it has applied the offer, often before its
 	// answer (and ufrag) arrives here; the integrity check with the server's
 	// password is what proves it read the offer.
-	if err == nil && v.off == nil && b.RemoteUfrag != v.rufrag {
+	if err == nil && v.off == nil && b.RemoteUfrag != v.remoteUfrag() {
 		err = errors.New("binding request from another ICE session (remote ufrag)")
 	}
 	if err != nil {
@@ -204,8 +207,12 @@ func (v *Viewer) onDatagram(b []byte) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
 		}
 	case c >= 128 && c < 192:
-		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 { // RTCP (RFC 5761 4)
+		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 && v.data == nil { // RTCP (RFC 5761 4)
 			v.s.queueRTCP(v, b)
+			return
+		}
+		if v.data != nil {
+			v.s.drop("rtp", "RTP or RTCP on a data session", v.remoteAddr(), len(b))
 			return
 		}
 		v.s.drop("rtp", "RTP from a receive-only viewer", v.remoteAddr(), len(b))
@@ -297,7 +304,8 @@ func (v *Viewer) handshake() {
 			dtls.WithVerifyPeerCertificate(verify),
 			dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
 			dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
-			dtls.WithFlightInterval(500*time.Millisecond))
+			dtls.WithFlightInterval(500*time.Millisecond),
+			dtls.WithReplayProtectionWindow(replayWindow))
 	} else {
 		dc, err = dtls.ServerWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
 			dtls.WithCertificates(v.s.cert.TLS),
@@ -305,7 +313,8 @@ func (v *Viewer) handshake() {
 			dtls.WithVerifyPeerCertificate(verify),
 			dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
 			dtls.WithExtendedMasterSecret(dtls.RequireExtendedMasterSecret),
-			dtls.WithFlightInterval(500*time.Millisecond))
+			dtls.WithFlightInterval(500*time.Millisecond),
+			dtls.WithReplayProtectionWindow(replayWindow))
 	}
 	if err == nil {
 		v.dc = dc
@@ -318,6 +327,13 @@ func (v *Viewer) handshake() {
 	if err := dc.HandshakeContext(ctx); err != nil {
 		v.s.log.Info("lean egress: DTLS handshake failed", "viewer", v.creds.Load().ufrag, "err", err)
 		v.Close("dtls: " + err.Error())
+		return
+	}
+	if v.data != nil {
+		// The DTLS connection stays: it carries SCTP (data.go).
+		v.ready.Store(true)
+		v.h.OnDTLS()
+		v.runSCTP(dc)
 		return
 	}
 	rx, tx, err := lean.SRTPContexts(dc, client)
@@ -387,6 +403,11 @@ func (v *Viewer) detachWhenQuiet() {
 	}
 	v.detachDTLS()
 }
+
+// replayWindow is the DTLS replay window: only a data session's DTLS
+// carries records after the handshake, and a reordering link delivers them
+// far behind the newest (rtc/sctptune).
+var replayWindow = int(sctptune.Petrel.DTLSReplayWindow)
 
 var errClosed = errors.New("egress: viewer closed")
 
@@ -525,6 +546,7 @@ func (v *Viewer) Close(reason string) {
 		if cancel != nil {
 			cancel()
 		}
+		v.closeData()
 		if dc != nil {
 			_ = dc.Close()
 		}

@@ -27,7 +27,13 @@ type PacketConn struct {
 // NewPacketConn returns an adapter that writes with write. A handshake is a
 // few flights; queue records beyond 16 are a flood and are dropped.
 func NewPacketConn(write func([]byte) (int, error), local, remote net.Addr) *PacketConn {
-	return &PacketConn{in: make(chan []byte, 16), rdl: deadline.New(), closed: make(chan struct{}),
+	return NewPacketConnSize(write, local, remote, 16)
+}
+
+// NewPacketConnSize is NewPacketConn with a queue of n records, for a DTLS
+// connection that carries data after its handshake.
+func NewPacketConnSize(write func([]byte) (int, error), local, remote net.Addr, n int) *PacketConn {
+	return &PacketConn{in: make(chan []byte, n), rdl: deadline.New(), closed: make(chan struct{}),
 		write: write, local: local, remote: remote}
 }
 

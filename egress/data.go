@@ -1,0 +1,260 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pion/datachannel"
+	"github.com/pion/logging"
+	"github.com/pion/sctp"
+	"github.com/pion/sdp/v3"
+
+	"github.com/petrel-sfu/petrel/rtc/lean"
+	"github.com/petrel-sfu/petrel/rtc/sctptune"
+)
+
+// A data session is a connection that carries only data channels, which the
+// client offers: the publisher connection of a room participant that may
+// not publish media (a webinar's audience). It is a Viewer like the others
+// (ICE-lite, the shared UDP socket, the server's DTLS certificate) whose
+// DTLS connection stays up and carries an SCTP association instead of
+// giving SRTP keys: no PeerConnection, no ICE agent, no SRTP session.
+
+// DataHandler hears about a data session: Handler's events, and each data
+// channel the client opens (already acknowledged, ready to read and write).
+// OnDataChannel runs on the session's accept goroutine.
+type DataHandler interface {
+	Handler
+	OnDataChannel(dc *datachannel.DataChannel)
+}
+
+// dataSide is what a data session has besides a Viewer's ICE and DTLS.
+type dataSide struct {
+	h          DataHandler
+	mu         sync.Mutex
+	rufrag     string // the client's ufrag, changed by an ICE restart
+	mid        string // the data section's mid, kept by every later offer
+	maxMessage uint32 // the largest message the server accepts
+	assoc      *sctp.Association
+}
+
+// dataQueue is how many DTLS records wait for the SCTP reader: a data
+// channel's bulk transfer arrives in bursts of a window's worth of packets.
+const dataQueue = 1024
+
+// NewDataSession answers a client's offer for a connection with data
+// channels only. Audio and video sections of the offer are rejected;
+// maxMessage bounds the messages the server accepts (a=max-message-size).
+func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandler) (*Viewer, string, error) {
+	select {
+	case <-s.done:
+		return nil, "", errors.New("egress: server closed")
+	default:
+	}
+	o, err := parseOffer(offerSDP)
+	if err != nil {
+		return nil, "", err
+	}
+	mid, err := dataSection(o, "")
+	if err != nil {
+		return nil, "", err
+	}
+	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
+		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage}}
+	c := newCreds(nil)
+	v.creds.Store(c)
+	answer, err := v.dataAnswer(o, c)
+	if err != nil {
+		return nil, "", err
+	}
+	v.lastCheck.Store(time.Now().UnixNano())
+	v.pc = lean.NewPacketConnSize(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{}, dataQueue)
+	s.add(v)
+	return v, answer, nil
+}
+
+// Reoffer answers a later offer of a data session's client: a
+// renegotiation, or an ICE restart (new client credentials), which gives
+// the server new ones too. The DTLS fingerprint may not change.
+func (v *Viewer) Reoffer(offerSDP string) (string, error) {
+	d := v.data
+	if d == nil {
+		return "", errors.New("egress: not a data session")
+	}
+	o, err := parseOffer(offerSDP)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if o.fpAlg != v.fpAlg || !slices.Equal(o.fp, v.fp) {
+		return "", errors.New("offer: the DTLS fingerprint changed")
+	}
+	if _, err := dataSection(o, d.mid); err != nil {
+		return "", err
+	}
+	c := v.creds.Load()
+	if o.ufrag != d.rufrag {
+		c = newCreds(c)
+		v.creds.Store(c)
+		v.s.addUfrag(v, c.ufrag)
+		d.rufrag = o.ufrag
+	}
+	return v.dataAnswer(o, c)
+}
+
+// remoteUfrag is the client's ICE ufrag.
+func (v *Viewer) remoteUfrag() string {
+	if d := v.data; d != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.rufrag
+	}
+	return v.rufrag
+}
+
+// dataSection finds the offer's data channel section (mid, if given, is the
+// one earlier offers had).
+func dataSection(o *offer, mid string) (string, error) {
+	for _, sec := range o.sections {
+		if sec.kind != "application" || sec.mid == "" || (sec.port == 0 && !sec.bundleOnly) ||
+			!slices.Contains(sec.formats, "webrtc-datachannel") {
+			continue
+		}
+		if mid == "" || sec.mid == mid {
+			return sec.mid, nil
+		}
+	}
+	if mid != "" {
+		return "", fmt.Errorf("offer: the data channel section %q is gone", mid)
+	}
+	return "", errors.New("offer: no data channel section (m=application … webrtc-datachannel)")
+}
+
+// dataAnswer writes the answer: ICE-lite, setup:passive, the data section
+// accepted (BUNDLE of it alone), every other section rejected.
+func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
+	s := &sdp.SessionDescription{
+		Origin:           sdp.Origin{Username: "-", SessionID: uint64(randomSSRC()), SessionVersion: 2, NetworkType: "IN", AddressType: "IP4", UnicastAddress: "0.0.0.0"},
+		SessionName:      "-",
+		TimeDescriptions: []sdp.TimeDescription{{Timing: sdp.Timing{}}},
+	}
+	s = s.WithPropertyAttribute("ice-lite").WithValueAttribute("group", "BUNDLE "+v.data.mid)
+	for _, sec := range o.sections {
+		m := &sdp.MediaDescription{
+			MediaName:             sdp.MediaName{Media: sec.kind, Port: sdp.RangedPort{Value: 0}, Protos: sec.protos, Formats: sec.formats},
+			ConnectionInformation: &sdp.ConnectionInformation{NetworkType: "IN", AddressType: "IP4", Address: &sdp.Address{Address: "0.0.0.0"}},
+		}
+		if len(m.MediaName.Protos) == 0 {
+			m.MediaName.Protos = []string{"UDP", "TLS", "RTP", "SAVPF"}
+		}
+		if len(m.MediaName.Formats) == 0 {
+			m.MediaName.Formats = []string{"0"}
+		}
+		if sec.mid != v.data.mid {
+			if sec.mid != "" {
+				m = m.WithValueAttribute("mid", sec.mid)
+			}
+			s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("inactive"))
+			continue
+		}
+		m.MediaName.Port.Value = 9
+		m.MediaName.Protos = []string{"UDP", "DTLS", "SCTP"}
+		m.MediaName.Formats = []string{"webrtc-datachannel"}
+		m = m.WithValueAttribute("mid", sec.mid).
+			WithICECredentials(c.ufrag, c.pwd).
+			WithFingerprint("sha-256", v.s.cert.Fingerprint).
+			WithValueAttribute("setup", "passive").
+			WithValueAttribute("sctp-port", "5000").
+			WithValueAttribute("max-message-size", strconv.FormatUint(uint64(v.data.maxMessage), 10))
+		for i, ip := range v.s.ips {
+			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, v.s.port))
+		}
+		s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("end-of-candidates"))
+	}
+	b, err := s.Marshal()
+	return string(b), err
+}
+
+// runSCTP starts the SCTP association over the DTLS connection and accepts
+// the client's data channels until the association ends. Both ends of a
+// WebRTC association send INIT (RFC 8831 6.2); pion/sctp resolves the
+// collision as it does between two PeerConnections.
+func (v *Viewer) runSCTP(dc net.Conn) {
+	d := v.data
+	ctx, cancel := context.WithTimeout(context.Background(), ConsentTimeout)
+	defer cancel()
+	t := sctptune.Petrel
+	opts := []sctp.ClientOption{
+		sctp.WithNetConn(dc),
+		sctp.WithLoggerFactory(quietLogs),
+		sctp.WithMaxMessageSize(d.maxMessage),
+		sctp.WithMTU(sctpMTU),
+	}
+	if t.MaxReceiveBuffer > 0 {
+		opts = append(opts, sctp.WithMaxReceiveBufferSize(t.MaxReceiveBuffer))
+	}
+	if t.MinCwnd > 0 {
+		opts = append(opts, sctp.WithMinCwnd(t.MinCwnd))
+	}
+	assoc, err := sctp.ClientContext(ctx, opts...)
+	if err != nil {
+		v.Close("sctp: " + err.Error())
+		return
+	}
+	d.mu.Lock()
+	d.assoc = assoc
+	d.mu.Unlock()
+	if v.closed.Load() {
+		_ = assoc.Close()
+		return
+	}
+	var chans []*datachannel.DataChannel
+	for {
+		ch, err := datachannel.Accept(assoc, &datachannel.Config{LoggerFactory: quietLogs}, chans...)
+		if err != nil {
+			v.Close("sctp closed")
+			return
+		}
+		if len(chans) < maxDataChannels {
+			chans = append(chans, ch)
+		}
+		d.h.OnDataChannel(ch)
+	}
+}
+
+// maxDataChannels bounds the channels a session remembers (for
+// pre-negotiated ones); the room protocol uses two.
+const maxDataChannels = 64
+
+// sctpMTU is the SCTP packet size Pion's PeerConnection uses
+// (sctpOutboundMTU): with DTLS's overhead the datagrams stay within 1280
+// bytes, so the lean path and a PeerConnection fit the same paths.
+const sctpMTU = 1191
+
+// quietLogs keeps Pion's SCTP and data channel logs off: their errors reach
+// the handler as the session's end.
+var quietLogs = logging.NewDefaultLoggerFactory()
+
+func init() { quietLogs.DefaultLogLevel = logging.LogLevelDisabled }
+
+// closeData ends the association (an ABORT to the client if it is up).
+func (v *Viewer) closeData() {
+	if d := v.data; d != nil {
+		d.mu.Lock()
+		a := d.assoc
+		d.mu.Unlock()
+		if a != nil {
+			a.Abort("session closed")
+		}
+	}
+}
+
+// IsDataSession reports whether v carries data channels rather than media.
+func (v *Viewer) IsDataSession() bool { return v.data != nil }
