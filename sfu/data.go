@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/pion/datachannel"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/metrics"
@@ -104,6 +106,52 @@ func (l *dataLimiter) warnOnce() bool {
 	return true
 }
 
+// dataChan is one of a participant's room data channels: a
+// PeerConnection's, or a lean data session's (egress/data.go).
+type dataChan interface {
+	send(b []byte) error
+	buffered() uint64
+	open() bool
+}
+
+type pionChan struct{ *webrtc.DataChannel }
+
+func (c pionChan) send(b []byte) error { return c.Send(b) }
+func (c pionChan) buffered() uint64    { return c.BufferedAmount() }
+func (c pionChan) open() bool          { return c.ReadyState() == webrtc.DataChannelStateOpen }
+
+// leanChan is a data session's channel: open from when the server
+// acknowledged it until its reader ends.
+type leanChan struct {
+	dc     *datachannel.DataChannel
+	closed atomic.Bool
+}
+
+func (c *leanChan) send(b []byte) error {
+	_, err := c.dc.WriteDataChannel(b, false)
+	return err
+}
+func (c *leanChan) buffered() uint64 { return c.dc.BufferedAmount() }
+func (c *leanChan) open() bool       { return !c.closed.Load() }
+
+// onLeanDataChannel takes a channel a data session accepted.
+func (p *Participant) onLeanDataChannel(dc *datachannel.DataChannel) {
+	label := dc.Config.Label
+	if label != labelReliable && label != labelLossy {
+		p.log.Info("ignoring unknown data channel", "label", label)
+		_ = dc.Close()
+		return
+	}
+	c := &leanChan{dc: dc}
+	p.mu.Lock()
+	p.dcs[label] = c
+	p.mu.Unlock()
+	go func() {
+		p.readData(label, dc)
+		c.closed.Store(true)
+	}()
+}
+
 func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 	label := dc.Label()
 	if label != labelReliable && label != labelLossy {
@@ -112,7 +160,7 @@ func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 	}
 	dc.SetBufferedAmountLowThreshold(maxBufferedData / 2)
 	p.mu.Lock()
-	p.dcs[label] = dc
+	p.dcs[label] = pionChan{dc}
 	p.mu.Unlock()
 	// The server's data channels are detached (rtc.Engine): Pion's own reader
 	// would hold a 64 KiB buffer per channel for the life of the connection,
@@ -234,14 +282,14 @@ func (p *Participant) onData(label string, b []byte) {
 			metrics.DataMessages.WithLabelValues("forwarded").Inc()
 			continue
 		}
-		if dc == nil || dc.ReadyState() != webrtc.DataChannelStateOpen {
+		if dc == nil || !dc.open() {
 			continue
 		}
-		if dc.BufferedAmount() > maxBufferedData {
+		if dc.buffered() > maxBufferedData {
 			drop("receiver_slow")
 			continue
 		}
-		if err := dc.Send(frame); err != nil {
+		if err := dc.send(frame); err != nil {
 			drop("send_failed")
 			continue
 		}
@@ -261,5 +309,5 @@ func (p *Participant) SendData(reliable bool, h DataHeader, payload []byte) erro
 	if dc == nil {
 		return errors.New("no data channel")
 	}
-	return dc.Send(EncodeData(h, payload))
+	return dc.send(EncodeData(h, payload))
 }

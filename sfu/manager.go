@@ -160,21 +160,28 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	}
 	p.autoSubscribe = opt.AutoSubscribe
 	p.out = out
-	pub, err := m.engine.NewPublisherPC(c.Grants.Publish)
-	if err != nil {
-		return nil, fmt.Errorf("publisher connection: %w", err)
+	srv := m.leanEgress.Load()
+	var pub *webrtc.PeerConnection
+	if srv != nil && !c.Grants.Publish {
+		p.pubChoice = true // pubside.go: a data session or a PeerConnection, at the first offer
+	} else {
+		if pub, err = m.engine.NewPublisherPC(c.Grants.Publish); err != nil {
+			return nil, fmt.Errorf("publisher connection: %w", err)
+		}
+		p.setupPublisher(pub)
 	}
-	p.setupPublisher(pub)
 	tm := p.startTiming("room", start) // timing.go: the viewer's side of time-to-stream
 	var sub *webrtc.PeerConnection
-	if srv := m.leanEgress.Load(); srv != nil {
+	if srv != nil {
 		// subside.go: the lean egress or a PeerConnection, once the client's
 		// candidates show whether it can use UDP.
 		p.subChoice = &subChoice{srv: srv, newPC: m.engine.NewSubscriberPC}
 		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	} else {
 		if sub, err = m.engine.NewSubscriberPC(); err != nil {
-			_ = pub.Close()
+			if pub != nil {
+				_ = pub.Close()
+			}
 			return nil, fmt.Errorf("subscriber connection: %w", err)
 		}
 		p.setupSubscriber(sub)
@@ -185,7 +192,9 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 		old.Kick("duplicate_identity", "the same identity joined again")
 	}
 	if err := m.admit(p); err != nil {
-		_ = pub.Close()
+		if pub != nil {
+			_ = pub.Close()
+		}
 		if sub != nil {
 			_ = sub.Close()
 		}
@@ -228,7 +237,7 @@ func (m *Manager) newParticipant(c *auth.Claims, hidden bool) (*Participant, err
 		joinedAt: time.Now(), resumeToken: newSid(""), hidden: hidden,
 		name: c.Name, metadata: c.Metadata,
 		published: map[string]*Publication{}, announced: map[string]protocol.TrackInfo{},
-		subs: map[string]*DownTrack{}, dcs: map[string]*webrtc.DataChannel{},
+		subs: map[string]*DownTrack{}, dcs: map[string]dataChan{},
 		pending: map[*webrtc.PeerConnection][]webrtc.ICECandidateInit{},
 		lastN:   -1,
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/bwe"
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
@@ -59,7 +60,7 @@ type Participant struct {
 	published map[string]*Publication
 	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
 	subs      map[string]*DownTrack         // by publication sid
-	dcs       map[string]*webrtc.DataChannel
+	dcs       map[string]dataChan
 	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
 	closed    bool
 	dropTimer *time.Timer
@@ -91,6 +92,10 @@ type Participant struct {
 	// subChoice is set while a room participant's subscriber side is still
 	// to be chosen (subside.go). Under mu.
 	subChoice *subChoice
+	// pubChoice: the publisher side is chosen at the first offer, a data
+	// session (leanPub) or a PeerConnection (pubside.go). Under mu.
+	pubChoice bool
+	leanPub   *egress.Viewer
 }
 
 func newSid(prefix string) string {
@@ -167,9 +172,11 @@ func (p *Participant) subscriptions() []*DownTrack {
 // Send is send for the signaling layer.
 func (p *Participant) Send(m protocol.Msg) { p.send(m) }
 
-// writeRTCP sends RTCP to the publisher. It takes no lock: p.pub is set before
-// the participant is admitted and never changes, and keyframe requests come from
-// other participants' goroutines that may hold their own locks.
+// writeRTCP sends RTCP to the publisher. It takes no lock: p.pub of a
+// participant that may publish is set before it is admitted and never
+// changes (one that may not has no publications to ask keyframes of), and
+// keyframe requests come from other participants' goroutines that may hold
+// their own locks.
 func (p *Participant) writeRTCP(pkts []rtcp.Packet) {
 	if pc := p.pub; pc != nil {
 		_ = pc.WriteRTCP(pkts)
@@ -212,11 +219,26 @@ func (p *Participant) subscriberReady() {
 // restart) and returns the answer, with the server's candidates in it.
 func (p *Participant) HandleOffer(sdp string) (string, error) {
 	p.mu.Lock()
-	pc := p.pub
+	pc, lp := p.pub, p.leanPub
 	if p.subChoice != nil {
 		p.subChoice.sawSDP(sdp)
 	}
+	choose := p.pubChoice && pc == nil && lp == nil
 	p.mu.Unlock()
+	if choose {
+		var answer string
+		var err error
+		if pc, lp, answer, err = p.choosePublisherSide(sdp); err != nil || lp != nil {
+			return answer, err
+		}
+	}
+	if lp != nil {
+		answer, err := lp.Reoffer(sdp)
+		if err != nil {
+			return "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
+		}
+		return answer, nil
+	}
 	if pc == nil {
 		return "", protocol.Errorf(protocol.CodeBadRequest, "no publisher connection")
 	}
@@ -316,7 +338,10 @@ func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) er
 		}
 		pc = p.sub
 	}
-	if pc == nil {
+	// A publisher side still to be chosen keeps candidates until it is; a
+	// data session has no use for them (pubside.go).
+	pubLater := target != "subscriber" && p.pubChoice
+	if pc == nil && !pubLater {
 		p.mu.Unlock()
 		return protocol.Errorf(protocol.CodeBadRequest, "no %s connection", target)
 	}
@@ -327,7 +352,11 @@ func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) er
 	if target != "subscriber" && p.subChoice != nil {
 		p.subChoice.saw(c.Candidate)
 	}
-	if pc.RemoteDescription() == nil {
+	if pubLater && p.leanPub != nil {
+		p.mu.Unlock()
+		return nil // ICE-lite, as above
+	}
+	if pc == nil || pc.RemoteDescription() == nil {
 		if len(p.pending[pc]) < 64 {
 			p.pending[pc] = append(p.pending[pc], *c)
 		}
@@ -804,7 +833,7 @@ func (p *Participant) Close(reason string) {
 	for _, d := range p.subs {
 		subs = append(subs, d.pub)
 	}
-	pub, sub, lv := p.pub, p.sub, p.leanRoom()
+	pub, sub, lv, lp := p.pub, p.sub, p.leanRoom(), p.leanPub
 	p.mu.Unlock()
 
 	for _, t := range pubs {
@@ -821,6 +850,9 @@ func (p *Participant) Close(reason string) {
 	}
 	if lv != nil {
 		lv.v.Close("left")
+	}
+	if lp != nil {
+		lp.Close("left")
 	}
 	p.room.remove(p, reason)
 	p.log.Info("participant left", "reason", reason)

@@ -171,6 +171,19 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	})
 	defer joinDeadline.Stop()
 
+	respond := func(p *sfu.Participant, req *protocol.Request) {
+		if reply, err := s.handle(p, req); err != nil {
+			if protocol.CodeOf(err) == protocol.CodeInternal {
+				log.Error("request failed", "type", req.Type, "err", err)
+			} else {
+				log.Info("request refused", "type", req.Type, "err", err)
+			}
+			fail(req.ID, err)
+		} else {
+			w.Send(reply)
+		}
+	}
+
 	for {
 		typ, b, err := c.Read(ctx)
 		if err != nil {
@@ -243,16 +256,13 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 		if req.Type == "relay" {
 			req.Data = s.directICE(r, p, req.To, req.Data) // direct.go
 		}
-		if reply, err := s.handle(p, req); err != nil {
-			if protocol.CodeOf(err) == protocol.CodeInternal {
-				log.Error("request failed", "type", req.Type, "err", err)
-			} else {
-				log.Info("request refused", "type", req.Type, "err", err)
-			}
-			fail(req.ID, err)
-		} else {
-			w.Send(reply)
+		if req.Type == "offer" && p.ChoosesPublisherSide() {
+			// The answer waits for the candidates the client trickles
+			// next (sfu/pubside.go): read them meanwhile.
+			go respond(p, req)
+			continue
 		}
+		respond(p, req)
 	}
 }
 

@@ -1,0 +1,106 @@
+package sfu
+
+import (
+	"time"
+
+	"github.com/pion/datachannel"
+	"github.com/pion/rtcp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/egress"
+	"github.com/petrel-sfu/petrel/protocol"
+)
+
+// With the lean egress on, a room participant that may not publish media
+// (a webinar's audience) needs its publisher connection only for the two
+// room data channels. Its publisher side is then a data session of the lean
+// egress (egress/data.go: ICE-lite, DTLS and SCTP on the shared UDP socket,
+// no PeerConnection) when the client can use UDP, and a PeerConnection
+// otherwise. The choice is subside.go's, from the candidates the client
+// trickles right after its first publisher offer, so the answer to that
+// offer waits for them (ChoosesPublisherSide: the signaling layer answers it
+// on its own goroutine).
+
+// leanData is a data session's handler.
+type leanData struct{ p *Participant }
+
+func (l leanData) OnICE()                 { l.p.log.Debug("publisher side", "egress", "lean data session") }
+func (l leanData) OnDTLS()                {}
+func (l leanData) OnRTCP(_ []rtcp.Packet) {}
+
+// OnClose ends the participant, as the lean subscriber side's does: the
+// session is gone for good (consent expired, the client closed it).
+func (l leanData) OnClose(reason string) { go l.p.Close(reason) }
+
+func (l leanData) OnDataChannel(dc *datachannel.DataChannel) { l.p.onLeanDataChannel(dc) }
+
+// ChoosesPublisherSide reports whether the next publisher offer will wait
+// for the client's candidates before it is answered.
+func (p *Participant) ChoosesPublisherSide() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pubChoice && p.pub == nil && p.leanPub == nil
+}
+
+// choosePublisherSide waits until the client's candidates show whether it
+// can use UDP, then makes the publisher side: a data session (whose answer
+// it returns) or a PeerConnection (which the caller answers with).
+func (p *Participant) choosePublisherSide(sdp string) (*webrtc.PeerConnection, *egress.Viewer, string, error) {
+	lean := false
+	for {
+		p.mu.Lock()
+		ok := true
+		if c := p.subChoice; c != nil {
+			lean, ok = c.decide(p.joinedAt)
+		} else {
+			lean = p.leanRoom() != nil // the subscriber side was chosen first
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return nil, nil, "", protocol.Errorf(protocol.CodeBadRequest, "the participant left")
+		}
+		if ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := p.room.mgr
+	if srv := m.leanEgress.Load(); lean && srv != nil {
+		max := uint32(m.cfg.Limits.MaxDataBytes + maxDataHeader + 16)
+		v, answer, err := srv.NewDataSession(sdp, max, leanData{p})
+		if err != nil {
+			return nil, nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
+		}
+		p.mu.Lock()
+		closed := p.closed
+		if !closed {
+			p.leanPub = v
+			delete(p.pending, nil) // ICE-lite: the server learns addresses from checks
+		}
+		p.mu.Unlock()
+		if closed {
+			v.Close("left")
+			return nil, nil, "", protocol.Errorf(protocol.CodeBadRequest, "the participant left")
+		}
+		return nil, v, answer, nil
+	}
+	pc, err := m.engine.NewPublisherPC(false)
+	if err != nil {
+		return nil, nil, "", protocol.Errorf(protocol.CodeInternal, "publisher connection: %v", err)
+	}
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.setupPublisher(pc)
+		p.pending[pc] = p.pending[nil]
+		delete(p.pending, nil)
+	}
+	p.mu.Unlock()
+	if closed {
+		_ = pc.Close()
+		return nil, nil, "", protocol.Errorf(protocol.CodeBadRequest, "the participant left")
+	}
+	p.log.Debug("publisher side", "egress", "peerconnection")
+	return pc, nil, "", nil
+}

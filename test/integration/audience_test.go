@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/client"
+	"github.com/petrel-sfu/petrel/config"
+)
+
+// TestAudienceThroughLeanEgress: with the lean egress, a participant that
+// may not publish has no PeerConnection at all: its publisher connection (the
+// room data channels) is a data session, its subscriber connection the lean
+// egress. It receives video, exchanges data messages both ways, keeps them
+// through an ICE restart, and a client that can only use ICE-TCP still gets
+// a PeerConnection for both.
+func TestAudienceThroughLeanEgress(t *testing.T) {
+	e := start(t, func(c *config.Config) { c.RTC.LeanEgress = true })
+	ctx := ctxT(t, 30*time.Second)
+	alice := e.join("aud", "alice")
+	v := newVideo("cam")
+	if _, _, err := alice.Publish(ctx, v.track, "camera"); err != nil {
+		t.Fatal(err)
+	}
+	v.run(t)
+
+	audience := auth.Grants{Subscribe: true, PublishData: true}
+	bob, err := client.Join(ctx, e.ws, e.token("aud", "bob", audience, time.Hour), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	tr := waitTrack(t, bob, 10*time.Second)
+	readPackets(t, tr.Remote, 20, 5*time.Second)
+	for name, pc := range map[string]*webrtc.PeerConnection{"publisher": bob.Pub, "subscriber": bob.Sub} {
+		if d := pc.RemoteDescription(); d == nil || !strings.Contains(d.SDP, "a=ice-lite") {
+			t.Errorf("bob's %s connection is not served by the lean egress", name)
+		}
+	}
+	// bob's two sides (alice, alone with her own track, has no subscriber
+	// side yet).
+	waitFor(t, 5*time.Second, "two lean sessions", func() bool { return e.srv.LeanEgress.Viewers() == 2 })
+
+	exchange := func(when string) {
+		t.Helper()
+		if err := alice.SendData([]byte("to the audience "+when), true, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := bob.SendData([]byte("from the audience "+when), true, false); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*client.Client{bob, alice} {
+			select {
+			case d := <-c.DataIn:
+				if !strings.HasSuffix(string(d.Payload), when) {
+					t.Fatalf("%s: got %q", when, d.Payload)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: a data message did not arrive", when)
+			}
+		}
+	}
+	exchange("first")
+
+	// An ICE restart of the data session keeps its channels.
+	before := bob.Pub.RemoteDescription().SDP
+	if err := bob.NegotiatePublisher(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if bob.Pub.RemoteDescription().SDP == before {
+		t.Fatal("the ICE restart answer is the old one")
+	}
+	time.Sleep(300 * time.Millisecond)
+	exchange("after the restart")
+
+	// A client that can only use ICE-TCP gets PeerConnections.
+	tcpOnly := client.LoopbackAPI(func(se *webrtc.SettingEngine) {
+		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeTCP4})
+	})
+	carol, err := client.Join(ctx, e.ws, e.token("aud", "carol", audience, time.Hour), client.Options{API: tcpOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carol.Close()
+	readPackets(t, waitTrack(t, carol, 10*time.Second).Remote, 20, 5*time.Second)
+	if d := carol.Pub.RemoteDescription(); d == nil || strings.Contains(d.SDP, "a=ice-lite") {
+		t.Error("carol's publisher connection went to the lean egress, which has no ICE-TCP")
+	}
+	if err := alice.SendData([]byte("to carol"), true, true, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-carol.DataIn:
+		if string(d.Payload) != "to carol" {
+			t.Fatalf("carol got %q", d.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("carol's data message did not arrive")
+	}
+
+	bob.Close()
+	waitFor(t, 5*time.Second, "bob's sessions to go", func() bool { return e.srv.LeanEgress.Viewers() == 0 })
+}
