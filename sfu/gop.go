@@ -45,6 +45,7 @@ func (l *layer) noteGOP(p *Packet) {
 	}
 	g.ts = p.Header.Timestamp
 	g.start.Store(1<<16 | uint32(p.Header.SequenceNumber))
+	l.cache.Pin(p.Header.SequenceNumber)
 }
 
 // replayGOP starts a subscriber that has received nothing yet from the cached

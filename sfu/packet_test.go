@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
@@ -60,7 +61,7 @@ func TestPacketCache(t *testing.T) {
 	c := NewPacketCache(64)
 	buf := make([]byte, maxPacket)
 	for seq := uint16(65500); seq != 100; seq++ {
-		c.Put(seq, []byte{byte(seq), byte(seq >> 8)})
+		c.Put(seq, []byte{byte(seq), byte(seq >> 8)}, int64(seq)*int64(time.Second))
 	}
 	if n := c.Get(99, buf); n != 2 || buf[0] != 99 {
 		t.Fatalf("recent packet: n=%d % x", n, buf[:2])
@@ -74,8 +75,66 @@ func TestPacketCache(t *testing.T) {
 	if n := c.Get(35, buf); n != 0 {
 		t.Fatal("packet beyond the window returned")
 	}
-	if c.Put(1, make([]byte, maxPacket+1)) != nil {
+	if c.Put(1, make([]byte, maxPacket+1), 0) != nil {
 		t.Fatal("oversized packet cached")
+	}
+}
+
+// TestPacketCacheGrowsToItsHorizon: a cache holds about a second of packets:
+// at 50 packets a second it stays at its first 64 slots, at 400 it doubles to
+// 512 without losing what it held, and it never passes its size.
+func TestPacketCacheGrowsToItsHorizon(t *testing.T) {
+	buf := make([]byte, maxPacket)
+	run := func(c *PacketCache, pps int, n int) {
+		for i := 0; i < n; i++ {
+			seq := uint16(65000 + i) // across the wrap
+			if got := c.Put(seq, []byte{byte(seq), byte(seq >> 8), 7}, int64(i)*int64(time.Second)/int64(pps)); len(got) != 3 || got[0] != byte(seq) {
+				t.Fatalf("stored copy % x", got)
+			}
+		}
+	}
+	slow := NewPacketCache(1024)
+	run(slow, 50, 2000)
+	if slow.Size() != 64 {
+		t.Errorf("50 packets/s: %d slots, want 64", slow.Size())
+	}
+	fast := NewPacketCache(1024)
+	run(fast, 400, 4000)
+	if fast.Size() != 512 {
+		t.Errorf("400 packets/s: %d slots, want 512", fast.Size())
+	}
+	// The last second is all there, across the growth and the wrap.
+	for i := 4000 - 400; i < 4000; i++ {
+		seq := uint16(65000 + i)
+		if n := fast.Get(seq, buf); n != 3 || buf[0] != byte(seq) || buf[1] != byte(seq>>8) {
+			t.Fatalf("packet %d of the last second: n=%d % x", seq, n, buf[:3])
+		}
+	}
+	capped := NewPacketCache(128)
+	run(capped, 1000, 3000)
+	if capped.Size() != 128 {
+		t.Errorf("capped cache: %d slots, want 128", capped.Size())
+	}
+	// A pinned GOP stays however old, up to the size: a camera with a 4 s
+	// GOP at 50 packets/s keeps its 200 packets.
+	gop := NewPacketCache(1024)
+	gop.Put(0, []byte{0, 0, 1}, 0)
+	gop.Pin(0)
+	for i := 1; i < 200; i++ {
+		gop.Put(uint16(i), []byte{byte(i), 0, 1}, int64(i)*20*int64(time.Millisecond))
+	}
+	if n := gop.Get(0, buf); n != 3 || gop.Size() != 256 {
+		t.Errorf("pinned keyframe: n=%d, %d slots", n, gop.Size())
+	}
+	// Packets that move while the cache grows keep their bytes.
+	grow := NewPacketCache(1024)
+	for i := 0; i < 300; i++ {
+		grow.Put(uint16(i), []byte{byte(i), byte(i >> 8), 9}, int64(i)*int64(time.Millisecond))
+	}
+	for i := 0; i < 300; i++ {
+		if n := grow.Get(uint16(i), buf); n != 3 || buf[0] != byte(i) || buf[2] != 9 {
+			t.Fatalf("packet %d after growing to %d: n=%d", i, grow.Size(), n)
+		}
 	}
 }
 

@@ -408,7 +408,8 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	if !ok {
 		return false
 	}
-	stored := l.cache.Put(pkt.Header.SequenceNumber, raw)
+	pkt.Arrival = now()
+	stored := l.cache.Put(pkt.Header.SequenceNumber, raw, pkt.Arrival)
 	if stored == nil {
 		return false
 	}
@@ -427,7 +428,6 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 			l.trates.add(pkt.VP8.tid, len(raw))
 		}
 	}
-	pkt.Arrival = now()
 	if (l.pub.ck == codecVP9 || l.pub.ck == codecAV1) && !l.parseSVC(pkt) {
 		return false
 	}
