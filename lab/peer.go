@@ -164,7 +164,7 @@ type PeerConfig struct {
 func PeerMain(args []string) int {
 	fs := flag.NewFlagSet("lab peer", flag.ContinueOnError)
 	var c PeerConfig
-	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-offer or dc-answer-send")
+	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer or dc-answer-send")
 	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "receiver's listen address")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
@@ -214,6 +214,8 @@ func PeerMain(args []string) int {
 		err = tcpSend(c)
 	case "dc-answer":
 		res, err = dcAnswer(c)
+	case "dc-answer-lean":
+		res, err = dcAnswerLean(c)
 	case "dc-offer":
 		err = dcOffer(c)
 	case "dc-answer-send":
@@ -223,13 +225,13 @@ func PeerMain(args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lab peer %s: %v\n", c.Role, err)
-		if c.Role == "tcp-recv" || c.Role == "dc-answer" {
+		if c.Role == "tcp-recv" || c.Role == "dc-answer" || c.Role == "dc-answer-lean" {
 			res.Error = err.Error()
 			json.NewEncoder(os.Stdout).Encode(res)
 		}
 		return 1
 	}
-	if c.Role == "tcp-recv" || c.Role == "dc-answer" {
+	if c.Role == "tcp-recv" || c.Role == "dc-answer" || c.Role == "dc-answer-lean" {
 		json.NewEncoder(os.Stdout).Encode(res)
 	}
 	return 0
