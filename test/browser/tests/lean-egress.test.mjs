@@ -3,11 +3,13 @@
 // and audio. The publisher is another Chromium page publishing its fake camera
 // and microphone over WHIP. Then a room of two Chromium pages and Firefox ESR
 // receives each other through it: the server offers their subscriber
-// connections itself.
+// connections itself. Last, an audience (tokens without the publish grant)
+// whose publisher connections are lean data sessions: no PeerConnection on
+// the server at all.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { launchChromium, launchFirefox } from '../lib/browsers.mjs';
-import { Participant, expectGrowth } from '../lib/page.mjs';
+import { Participant, expectGrowth, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 
 // Runs in the page: WHIP publish of the fake devices. Returns when ICE is up.
@@ -141,4 +143,45 @@ test('a room of Chromium and Firefox ESR receives each other through the lean eg
     // connections (a new offer with its sections inactive); media goes on.
     await b.page.close();
     await expectGrowth("fox's media after b left", () => fox.inbound(), { framesDecoded: 10 });
+  }, { args: ['--lean-egress'] }));
+
+test('an audience (no publish grant) in Chromium and Firefox ESR gets data channels and video without a PeerConnection', { timeout: 120_000 }, () =>
+  scenario('lean-egress-audience', async ({ server, own, watch }) => {
+    const chromium = own(await launchChromium());
+    const firefox = own(await launchFirefox());
+    const speaker = watch(new Participant('speaker', await chromium.newPage()));
+    const c = watch(new Participant('c', await chromium.newPage()));
+    const f = watch(new Participant('f', await firefox.newPage()));
+    await speaker.join(server.base, await server.token('audience', 'speaker'));
+    for (const p of [c, f]) await p.join(server.base, await server.token('audience', p.label, ['--publish=false']), { tracks: 0 });
+    for (const p of [c, f]) {
+      await p.seesVideoOf(speaker);
+      // Both of the audience's connections are the lean egress's: the
+      // publisher one (data channels only) answered by a data session.
+      const sdp = await p.page.evaluate(() => ({
+        pub: window.petrel.room.publisherPc.remoteDescription?.sdp ?? '',
+        sub: window.petrel.room.subscriberPc.remoteDescription?.sdp ?? '',
+      }));
+      assert.match(sdp.pub, /a=ice-lite/, `${p.label}'s publisher connection is a lean data session`);
+      assert.match(sdp.pub, /m=application 9 UDP\/DTLS\/SCTP webrtc-datachannel/);
+      assert.match(sdp.sub, /a=ice-lite/, `${p.label}'s subscriber connection comes from the lean egress`);
+    }
+    const listen = (p) => p.page.evaluate(() => {
+      window.__data = [];
+      window.petrel.room.on('dataReceived', (m) => window.__data.push({ text: m.text, from: m.from, reliable: m.reliable }));
+    });
+    for (const p of [speaker, c, f]) await listen(p);
+    // The speaker to everyone, on both channels; each of the audience back.
+    await speaker.page.evaluate(async () => {
+      await window.petrel.room.sendData('to the audience');
+      await window.petrel.room.sendData('lossy to the audience', { reliable: false });
+    });
+    for (const p of [c, f]) await p.page.evaluate(async (me) => window.petrel.room.sendData(`from ${me}`), p.label);
+    const got = (p, n) => waitFor(p.page, `${p.label} to receive ${n} data messages`, (k) => window.__data.length >= k && window.__data, n);
+    for (const p of [c, f]) {
+      const msgs = await got(p, 2);
+      assert.ok(msgs.some((m) => m.text === 'to the audience' && m.reliable && m.from === speaker.identity), `${p.label}: ${JSON.stringify(msgs)}`);
+    }
+    const back = (await got(speaker, 2)).map((m) => m.text).sort();
+    assert.deepEqual(back, ['from c', 'from f']);
   }, { args: ['--lean-egress'] }));
