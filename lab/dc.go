@@ -107,17 +107,22 @@ func stackName(c PeerConfig) string {
 	return "pion"
 }
 
+// acceptSignaling takes host a's signaling connection on c.Addr; a sender
+// that never comes must not keep this peer forever.
+func acceptSignaling(c PeerConfig) (net.Conn, error) {
+	ln, err := net.Listen("tcp4", c.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
+	return ln.Accept()
+}
+
 // dcAnswer is host b: it takes the offer over a TCP signaling connection
 // across the emulated link, answers, and measures what arrives.
 func dcAnswer(c PeerConfig) (Result, error) {
-	ln, err := net.Listen("tcp4", c.Addr)
-	if err != nil {
-		return Result{}, err
-	}
-	defer ln.Close()
-	// A sender that never comes must not keep this peer forever.
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
-	sig, err := ln.Accept()
+	sig, err := acceptSignaling(c)
 	if err != nil {
 		return Result{}, err
 	}
@@ -293,13 +298,7 @@ func whenOpen(dc *webrtc.DataChannel, f func()) {
 // browser's offer and sends on the channels the browser opened, until the
 // browser (which measures) says "done".
 func dcAnswerSend(c PeerConfig) error {
-	ln, err := net.Listen("tcp4", c.Addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
-	sig, err := ln.Accept()
+	sig, err := acceptSignaling(c)
 	if err != nil {
 		return err
 	}

@@ -55,13 +55,7 @@ func (l leanMeter) OnDataChannel(dc *datachannel.DataChannel) {
 // dcAnswerLean is dcAnswer with a lean data session in place of the
 // PeerConnection.
 func dcAnswerLean(c PeerConfig) (Result, error) {
-	ln, err := net.Listen("tcp4", c.Addr)
-	if err != nil {
-		return Result{}, err
-	}
-	defer ln.Close()
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(c.Duration + 60*time.Second))
-	sig, err := ln.Accept()
+	sig, err := acceptSignaling(c)
 	if err != nil {
 		return Result{}, err
 	}
