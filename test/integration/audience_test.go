@@ -10,6 +10,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // TestAudienceThroughLeanEgress: with the lean egress, a participant that
@@ -104,4 +105,74 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 
 	bob.Close()
 	waitFor(t, 5*time.Second, "bob's sessions to go", func() bool { return e.srv.LeanEgress.Viewers() == 0 })
+}
+
+// TestAudienceChoiceWithoutCandidates: an audience member's first publisher
+// offer waits for the client's candidates; one that sends none gets a
+// PeerConnection's answer after about a second (not the lean egress, whose
+// ICE-lite would leave a client that cannot use UDP without data channels),
+// and junk offered meanwhile is refused without ending the session.
+func TestAudienceChoiceWithoutCandidates(t *testing.T) {
+	e := start(t, func(c *config.Config) { c.RTC.LeanEgress = true })
+	r := dialRaw(t, e)
+	r.send(t, protocol.Msg{"type": "join", "protocol": 1, "token": e.token("aud2", "quiet", auth.Grants{Subscribe: true, PublishData: true}, time.Hour)})
+	if m, _ := r.recv(t); m["type"] != "joined" {
+		t.Fatalf("join: %v", m)
+	}
+	pc, err := client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.CreateDataChannel("_reliable", nil); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.SetLocalDescription(offer); err != nil { // candidates are gathered but never sent
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r.send(t, protocol.Msg{"type": "offer", "id": 1, "sdp": offer.SDP})
+	r.send(t, protocol.Msg{"type": "ping", "id": 2}) // read while the offer waits
+	var answer protocol.Msg
+	for answer == nil {
+		m, _ := r.recv(t)
+		if m == nil {
+			t.Fatal("no answer")
+		}
+		if m["type"] == "answer" {
+			answer = m
+		}
+	}
+	if waited := time.Since(start); waited < 900*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("the answer came after %v, want about a second", waited)
+	}
+	sdp, _ := answer["sdp"].(string)
+	if strings.Contains(sdp, "a=ice-lite") || !strings.Contains(sdp, "webrtc-datachannel") {
+		t.Errorf("without candidates the publisher side should be a PeerConnection:\n%s", sdp)
+	}
+	// Junk as a renegotiation: refused, the session goes on.
+	r.send(t, protocol.Msg{"type": "offer", "id": 3, "sdp": "v=0\r\nnot an offer"})
+	for {
+		m, _ := r.recv(t)
+		if m == nil {
+			t.Fatal("no reply to the junk offer")
+		}
+		if m["type"] == "error" {
+			break
+		}
+	}
+	r.send(t, protocol.Msg{"type": "ping", "id": 4})
+	for {
+		m, _ := r.recv(t)
+		if m == nil {
+			t.Fatal("the session ended after a junk offer")
+		}
+		if m["type"] == "pong" || m["id"] == float64(4) {
+			break
+		}
+	}
 }
