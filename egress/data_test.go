@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -113,6 +114,32 @@ func TestDataSessionWithPion(t *testing.T) {
 	}
 	wait(t, echoes, "the 60 kB echo")
 
+	// Junk from an address that passed an ICE check (a second candidate of
+	// the client's): each datagram is dropped and counted, the channels go on.
+	j := newClient(t)
+	j.ufrag, j.sufrag, j.spwd = iceUfrag(offer), iceUfrag(answer), icePwd(answer)
+	j.server = s.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	if err := j.check(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the junk address to pass its check", func() bool { s.mu.RLock(); defer s.mu.RUnlock(); return len(v.addrs) >= 2 })
+	before := s.Dropped()
+	for _, b := range [][]byte{
+		append([]byte{0x80, 0x60}, bytes.Repeat([]byte{7}, 40)...), // RTP
+		append([]byte{0x80, 0xc8}, bytes.Repeat([]byte{7}, 40)...), // RTCP
+		{0xff, 0xfe, 0xfd}, // nothing RFC 7983 knows
+	} {
+		_, _ = j.conn.WriteToUDPAddrPort(b, j.server)
+	}
+	waitFor(t, "three drops", func() bool { return s.Dropped() >= before+3 })
+	if err := rel.SendText("after junk"); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, ev.got, "a message after the junk"); got != "_reliable:after junk" {
+		t.Fatalf("server got %q", got)
+	}
+	wait(t, echoes, "the echo after the junk")
+
 	// An ICE restart: new credentials both ways, the channels stay.
 	re := offerWith(t, pc, &webrtc.OfferOptions{ICERestart: true})
 	answer2, err := v.Reoffer(re)
@@ -149,6 +176,24 @@ func TestDataSessionWithPion(t *testing.T) {
 	}
 	if s.Viewers() != 0 {
 		t.Errorf("%d sessions left", s.Viewers())
+	}
+}
+
+func icePwd(sdp string) string {
+	for _, l := range strings.Split(sdp, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=ice-pwd:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !f(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
 
