@@ -95,6 +95,7 @@ type Participant struct {
 	// pubChoice: the publisher side is chosen at the first offer, a data
 	// session (leanPub) or a PeerConnection (pubside.go). Under mu.
 	pubChoice bool
+	choosing  bool // a first publisher offer waits for the choice
 	leanPub   *egress.Viewer
 }
 
@@ -224,6 +225,11 @@ func (p *Participant) HandleOffer(sdp string) (string, error) {
 		p.subChoice.sawSDP(sdp)
 	}
 	choose := p.pubChoice && pc == nil && lp == nil
+	if choose && p.choosing {
+		p.mu.Unlock()
+		return "", protocol.Errorf(protocol.CodeBadRequest, "the first publisher offer is still being answered")
+	}
+	p.choosing = choose
 	p.mu.Unlock()
 	if choose {
 		var answer string

@@ -46,6 +46,11 @@ func (p *Participant) ChoosesPublisherSide() bool {
 // can use UDP, then makes the publisher side: a data session (whose answer
 // it returns) or a PeerConnection (which the caller answers with).
 func (p *Participant) choosePublisherSide(sdp string) (*webrtc.PeerConnection, *egress.Viewer, string, error) {
+	defer func() {
+		p.mu.Lock()
+		p.choosing = false
+		p.mu.Unlock()
+	}()
 	lean := false
 	for {
 		p.mu.Lock()

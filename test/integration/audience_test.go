@@ -137,7 +137,9 @@ func TestAudienceChoiceWithoutCandidates(t *testing.T) {
 	start := time.Now()
 	r.send(t, protocol.Msg{"type": "offer", "id": 1, "sdp": offer.SDP})
 	r.send(t, protocol.Msg{"type": "ping", "id": 2}) // read while the offer waits
+	r.send(t, protocol.Msg{"type": "offer", "id": 5, "sdp": offer.SDP})
 	var answer protocol.Msg
+	second := false
 	for answer == nil {
 		m, _ := r.recv(t)
 		if m == nil {
@@ -146,6 +148,12 @@ func TestAudienceChoiceWithoutCandidates(t *testing.T) {
 		if m["type"] == "answer" {
 			answer = m
 		}
+		if m["type"] == "error" && m["id"] == float64(5) {
+			second = true // one first offer at a time
+		}
+	}
+	if !second {
+		t.Error("a second offer while the first waited was not refused")
 	}
 	if waited := time.Since(start); waited < 900*time.Millisecond || waited > 3*time.Second {
 		t.Errorf("the answer came after %v, want about a second", waited)
