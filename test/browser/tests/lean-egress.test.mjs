@@ -184,4 +184,17 @@ test('an audience (no publish grant) in Chromium and Firefox ESR gets data chann
     }
     const back = (await got(speaker, 2)).map((m) => m.text).sort();
     assert.deepEqual(back, ['from c', 'from f']);
+    // An ICE restart of both connections (the SDK's answer to a network
+    // change): the data session answers it and the channels go on.
+    for (const p of [c, f]) {
+      const before = await p.page.evaluate(() => window.petrel.room.publisherPc.remoteDescription.sdp);
+      await p.page.evaluate(() => window.petrel.room.restartIce());
+      await waitFor(p.page, `${p.label}'s publisher ICE restart`, (old) => {
+        const pc = window.petrel.room.publisherPc;
+        return pc.remoteDescription?.sdp !== old && pc.signalingState === 'stable' && pc.connectionState === 'connected';
+      }, before);
+      await p.page.evaluate(async (me) => window.petrel.room.sendData(`again from ${me}`), p.label);
+    }
+    const again = (await got(speaker, 4)).map((m) => m.text).filter((t) => t.startsWith('again')).sort();
+    assert.deepEqual(again, ['again from c', 'again from f']);
   }, { args: ['--lean-egress'] }));
