@@ -138,22 +138,23 @@ func TestAudienceChoiceWithoutCandidates(t *testing.T) {
 	r.send(t, protocol.Msg{"type": "offer", "id": 1, "sdp": offer.SDP})
 	r.send(t, protocol.Msg{"type": "ping", "id": 2}) // read while the offer waits
 	r.send(t, protocol.Msg{"type": "offer", "id": 5, "sdp": offer.SDP})
-	var answer protocol.Msg
-	second := false
-	for answer == nil {
+	// One first offer at a time: whichever reaches the participant second
+	// is refused, the other answered.
+	var answer, refused protocol.Msg
+	for answer == nil || refused == nil {
 		m, _ := r.recv(t)
 		if m == nil {
-			t.Fatal("no answer")
+			t.Fatalf("replies to two first offers: answer %v, refusal %v", answer != nil, refused != nil)
 		}
-		if m["type"] == "answer" {
+		switch id := m["id"]; {
+		case m["type"] == "answer" && (id == float64(1) || id == float64(5)):
 			answer = m
-		}
-		if m["type"] == "error" && m["id"] == float64(5) {
-			second = true // one first offer at a time
+		case m["type"] == "error" && (id == float64(1) || id == float64(5)):
+			refused = m
 		}
 	}
-	if !second {
-		t.Error("a second offer while the first waited was not refused")
+	if answer["id"] == refused["id"] {
+		t.Fatalf("offer %v both answered and refused", answer["id"])
 	}
 	if waited := time.Since(start); waited < 900*time.Millisecond || waited > 3*time.Second {
 		t.Errorf("the answer came after %v, want about a second", waited)
