@@ -8,14 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/pion/datachannel"
 	"github.com/pion/logging"
 	"github.com/pion/sctp"
 	"github.com/pion/sdp/v3"
 
-	"github.com/petrel-sfu/petrel/rtc/lean"
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
 
@@ -44,18 +42,17 @@ type dataSide struct {
 	assoc      *sctp.Association
 }
 
-// dataQueue is how many DTLS records wait for the SCTP reader: a data
-// channel's bulk transfer arrives in bursts of a window's worth of packets.
+// dataQueue is how many DTLS records wait for a data session's SCTP reader
+// (a media session's DTLS only runs its handshake: lean.HandshakeQueue): a
+// bulk transfer arrives in bursts of a window's worth of packets.
 const dataQueue = 1024
 
 // NewDataSession answers a client's offer for a connection with data
 // channels only. Audio and video sections of the offer are rejected;
 // maxMessage bounds the messages the server accepts (a=max-message-size).
 func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandler) (*Viewer, string, error) {
-	select {
-	case <-s.done:
-		return nil, "", errors.New("egress: server closed")
-	default:
+	if err := s.open(); err != nil {
+		return nil, "", err
 	}
 	o, err := parseOffer(offerSDP)
 	if err != nil {
@@ -73,9 +70,7 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 	if err != nil {
 		return nil, "", err
 	}
-	v.lastCheck.Store(time.Now().UnixNano())
-	v.pc = lean.NewPacketConnSize(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{}, dataQueue)
-	s.add(v)
+	s.serve(v, dataQueue)
 	return v, answer, nil
 }
 
@@ -255,6 +250,3 @@ func (v *Viewer) closeData() {
 		}
 	}
 }
-
-// IsDataSession reports whether v carries data channels rather than media.
-func (v *Viewer) IsDataSession() bool { return v.data != nil }

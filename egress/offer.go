@@ -3,7 +3,6 @@ package egress
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,17 +68,13 @@ func (o *offerer) wasAnswered() bool { return o.hasAnswer.Load() }
 // NewSubscriber makes a session the server offers to. It has no tracks and
 // waits for AddTrack and Offer; h hears about it as about a WHEP viewer.
 func (s *Server) NewSubscriber(h Handler) (*Viewer, error) {
-	select {
-	case <-s.done:
-		return nil, errors.New("egress: server closed")
-	default:
+	if err := s.open(); err != nil {
+		return nil, err
 	}
 	v := &Viewer{s: s, h: h, off: &offerer{pts: map[string]uint8{}, cname: lean.Token(16),
 		sessionID: uint64(randomSSRC())<<16 | uint64(randomSSRC()&0xffff), answered: make(chan struct{})}}
 	v.creds.Store(newCreds(nil))
-	v.lastCheck.Store(time.Now().UnixNano())
-	v.pc = lean.NewPacketConn(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{})
-	s.add(v)
+	s.serve(v, lean.HandshakeQueue)
 	return v, nil
 }
 

@@ -236,6 +236,24 @@ func (s *Server) drop(why, detail string, from netip.AddrPort, n int) {
 	}
 }
 
+// open reports whether the server still takes sessions.
+func (s *Server) open() error {
+	select {
+	case <-s.done:
+		return errors.New("egress: server closed")
+	default:
+		return nil
+	}
+}
+
+// serve starts v's consent clock, gives it the adapter its DTLS connection
+// reads from (queue records long) and lets its ICE checks reach it.
+func (s *Server) serve(v *Viewer, queue int) {
+	v.lastCheck.Store(time.Now().UnixNano())
+	v.pc = lean.NewPacketConnSize(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{}, queue)
+	s.add(v)
+}
+
 func (s *Server) add(v *Viewer) {
 	s.addUfrag(v, v.creds.Load().ufrag)
 	s.viewers.Add(1)

@@ -102,10 +102,8 @@ const srtpOverhead = 32
 // NewViewer answers a WHEP offer for tracks. The viewer is served once the
 // answer reaches the client; h hears about it.
 func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer, string, error) {
-	select {
-	case <-s.done:
-		return nil, "", errors.New("egress: server closed")
-	default:
+	if err := s.open(); err != nil {
+		return nil, "", err
 	}
 	o, err := parseOffer(offerSDP)
 	if err != nil {
@@ -120,9 +118,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 		return nil, "", err
 	}
 	v.Senders = senders
-	v.lastCheck.Store(time.Now().UnixNano())
-	v.pc = lean.NewPacketConn(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{})
-	s.add(v)
+	s.serve(v, lean.HandshakeQueue)
 	return v, answer, nil
 }
 

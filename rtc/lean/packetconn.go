@@ -24,10 +24,14 @@ type PacketConn struct {
 	remote net.Addr
 }
 
-// NewPacketConn returns an adapter that writes with write. A handshake is a
-// few flights; queue records beyond 16 are a flood and are dropped.
+// HandshakeQueue is how many records NewPacketConn queues: a handshake is a
+// few flights, and records beyond these are a flood and are dropped.
+const HandshakeQueue = 16
+
+// NewPacketConn returns an adapter that writes with write, for a DTLS
+// connection that only runs its handshake.
 func NewPacketConn(write func([]byte) (int, error), local, remote net.Addr) *PacketConn {
-	return NewPacketConnSize(write, local, remote, 16)
+	return NewPacketConnSize(write, local, remote, HandshakeQueue)
 }
 
 // NewPacketConnSize is NewPacketConn with a queue of n records, for a DTLS
