@@ -136,10 +136,8 @@ func dcAnswer(c PeerConfig) (Result, error) {
 	}
 	defer closeWithin(pc, 5*time.Second)
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-		deliver := m.bulk
-		if dc.Label() == "probe" {
-			deliver = func(n int, b []byte) { m.probe(b[:n]) }
-		} else if dc.Label() != "bulk" {
+		deliver := m.channel(dc.Label())
+		if deliver == nil {
 			return
 		}
 		if !v.detach {

@@ -32,12 +32,8 @@ func (leanMeter) OnRTCP(_ []rtcp.Packet) {}
 func (leanMeter) OnClose(_ string)       {}
 
 func (l leanMeter) OnDataChannel(dc *datachannel.DataChannel) {
-	deliver := l.m.bulk
-	switch dc.Config.Label {
-	case "probe":
-		deliver = func(n int, b []byte) { l.m.probe(b[:n]) }
-	case "bulk":
-	default:
+	deliver := l.m.channel(dc.Config.Label)
+	if deliver == nil {
 		return
 	}
 	go func() {

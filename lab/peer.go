@@ -90,6 +90,18 @@ func (m *meter) bulk(n int, _ []byte) {
 	m.mu.Unlock()
 }
 
+// channel is how the receiver takes the messages of the sender's channel
+// label ("bulk" or "probe"); nil for any other channel.
+func (m *meter) channel(label string) func(n int, b []byte) {
+	switch label {
+	case "bulk":
+		return m.bulk
+	case "probe":
+		return func(n int, b []byte) { m.probe(b[:n]) }
+	}
+	return nil
+}
+
 func (m *meter) probe(b []byte) {
 	if len(b) < 16 {
 		return
