@@ -229,7 +229,9 @@ func (p *Participant) HandleOffer(sdp string) (string, error) {
 		p.mu.Unlock()
 		return "", protocol.Errorf(protocol.CodeBadRequest, "the first publisher offer is still being answered")
 	}
-	p.choosing = choose
+	if choose {
+		p.choosing = true // until choosePublisherSide returns
+	}
 	p.mu.Unlock()
 	if choose {
 		var answer string
