@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -56,10 +57,7 @@ func (p *Participant) allocate() {
 	}
 	subs := p.subscriptions()
 	p.mu.Lock()
-	pinned := map[string]bool{}
-	for _, sid := range p.pinned {
-		pinned[sid] = true
-	}
+	pinned := p.pinned // Pin replaces the slice, never writes into it
 	p.mu.Unlock()
 	budget := p.bwe.Estimate()
 	if c := p.maxBitrate.Load(); c > 0 && c < int64(budget) {
@@ -81,16 +79,13 @@ func (p *Participant) allocate() {
 	if len(video) == 0 {
 		return
 	}
-	rank := map[string]int{}
-	for i, q := range p.room.ranked() {
-		rank[q.sid] = i
-	}
+	rank := p.room.currentRanking()
 	sort.SliceStable(video, func(i, j int) bool {
 		a, b := video[i].pub.owner.sid, video[j].pub.owner.sid
-		if pinned[a] != pinned[b] {
-			return pinned[a]
+		if pa, pb := slices.Contains(pinned, a), slices.Contains(pinned, b); pa != pb {
+			return pa
 		}
-		return rank[a] < rank[b]
+		return rank.of(a) < rank.of(b)
 	})
 	shortfall, proving := 0, 0
 	var probeVia *DownTrack

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -252,6 +253,49 @@ func TestSwitchUpBeyondTheKnownCapacityWaitsForAProbe(t *testing.T) {
 	} {
 		if got := proven(s.need, s.capacity, s.acked); got != s.want {
 			t.Errorf("%s: proven(%d, %d, %d) = %v, want %v", s.why, s.need, s.capacity, s.acked, got, s.want)
+		}
+	}
+}
+
+// BenchmarkSelectionRound is one selection round's Last-N and one allocation
+// per receiver in a room of 10 publishers and 90 receivers, each receiving
+// every publisher's simulcast video: work that runs a few times a second for
+// everyone in the room, so its cost must not grow with the room squared.
+func BenchmarkSelectionRound(b *testing.B) {
+	room := &Room{participants: map[string]*Participant{}, lastSpoke: map[string]time.Time{}, speakers: NewSpeakers(), lastN: 5}
+	var pubs []*Publication
+	for i := range 100 {
+		p := &Participant{sid: fmt.Sprintf("PA_%03d", i), room: room, joinedAt: time.Now(), subs: map[string]*DownTrack{}, bwe: bwe.New(2_000_000, 0, 0)}
+		p.lastN = -1
+		room.participants[p.sid] = p
+		if i < 10 {
+			pub := &Publication{sid: "TR_" + p.sid, owner: p, kind: webrtc.RTPCodecTypeVideo, cacheSize: 64}
+			empty := []*DownTrack{}
+			pub.downs.Store(&empty)
+			for j, rate := range []int64{100_000, 300_000, 900_000} {
+				l := &layer{index: int8(j), pub: pub, src: &nopSource{}, cache: NewPacketCache(64)}
+				l.bps.Store(rate)
+				l.lastRecv.Store(now())
+				pub.layers[j].Store(l)
+			}
+			pubs = append(pubs, pub)
+		}
+	}
+	for _, p := range room.participants {
+		for _, pub := range pubs {
+			if pub.owner != p {
+				d := newDownTrack(pub, p)
+				d.twccID = 5
+				d.bound.Store(true)
+				p.subs[pub.sid] = d
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		room.applyLastN(false)
+		for _, p := range room.participants {
+			p.allocate()
 		}
 	}
 }

@@ -61,9 +61,24 @@ func (r *Room) measureLayers() {
 	}
 }
 
-// ranked lists the room's participants by how recently they were the dominant
-// speaker (the current one first), then by join time.
-func (r *Room) ranked() []*Participant {
+// ranking is the room's speaker order at one moment: the participants by how
+// recently they were the dominant speaker (the current one first), then by
+// join time, and each one's place in that order.
+type ranking struct {
+	order []*Participant
+	place map[string]int
+}
+
+// of is sid's place in the order; one not in it comes after everyone.
+func (k *ranking) of(sid string) int {
+	if i, ok := k.place[sid]; ok {
+		return i
+	}
+	return len(k.order)
+}
+
+// ranked computes the speaker order and keeps it for currentRanking.
+func (r *Room) ranked() *ranking {
 	ps := r.Participants()
 	r.mu.RLock()
 	spoke := make(map[string]time.Time, len(r.lastSpoke))
@@ -83,30 +98,49 @@ func (r *Room) ranked() []*Participant {
 		}
 		return a.joinedAt.Before(b.joinedAt)
 	})
-	return ps
+	k := &ranking{order: ps, place: make(map[string]int, len(ps))}
+	for i, q := range ps {
+		k.place[q.sid] = i
+	}
+	r.rank.Store(k)
+	return k
+}
+
+// currentRanking is the order of the last selection round (at most
+// decisionInterval old): each receiver's allocation, a few times a second
+// each, orders its subscriptions by it without sorting the room again.
+func (r *Room) currentRanking() *ranking {
+	if k := r.rank.Load(); k != nil {
+		return k
+	}
+	return r.ranked()
 }
 
 // applyLastN pauses or resumes each receiver's video subscriptions. Keyframes
 // for video that resumes are requested once per publication, not once per
-// receiver.
+// receiver. It runs every selection round for every receiver, so the set of
+// publishers a receiver gets and its list of subscriptions are reused from
+// one receiver to the next.
 func (r *Room) applyLastN(speakerChanged bool) {
-	order := r.ranked()
+	order := r.ranked().order
 	resumed := map[*Publication]bool{}
+	allowed := map[string]bool{}
+	var subs []*DownTrack
 	for _, p := range r.all() {
 		n := p.effectiveLastN()
 		p.mu.Lock()
 		pinned := p.pinned
-		p.mu.Unlock()
-		var subs []*DownTrack
-		for _, d := range p.subscriptions() {
+		subs = subs[:0]
+		for _, d := range p.subs {
 			if d.pub.kind == webrtc.RTPCodecTypeVideo {
 				subs = append(subs, d)
 			}
 		}
+		p.mu.Unlock()
 		if len(subs) == 0 {
 			continue
 		}
-		allowed := map[string]bool{}
+		clear(allowed)
 		for _, sid := range pinned {
 			allowed[sid] = true
 		}
@@ -136,6 +170,7 @@ func (r *Room) applyLastN(speakerChanged bool) {
 			}
 		}
 	}
+	clear(subs) // no subscription stays reachable from here
 	for t := range resumed {
 		t.switchKeyframe()
 	}

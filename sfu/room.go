@@ -3,6 +3,7 @@ package sfu
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/petrel-sfu/petrel/metrics"
@@ -30,8 +31,11 @@ type Room struct {
 	dominant  string
 	lastSpoke map[string]time.Time
 	lastN     int
-	done      chan struct{}
-	doneOnce  sync.Once
+	// rank is the speaker order of the last selection round (ranked), for
+	// the receivers' bandwidth allocation between rounds.
+	rank     atomic.Pointer[ranking]
+	done     chan struct{}
+	doneOnce sync.Once
 }
 
 // stop ends the room's background work.
