@@ -1,23 +1,24 @@
 package lean
 
 import (
+	"errors"
+	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/transport/v4/deadline"
+	"github.com/pion/transport/v5/packetio"
 )
 
 // PacketConn is the net.PacketConn a pion/dtls handshake runs over when
 // another goroutine owns the UDP socket: that goroutine demultiplexes by
 // first byte (RFC 7983) and hands DTLS records over with Push; writes go
 // straight out of the shared socket to the one remote address.
+// Records wait in a packetio.Buffer: it starts at 2 KB and grows with what is
+// queued, so an idle connection holds little and a record costs no
+// allocation of its own.
 type PacketConn struct {
-	in     chan []byte
-	rdl    *deadline.Deadline
-	closed chan struct{}
-	once   sync.Once
+	in     *packetio.Buffer
 	muted  atomic.Bool
 	write  func([]byte) (int, error)
 	local  net.Addr
@@ -37,45 +38,36 @@ func NewPacketConn(write func([]byte) (int, error), local, remote net.Addr) *Pac
 // NewPacketConnSize is NewPacketConn with a queue of n records, for a DTLS
 // connection that carries data after its handshake.
 func NewPacketConnSize(write func([]byte) (int, error), local, remote net.Addr, n int) *PacketConn {
-	return &PacketConn{in: make(chan []byte, n), rdl: deadline.New(), closed: make(chan struct{}),
-		write: write, local: local, remote: remote}
+	in := packetio.NewBuffer()
+	in.SetLimitCount(n)
+	return &PacketConn{in: in, write: write, local: local, remote: remote}
 }
 
 // Push hands a DTLS record over (copied: b belongs to the caller's read
 // buffer). It never blocks; it reports false if the record was dropped.
 func (c *PacketConn) Push(b []byte) bool {
-	select {
-	case c.in <- append([]byte(nil), b...):
-		return true
-	default: // a handshake retransmits; a full queue is a flood
-		return false
-	}
+	// A full queue is a flood (a handshake retransmits; SCTP resends).
+	_, err := c.in.Write(b, nil)
+	return err == nil
 }
 
 // Shutdown releases a blocked ReadFrom for good: the DTLS connection's Close
 // waits for its reader, so the owner calls Shutdown before Close.
-func (c *PacketConn) Shutdown() { c.once.Do(func() { close(c.closed) }) }
+func (c *PacketConn) Shutdown() { c.in.Close() }
 
+// ReadFrom returns a timeout error at the read deadline: the DTLS connection
+// interrupts its reader this way (a failed handshake, a cancelled context)
+// and waits for it to return.
 func (c *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	select {
-	case pkt := <-c.in:
-		return copy(b, pkt), c.remote, nil
-	case <-c.closed:
+	n, _, err := c.in.Read(b, nil)
+	if errors.Is(err, io.EOF) {
 		return 0, nil, net.ErrClosed
-	case <-c.rdl.Done():
-		// The DTLS connection interrupts its reader this way (a failed
-		// handshake, a cancelled context) and waits for it to return.
-		return 0, nil, errDeadline
 	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, c.remote, nil
 }
-
-type deadlineError struct{}
-
-func (deadlineError) Error() string   { return "lean: DTLS read deadline exceeded" }
-func (deadlineError) Timeout() bool   { return true }
-func (deadlineError) Temporary() bool { return true }
-
-var errDeadline net.Error = deadlineError{}
 
 // Mute makes writes succeed without sending: a DTLS connection whose keys
 // are in use elsewhere can then be closed without telling the peer.
@@ -91,6 +83,6 @@ func (c *PacketConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 
 func (c *PacketConn) Close() error                      { return nil } // the owner owns the socket
 func (c *PacketConn) LocalAddr() net.Addr               { return c.local }
-func (c *PacketConn) SetDeadline(t time.Time) error     { c.rdl.Set(t); return nil }
-func (c *PacketConn) SetReadDeadline(t time.Time) error { c.rdl.Set(t); return nil }
+func (c *PacketConn) SetDeadline(t time.Time) error     { return c.in.SetReadDeadline(t) }
+func (c *PacketConn) SetReadDeadline(t time.Time) error { return c.in.SetReadDeadline(t) }
 func (c *PacketConn) SetWriteDeadline(time.Time) error  { return nil }
