@@ -5,7 +5,8 @@
 // and AIMD rate control) capped by a loss-based one.
 //
 // OnSent is called for every packet sent and must stay cheap: it writes one slot
-// of a ring without locks. Feedback and the estimate take a mutex; they run a few
+// of a ring without locks (and, while the ring is still growing, reads the
+// slot's previous record first). Feedback and the estimate take a mutex; they run a few
 // times a second.
 package bwe
 
@@ -19,10 +20,14 @@ import (
 )
 
 const (
-	// ringSize packets are remembered for feedback: over a second at 3000
-	// packets/s, while feedback comes every 100 ms. One entry is 8 bytes, so the
-	// ring is 32 KiB per subscriber (it was 192 KiB, a quarter of a viewer's RSS).
-	ringSize = 1 << 12
+	// Sent packets are remembered for feedback for ringHorizon, while feedback
+	// comes every 100 ms: the ring starts at ringMin entries (8 bytes each) and
+	// doubles, up to ringMax (over a second at 3000 packets/s, 32 KiB), when a
+	// packet would overwrite one sent less than ringHorizon ago. An audience
+	// member receiving a few hundred packets a second keeps 4 KiB.
+	ringMin     = 1 << 9
+	ringMax     = 1 << 12
+	ringHorizon = time.Second
 
 	burstInterval  = 5 * time.Millisecond   // packets sent this close form one group
 	maxBurst       = 100 * time.Millisecond // a burst of arrivals spans at most this
@@ -71,8 +76,9 @@ func unpackSent(v uint64, now int64) (seq1 uint32, size int, at int64) {
 
 // Estimator is the bandwidth estimate toward one receiver.
 type Estimator struct {
-	ring [ringSize]sent
-	next atomic.Uint32 // next transport-wide sequence number
+	ring   atomic.Pointer[ring]
+	growMu sync.Mutex
+	next   atomic.Uint32 // next transport-wide sequence number
 
 	mu       sync.Mutex
 	min, max int
@@ -102,6 +108,16 @@ type Estimator struct {
 	lastLoss time.Time
 }
 
+// ring is the sent records, indexed by sequence number modulo its size.
+type ring struct {
+	slots []sent
+	mask  int
+}
+
+func newRing(n int) *ring { return &ring{slots: make([]sent, n), mask: n - 1} }
+
+func (r *ring) slot(seq uint16) *sent { return &r.slots[int(seq)&r.mask] }
+
 const (
 	stateHold = iota
 	stateIncrease
@@ -125,7 +141,9 @@ func New(initial, min, max int) *Estimator {
 	if max <= 0 {
 		max = defaultMax
 	}
-	return &Estimator{min: min, max: max, delay: float64(initial), loss: float64(max), threshold: initThreshold, state: stateIncrease}
+	e := &Estimator{min: min, max: max, delay: float64(initial), loss: float64(max), threshold: initThreshold, state: stateIncrease}
+	e.ring.Store(newRing(ringMin))
+	return e
 }
 
 // NextSeq allocates the transport-wide sequence number of a packet about to be
@@ -134,7 +152,36 @@ func (e *Estimator) NextSeq() uint16 { return uint16(e.next.Add(1) - 1) }
 
 // OnSent records a packet's send time (monotonic ns) and size in bytes.
 func (e *Estimator) OnSent(seq uint16, at int64, size int) {
-	e.ring[int(seq)&(ringSize-1)].v.Store(packSent(seq, at, size))
+	r := e.ring.Load()
+	s := r.slot(seq)
+	if len(r.slots) < ringMax {
+		if old := s.v.Load(); old != 0 {
+			if _, _, prev := unpackSent(old, at); at-prev < int64(ringHorizon) {
+				r = e.grow(r)
+				s = r.slot(seq)
+			}
+		}
+	}
+	s.v.Store(packSent(seq, at, size))
+}
+
+// grow replaces r with a ring twice its size holding its records. A record
+// written into r meanwhile by another sender may be lost: feedback about that
+// packet is then ignored, as about any packet not remembered.
+func (e *Estimator) grow(r *ring) *ring {
+	e.growMu.Lock()
+	defer e.growMu.Unlock()
+	if cur := e.ring.Load(); cur != r {
+		return cur
+	}
+	n := newRing(2 * len(r.slots))
+	for i := range r.slots {
+		if v := r.slots[i].v.Load(); v != 0 {
+			n.slot(uint16(v&(1<<17-1) - 1)).v.Store(v)
+		}
+	}
+	e.ring.Store(n)
+	return n
 }
 
 // Estimate is the current estimate in bits per second.
@@ -176,8 +223,9 @@ func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
 	arrive := ref
 	seq := fb.BaseSequenceNumber
 	deltas := fb.RecvDeltas
+	r := e.ring.Load()
 	status := func(sym uint16) {
-		seq1, size, sentAt := unpackSent(e.ring[int(seq)&(ringSize-1)].v.Load(), now)
+		seq1, size, sentAt := unpackSent(r.slot(seq).v.Load(), now)
 		known := seq1 == uint32(seq)+1
 		switch sym {
 		case rtcp.TypeTCCPacketReceivedSmallDelta, rtcp.TypeTCCPacketReceivedLargeDelta:

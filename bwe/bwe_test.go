@@ -253,3 +253,52 @@ func TestCapacityIsLearntAtDecreases(t *testing.T) {
 		t.Fatalf("capacity %d bps learnt on a 300 kbit/s link", c)
 	}
 }
+
+// TestRingGrowsWithTheRate: the sent records cover a second at the rate sent,
+// not at the highest rate anyone could send: a few hundred packets a second
+// keep the smallest ring, 3000 a second grow it to its largest, and feedback
+// about packets sent just before a growth is still matched to them.
+func TestRingGrowsWithTheRate(t *testing.T) {
+	send := func(e *Estimator, pps int, d time.Duration, start time.Duration) (time.Duration, []rx) {
+		var sent []rx
+		step := time.Second / time.Duration(pps)
+		at := start
+		for ; at < start+d; at += step {
+			seq := e.NextSeq()
+			e.OnSent(seq, int64(at), 1200)
+			sent = append(sent, rx{seq: seq, ok: true, arrive: at + 20*time.Millisecond})
+		}
+		return at, sent
+	}
+	slow := New(0, 0, 0)
+	send(slow, 400, 3*time.Second, time.Second)
+	if n := len(slow.ring.Load().slots); n != ringMin {
+		t.Fatalf("400 packets/s: ring of %d, want %d", n, ringMin)
+	}
+	fast := New(0, 0, 0)
+	end, sent := send(fast, 3000, 2*time.Second, time.Second)
+	if n := len(fast.ring.Load().slots); n != ringMax {
+		t.Fatalf("3000 packets/s: ring of %d, want %d", n, ringMax)
+	}
+	// The last 300 ms, reported after the growth: all of it is known.
+	recent := sent[len(sent)-900:]
+	for i := 0; i < len(recent); i += 100 {
+		fast.OnFeedback(feedback(recent[i:i+100], uint8(i/100)), int64(end+30*time.Millisecond))
+	}
+	if got := fast.Received(); got < 20_000_000 {
+		t.Fatalf("acknowledged %d bit/s of a 28.8 Mbit/s stream", got)
+	}
+	// Growth keeps the records already there: every packet sent at 1000
+	// packets/s across the doubling from 512 to 1024 is still remembered.
+	mid := New(0, 0, 0)
+	end, sent = send(mid, 1000, 700*time.Millisecond, time.Second)
+	r := mid.ring.Load()
+	if len(r.slots) != 1024 {
+		t.Fatalf("1000 packets/s for 0.7 s: ring of %d, want 1024", len(r.slots))
+	}
+	for _, p := range sent {
+		if seq1, _, _ := unpackSent(r.slot(p.seq).v.Load(), int64(end)); seq1 != uint32(p.seq)+1 {
+			t.Fatalf("packet %d forgotten across the growth", p.seq)
+		}
+	}
+}
