@@ -17,6 +17,7 @@ const clkTck = 100 // USER_HZ on Linux
 type ProcSample struct {
 	At  time.Time
 	CPU time.Duration // utime + stime
+	Sys time.Duration // stime: in the kernel (system calls, and the network stack's work done in them)
 	RSS int64         // bytes
 }
 
@@ -47,6 +48,7 @@ func ReadProc(pid int) (ProcSample, error) {
 		return s, err
 	}
 	s.CPU = time.Duration(ut+st) * time.Second / clkTck
+	s.Sys = time.Duration(st) * time.Second / clkTck
 	s.RSS = rss * int64(os.Getpagesize())
 	return s, nil
 }
@@ -58,6 +60,15 @@ func CPUPercent(a, b ProcSample) float64 {
 		return 0
 	}
 	return 100 * float64(b.CPU-a.CPU) / float64(el)
+}
+
+// SysPercent is the part of CPUPercent spent in the kernel.
+func SysPercent(a, b ProcSample) float64 {
+	el := b.At.Sub(a.At)
+	if el <= 0 {
+		return 0
+	}
+	return 100 * float64(b.Sys-a.Sys) / float64(el)
 }
 
 // ProcThreads is the number of threads of pid (Janus's thread-per-handle mode

@@ -54,7 +54,7 @@ func SummaryTable(res *Result) string {
 	row("one-way delay, whole run, p50 / p99 / max (ms)", "%.2f / %.2f / %.2f", s.DelayAllMs.P50, s.DelayAllMs.P99, s.DelayAllMs.Max)
 	if c.TargetPID > 0 {
 		row("target CPU (% of a core) / RSS (MiB)", "%.1f / %.1f", s.TargetCPU, s.TargetRSSMiB)
-		row("target CPU-µs per received packet", "%.2f", s.TargetCPUusPerPkt)
+		row("target CPU-µs per received packet (of which in the kernel)", "%.2f (%.2f)", s.TargetCPUusPerPkt, s.TargetSysUsPerPkt)
 	}
 	row("generator CPU (% of a core) / RSS (MiB)", "%.1f / %.1f", s.SelfCPU, s.SelfRSSMiB)
 	row("generator CPU-µs per received packet", "%.2f", s.SelfCPUusPerPkt)

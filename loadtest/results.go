@@ -22,6 +22,7 @@ type Sample struct {
 	NACKsRecv    uint64  `json:"nacksReceived"`
 	PLIsRecv     uint64  `json:"plisReceived"`
 	TargetCPU    float64 `json:"targetCpu"` // % of one core
+	TargetSys    float64 `json:"targetSys"` // of which in the kernel
 	TargetRSSMiB float64 `json:"targetRssMiB"`
 	SelfCPU      float64 `json:"selfCpu"`
 	SelfRSSMiB   float64 `json:"selfRssMiB"`
@@ -53,6 +54,8 @@ type Summary struct {
 	TargetRSSStartMiB float64                `json:"targetRssStartMiB"` // before the first peer
 	TargetThreads     int                    `json:"targetThreads"`     // most threads of the target seen
 	TargetCPUusPerPkt float64                `json:"targetCpuUsPerReceivedPacket"`
+	TargetSysPct      float64                `json:"targetSysCpuPct"` // the part of TargetCPU in the kernel
+	TargetSysUsPerPkt float64                `json:"targetSysCpuUsPerReceivedPacket"`
 	SelfCPU           float64                `json:"selfCpuPct"`
 	SelfRSSMiB        float64                `json:"selfRssMiB"`
 	SelfCPUusPerPkt   float64                `json:"selfCpuUsPerReceivedPacket"`
@@ -127,6 +130,7 @@ func (r *Runner) sample(ctx context.Context) {
 			}
 			if t1, err := ReadProc(r.cfg.TargetPID); err == nil {
 				s.TargetCPU, s.TargetRSSMiB = CPUPercent(tgt0, t1), float64(t1.RSS)/(1<<20)
+				s.TargetSys = SysPercent(tgt0, t1)
 				tgt0 = t1
 			}
 		}
@@ -228,6 +232,7 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 		sm.PPS += s.PPS
 		sm.KbpsPerPeer += s.Kbps
 		sm.TargetCPU += s.TargetCPU
+		sm.TargetSysPct += s.TargetSys
 		sm.SelfCPU += s.SelfCPU
 		sm.TargetRSSMiB = max(sm.TargetRSSMiB, s.TargetRSSMiB)
 		selfMax = max(selfMax, s.SelfRSSMiB)
@@ -236,6 +241,7 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 		sm.WindowS = float64(n)
 		sm.PPS /= float64(n)
 		sm.TargetCPU /= float64(n)
+		sm.TargetSysPct /= float64(n)
 		sm.SelfCPU /= float64(n)
 		sm.KbpsPerPeer /= float64(n)
 		if sm.Receiving > 0 {
@@ -244,6 +250,7 @@ func (r *Runner) result(w0, w1 time.Time, runErr error) *Result {
 		if sm.PPS > 0 {
 			sm.SelfCPUusPerPkt = sm.SelfCPU / 100 * 1e6 / sm.PPS
 			sm.TargetCPUusPerPkt = sm.TargetCPU / 100 * 1e6 / sm.PPS
+			sm.TargetSysUsPerPkt = sm.TargetSysPct / 100 * 1e6 / sm.PPS
 		}
 	}
 	sm.SelfRSSMiB = selfMax
@@ -274,10 +281,12 @@ func (sm *Summary) window(a, b windowMark, target bool) {
 	}
 	if target && b.target.RSS > 0 {
 		sm.TargetCPU = CPUPercent(a.target, b.target)
+		sm.TargetSysPct = SysPercent(a.target, b.target)
 		sm.TargetRSSMiB = float64(b.target.RSS) / (1 << 20)
 	}
 	if sm.PPS > 0 {
 		sm.SelfCPUusPerPkt = sm.SelfCPU / 100 * 1e6 / sm.PPS
 		sm.TargetCPUusPerPkt = sm.TargetCPU / 100 * 1e6 / sm.PPS
+		sm.TargetSysUsPerPkt = sm.TargetSysPct / 100 * 1e6 / sm.PPS
 	}
 }

@@ -265,6 +265,16 @@ func TestReadProc(t *testing.T) {
 	if a.RSS <= 0 || b.CPU <= a.CPU {
 		t.Fatalf("rss %d, cpu %v -> %v (%d)", a.RSS, a.CPU, b.CPU, x)
 	}
+	// Work in the kernel (reading /proc formats it there) shows as stime.
+	for range 20_000 {
+		if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := ReadProc(0)
+	if c.Sys <= b.Sys || c.Sys > c.CPU || c.Sys-b.Sys > c.CPU-b.CPU {
+		t.Fatalf("kernel time %v -> %v of %v -> %v", b.Sys, c.Sys, b.CPU, c.CPU)
+	}
 }
 
 // TestKeyframeOnRequest: a keyframe request makes the source send its next

@@ -336,12 +336,14 @@ func render(all []*run, out string) (string, string) {
 		"the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +
 		"over the steady window, divided by the packets the subscribers received in it (≈ packets forwarded when nothing is lost); " +
+		"the part in brackets is stime, the kernel's share: the system calls, and with them the network stack's work for each packet sent (over the veth pair, " +
+		"the receiving side's too), which every server pays alike; the user-space ratio compares the rest (utime). " +
 		"RSS per peer is (RSS at the end − RSS before the first peer) ÷ receiving peers. Delay is the one-way delay of the synthetic stamps " +
 		"in the steady window (same host clock). Machine: 2 cores, shared with other sessions' builds and browser tests while this ran: read ratios, not absolutes.\n\n")
 	if reps > 1 {
 		fmt.Fprintf(&b, "Everything ran %d times, interleaved; each row is the cleanest of its runs (fewest failed setups, then least loss, then lowest server CPU per packet): the machine was shared, and a disturbed run loses packets and shows a flattering CPU per packet.\n\n", reps)
 	}
-	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
+	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet (kernel) | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	type key struct {
 		scenario string
@@ -361,7 +363,7 @@ func render(all []*run, out string) (string, string) {
 			th = strconv.Itoa(t)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d / %d | %.0f | %.1f | %s | %.3f | %s | %d / %d | %.3f | %.2f / %.2f | %.0f / %.0f | %.1f |\n",
-			r.server, r.scenario, r.n, s.Connected, s.Failed, s.PPS, s.TargetCPU, perPkt(s.TargetCPUusPerPkt, s.PPS), rssPer, th,
+			r.server, r.scenario, r.n, s.Connected, s.Failed, s.PPS, s.TargetCPU, perPktSys(s), rssPer, th,
 			s.NACKsSent, s.NACKsRecv, s.LossPct, s.DelayMs.P50, s.DelayMs.P99, ff.P50, ff.P95, s.SelfCPU)
 		k := key{r.scenario, r.n}
 		if by[k] == nil {
@@ -372,7 +374,7 @@ func render(all []*run, out string) (string, string) {
 	}
 	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
 	b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
-	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n")
 	for _, k := range keys {
 		var prev map[string]*run
 		prevN := 0
@@ -586,6 +588,16 @@ func cmpF(x, y, tol float64) int {
 // would divide by nothing.
 func stalled(pps float64) bool { return pps < 100 }
 
+// perPktSys is the server's CPU per packet with its kernel part, when the
+// results have it (results saved before it was measured do not).
+func perPktSys(s loadtest.Summary) string {
+	v := perPkt(s.TargetCPUusPerPkt, s.PPS)
+	if s.TargetSysUsPerPkt > 0 && !stalled(s.PPS) {
+		v += fmt.Sprintf(" (%.2f)", s.TargetSysUsPerPkt)
+	}
+	return v
+}
+
 func perPkt(v, pps float64) string {
 	if stalled(pps) {
 		return "stalled"
@@ -624,7 +636,11 @@ func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev m
 			marginal = fmt.Sprintf("%.2f (%.0f / %.0f KiB)", mp/mb, mp*1024, mb*1024)
 		}
 	}
-	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
+	user := "–"
+	if ps.TargetSysUsPerPkt > 0 && js.TargetSysUsPerPkt > 0 {
+		user = ratio(ps.TargetCPUusPerPkt-ps.TargetSysUsPerPkt, js.TargetCPUusPerPkt-js.TargetSysUsPerPkt)
+	}
+	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), user, ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
 }
 
 // marginalRSS is what one more receiver costs a server, MiB: the growth of
