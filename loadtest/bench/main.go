@@ -46,7 +46,7 @@ type run struct {
 func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
-	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores)")
+	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores); comma-separated sizes give the marginal RSS ratio, e.g. 3x12,3x27")
 	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room subscribers for room), janus, janus-loops, janus-streaming, janus-streaming-loops")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
@@ -121,10 +121,6 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 			ns_ = append(ns_, n)
 		}
 	}
-	var pubs, subs int
-	if _, err := fmt.Sscanf(roomSpec, "%dx%d", &pubs, &subs); err != nil {
-		log.Fatalf("-room %q: want PxS", roomSpec)
-	}
 	type job struct {
 		scenario string
 		n, p     int
@@ -133,8 +129,17 @@ func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duratio
 	for _, n := range ns_ {
 		jobs = append(jobs, job{"stream", n, 1})
 	}
-	if pubs > 0 {
-		jobs = append(jobs, job{"room", subs, pubs})
+	for _, spec := range strings.Split(roomSpec, ",") {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		var pubs, subs int
+		if _, err := fmt.Sscanf(spec, "%dx%d", &pubs, &subs); err != nil {
+			log.Fatalf("-room %q: want PxS[,PxS...]", roomSpec)
+		}
+		if pubs > 0 {
+			jobs = append(jobs, job{"room", subs, pubs})
+		}
 	}
 	var runs []*run
 	for rep := 1; rep <= max(repeat, 1); rep++ {
