@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/petrel-sfu/petrel/bench/floor"
 	"github.com/petrel-sfu/petrel/loadtest"
 )
 
@@ -81,7 +82,12 @@ func main() {
 		for _, old := range mustGlob(filepath.Join(*out, "*.json")) {
 			_ = os.Remove(old) // a new run replaces the previous results
 		}
+		// The floor before and after the runs: the machine's network stack
+		// costs what it costs today (it has varied by 2× between days).
+		_ = os.Remove(filepath.Join(*out, floorFile))
+		measureFloor(*out)
 		runs = measure(*petrelBin, *servers, *sizes, *roomSpec, *duration, *warmup, *rate, *out, *hold, *repeat)
+		measureFloor(*out)
 	}
 	pv, lg := render(runs, *out)
 	fmt.Println(pv)
@@ -94,6 +100,49 @@ func main() {
 			log.Fatal(err)
 		}
 	}
+}
+
+// floorFile holds the forwarding floors measured around the runs, CPU-ns per
+// packet, one per line.
+const floorFile = "floor.txt"
+
+// measureFloor appends three measurements of the forwarding floor to
+// out/floorFile (bench/floor: one AES-256-GCM protect and one loopback
+// sendto(2) of a 1200-byte packet).
+func measureFloor(out string) {
+	f, err := os.OpenFile(filepath.Join(out, floorFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	for range 3 {
+		r, err := floor.SendTo(200_000)
+		if err != nil {
+			log.Printf("floor: %v", err)
+			return
+		}
+		log.Printf("floor: %.2f µs per packet (%.0f%% delivered)", float64(r.CPUPerPacket.Nanoseconds())/1000, 100*r.Delivered)
+		fmt.Fprintf(f, "%d\n", r.CPUPerPacket.Nanoseconds())
+	}
+}
+
+// readFloor is the median floor of out/floorFile in µs (0: none measured).
+func readFloor(out string) (float64, int) {
+	b, err := os.ReadFile(filepath.Join(out, floorFile))
+	if err != nil {
+		return 0, 0
+	}
+	var v []float64
+	for _, l := range strings.Fields(string(b)) {
+		if ns, err := strconv.ParseFloat(l, 64); err == nil && ns > 0 {
+			v = append(v, ns/1000)
+		}
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	slices.Sort(v)
+	return v[len(v)/2], len(v)
 }
 
 func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold, repeat int) []*run {
@@ -348,6 +397,12 @@ func render(all []*run, out string) (string, string) {
 	if reps > 1 {
 		fmt.Fprintf(&b, "Everything ran %d times, interleaved; each row is the cleanest of its runs (fewest failed setups, then least loss, then lowest server CPU per packet): the machine was shared, and a disturbed run loses packets and shows a flattering CPU per packet.\n\n", reps)
 	}
+	fl, nfl := readFloor(out)
+	if fl > 0 {
+		fmt.Fprintf(&b, "The machine's forwarding floor around these runs (`bench/floor`: one AES-256-GCM SRTP protect and one `sendto(2)` of a 1200-byte packet on loopback "+
+			"to a reading socket, measured %d times before and after them): median **%.2f µs** per packet. The × floor column divides a server's CPU per packet by it "+
+			"(the issue's target for Petrel: within 2×).\n\n", nfl, fl)
+	}
 	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet (kernel) | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	type key struct {
@@ -379,7 +434,7 @@ func render(all []*run, out string) (string, string) {
 	}
 	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
 	b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
-	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | Petrel × floor | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, k := range keys {
 		var prev map[string]*run
 		prevN := 0
@@ -389,7 +444,7 @@ func render(all []*run, out string) (string, string) {
 			}
 		}
 		for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
-			ratioRow(&b, k.scenario, k.n, mode, by[k], prev)
+			ratioRow(&b, k.scenario, k.n, mode, by[k], prev, fl)
 		}
 	}
 	if notes, err := os.ReadFile(filepath.Join(out, "notes.md")); err == nil {
@@ -613,7 +668,7 @@ func perPkt(v, pps float64) string {
 // ratioRow writes the ratios of one Petrel mode against Janus's best mode
 // (lowest CPU per packet) at one size, if both ran. prev holds the runs of
 // the next smaller size of the scenario (nil: none), for the marginal RSS.
-func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev map[string]*run) {
+func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev map[string]*run, floorUs float64) {
 	p := m[mode]
 	var best *run
 	for _, srv := range []string{"janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
@@ -645,7 +700,11 @@ func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev m
 	if ps.TargetSysUsPerPkt > 0 && js.TargetSysUsPerPkt > 0 {
 		user = ratio(ps.TargetCPUusPerPkt-ps.TargetSysUsPerPkt, js.TargetCPUusPerPkt-js.TargetSysUsPerPkt)
 	}
-	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), user, ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
+	xFloor := "–"
+	if floorUs > 0 && !stalled(ps.PPS) {
+		xFloor = fmt.Sprintf("%.1f", ps.TargetCPUusPerPkt/floorUs)
+	}
+	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), user, xFloor, ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
 }
 
 // marginalRSS is what one more receiver costs a server, MiB: the growth of
