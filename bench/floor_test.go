@@ -25,6 +25,8 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/srtp/v3"
 	"golang.org/x/net/ipv4"
+
+	"github.com/petrel-sfu/petrel/bench/floor"
 )
 
 // floorPayload is the payload size that, with a 12-byte header, makes a 1200-byte
@@ -80,23 +82,11 @@ func connectedPair(tb testing.TB) (tx, rx *net.UDPConn) {
 	return tx, rx
 }
 
-// drainer reads and discards everything rx receives, on its own goroutine (the
-// other core), as a subscriber's kernel and application would.
+// drainer is floor.Drain for the length of the benchmark.
 func drainer(tb testing.TB, rx *net.UDPConn) *atomic.Int64 {
-	var n atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 1500)
-		for {
-			if _, err := rx.Read(buf); err != nil {
-				return
-			}
-			n.Add(1)
-		}
-	}()
-	tb.Cleanup(func() { rx.Close(); <-done })
-	return &n
+	got, stop := floor.Drain(rx)
+	tb.Cleanup(stop)
+	return got
 }
 
 // threadCPU is the CPU time of the calling OS thread.

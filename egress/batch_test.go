@@ -105,17 +105,7 @@ func TestBatch(t *testing.T) {
 // packets (one incoming packet fanned out to 50 viewers): compare with
 // bench/'s FloorSendmmsg.
 func BenchmarkQueueRTP(b *testing.B) {
-	s := startServer(b)
-	c := newClient(b)
-	ev := newEvents()
-	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.connect(answer); err != nil {
-		b.Fatal(err)
-	}
-	<-ev.dtls
+	_, c, v := connectedViewer(b)
 	c.mu.Lock()
 	c.rx = nil // the client stops decrypting: the benchmark measures the sender
 	c.mu.Unlock()

@@ -18,17 +18,7 @@ import (
 // (docs/benchmarks.md): cpu-ns/op is the benchmark thread's own CPU time,
 // which load on a shared machine does not inflate.
 func BenchmarkWriteRTP(b *testing.B) {
-	s := startServer(b)
-	c := newClient(b)
-	ev := newEvents()
-	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.connect(answer); err != nil {
-		b.Fatal(err)
-	}
-	<-ev.dtls
+	_, c, v := connectedViewer(b)
 	c.mu.Lock()
 	c.rx = nil // the client stops decrypting: the benchmark measures the sender
 	c.mu.Unlock()
@@ -51,6 +41,23 @@ func BenchmarkWriteRTP(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
+// connectedViewer is a server with one viewer whose client has finished
+// the DTLS handshake.
+func connectedViewer(tb testing.TB) (*Server, *client, *Viewer) {
+	s := startServer(tb)
+	c := newClient(tb)
+	ev := newEvents()
+	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.connect(answer); err != nil {
+		tb.Fatal(err)
+	}
+	<-ev.dtls
+	return s, c, v
+}
+
 // threadCPU is the CPU time of the calling OS thread (RUSAGE_THREAD).
 func threadCPU() time.Duration {
 	var ru syscall.Rusage
@@ -65,17 +72,7 @@ func threadCPU() time.Duration {
 // find the viewer, check the message integrity, answer with a signed success
 // response and sendto(2) it.
 func BenchmarkBinding(b *testing.B) {
-	s := startServer(b)
-	c := newClient(b)
-	ev := newEvents()
-	_, answer, err := s.NewViewer(c.offer(), testTracks, ev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.connect(answer); err != nil {
-		b.Fatal(err)
-	}
-	<-ev.dtls
+	s, c, _ := connectedViewer(b)
 	m, err := stun.Build(stun.BindingRequest, stun.TransactionID, stun.NewUsername(c.sufrag+":"+c.ufrag),
 		stun.RawAttribute{Type: stun.AttrICEControlling, Value: make([]byte, 8)},
 		stun.RawAttribute{Type: stun.AttrPriority, Value: []byte{0x6e, 0, 0, 1}},

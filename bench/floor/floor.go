@@ -53,19 +53,8 @@ func SendTo(n int) (Result, error) {
 	defer tx.Close()
 	_ = rx.SetReadBuffer(4 << 20)
 	_ = tx.SetWriteBuffer(4 << 20)
-	var got atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 1500)
-		for {
-			if _, err := rx.Read(buf); err != nil {
-				return
-			}
-			got.Add(1)
-		}
-	}()
-	defer func() { rx.Close(); <-done }()
+	got, stop := Drain(rx)
+	defer stop()
 
 	to := rx.LocalAddr().(*net.UDPAddr)
 	h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd}
@@ -91,6 +80,25 @@ func SendTo(n int) (Result, error) {
 	cpu := threadCPU() - start
 	time.Sleep(10 * time.Millisecond)
 	return Result{CPUPerPacket: cpu / time.Duration(max(n, 1)), Delivered: float64(got.Load()) / float64(max(n, 1))}, nil
+}
+
+// Drain reads and discards everything rx receives, on its own goroutine (the
+// other core), as a subscriber's kernel and application would, and counts the
+// datagrams. stop closes rx and waits for the goroutine.
+func Drain(rx *net.UDPConn) (got *atomic.Int64, stop func()) {
+	got = new(atomic.Int64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			if _, err := rx.Read(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	return got, func() { rx.Close(); <-done }
 }
 
 // threadCPU is the CPU time of the calling OS thread.
