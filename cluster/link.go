@@ -22,7 +22,9 @@ type Link struct {
 	pc          *webrtc.PeerConnection
 	log         *slog.Logger
 
-	ctl, media *webrtc.DataChannel
+	// The two channels, set by attach as they arrive (each on its own
+	// goroutine) and read by the channels' open handlers and the senders.
+	ctl, media atomic.Pointer[webrtc.DataChannel]
 	up         chan struct{} // closed when both channels are open
 	upOnce     sync.Once
 	closed     chan struct{}
@@ -70,11 +72,11 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 	size := 2048
 	switch dc.Label() {
 	case "ctl":
-		l.ctl = dc
+		l.ctl.Store(dc)
 		onMsg = l.onCtl
 		size = maxCtlMsg
 	case "media":
-		l.media = dc
+		l.media.Store(dc)
 		onMsg = l.im.onMedia
 	default:
 		l.log.Warn("link: unknown data channel", "label", dc.Label())
@@ -97,8 +99,8 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 				onMsg(buf[:n])
 			}
 		}()
-		if l.ctl != nil && l.media != nil && l.ctl.ReadyState() == webrtc.DataChannelStateOpen &&
-			l.media.ReadyState() == webrtc.DataChannelStateOpen {
+		if c, m := l.ctl.Load(), l.media.Load(); c != nil && m != nil && c.ReadyState() == webrtc.DataChannelStateOpen &&
+			m.ReadyState() == webrtc.DataChannelStateOpen {
 			l.upOnce.Do(func() {
 				close(l.up)
 				l.log.Info("node link up")
@@ -144,7 +146,7 @@ func (l *Link) writeLoop() {
 		case <-l.closed:
 			return
 		case b := <-l.sendq:
-			if err := l.ctl.SendText(string(b)); err != nil {
+			if err := l.ctl.Load().SendText(string(b)); err != nil {
 				l.close("ctl send: " + err.Error())
 				return
 			}
@@ -154,7 +156,7 @@ func (l *Link) writeLoop() {
 
 // sendMedia writes one media frame; it never blocks.
 func (l *Link) sendMedia(b []byte) bool {
-	m := l.media
+	m := l.media.Load()
 	if m == nil || m.BufferedAmount() > maxMediaBuffered {
 		l.stats.dropped.Add(1)
 		return false
