@@ -20,3 +20,14 @@ func TestSendTo(t *testing.T) {
 		t.Fatalf("%.0f%% delivered", 100*r.Delivered)
 	}
 }
+
+// TestReceive: every packet is read and decrypted, at a plausible cost.
+func TestReceive(t *testing.T) {
+	r, err := Receive(5_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CPUPerPacket < 100*time.Nanosecond || r.CPUPerPacket > time.Millisecond {
+		t.Fatalf("%v CPU per packet", r.CPUPerPacket)
+	}
+}

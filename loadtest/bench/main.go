@@ -102,13 +102,14 @@ func main() {
 	}
 }
 
-// floorFile holds the forwarding floors measured around the runs, CPU-ns per
-// packet, one per line.
+// floorFile holds the floors measured around the runs, CPU-ns per packet,
+// one per line: "send N" (a server's forwarding floor) or "recv N" (the
+// generator's receive floor).
 const floorFile = "floor.txt"
 
-// measureFloor appends three measurements of the forwarding floor to
-// out/floorFile (bench/floor: one AES-256-GCM protect and one loopback
-// sendto(2) of a 1200-byte packet).
+// measureFloor appends three measurements of each floor to out/floorFile
+// (bench/floor: one AES-256-GCM protect and one loopback sendto(2) of a
+// 1200-byte packet; one recv(2) and one unprotect).
 func measureFloor(out string) {
 	f, err := os.OpenFile(filepath.Join(out, floorFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -116,25 +117,39 @@ func measureFloor(out string) {
 	}
 	defer f.Close()
 	for range 3 {
-		r, err := floor.SendTo(200_000)
+		s, err := floor.SendTo(200_000)
 		if err != nil {
 			log.Printf("floor: %v", err)
 			return
 		}
-		log.Printf("floor: %.2f µs per packet (%.0f%% delivered)", float64(r.CPUPerPacket.Nanoseconds())/1000, 100*r.Delivered)
-		fmt.Fprintf(f, "%d\n", r.CPUPerPacket.Nanoseconds())
+		r, err := floor.Receive(200_000)
+		if err != nil {
+			log.Printf("floor: %v", err)
+			return
+		}
+		log.Printf("floor: send %.2f µs, receive %.2f µs per packet", float64(s.CPUPerPacket.Nanoseconds())/1000, float64(r.CPUPerPacket.Nanoseconds())/1000)
+		fmt.Fprintf(f, "send %d\nrecv %d\n", s.CPUPerPacket.Nanoseconds(), r.CPUPerPacket.Nanoseconds())
 	}
 }
 
-// readFloor is the median floor of out/floorFile in µs (0: none measured).
-func readFloor(out string) (float64, int) {
+// readFloor is the median of one kind of floor ("send" or "recv") in
+// out/floorFile, µs, and how many there were (0: none measured). A line with
+// no kind is a send floor (results saved before the receive floor was).
+func readFloor(out, kind string) (float64, int) {
 	b, err := os.ReadFile(filepath.Join(out, floorFile))
 	if err != nil {
 		return 0, 0
 	}
 	var v []float64
-	for _, l := range strings.Fields(string(b)) {
-		if ns, err := strconv.ParseFloat(l, 64); err == nil && ns > 0 {
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 1 {
+			f = []string{"send", f[0]}
+		}
+		if len(f) != 2 || f[0] != kind {
+			continue
+		}
+		if ns, err := strconv.ParseFloat(f[1], 64); err == nil && ns > 0 {
 			v = append(v, ns/1000)
 		}
 	}
@@ -397,7 +412,7 @@ func render(all []*run, out string) (string, string) {
 	if reps > 1 {
 		fmt.Fprintf(&b, "Everything ran %d times, interleaved; each row is the cleanest of its runs (fewest failed setups, then least loss, then lowest server CPU per packet): the machine was shared, and a disturbed run loses packets and shows a flattering CPU per packet.\n\n", reps)
 	}
-	fl, nfl := readFloor(out)
+	fl, nfl := readFloor(out, "send")
 	if fl > 0 {
 		fmt.Fprintf(&b, "The machine's forwarding floor around these runs (`bench/floor`: one AES-256-GCM SRTP protect and one `sendto(2)` of a 1200-byte packet on loopback "+
 			"to a reading socket, measured %d times before and after them): median **%.2f µs** per packet. The × floor column divides a server's CPU per packet by it "+
@@ -465,7 +480,13 @@ func render(all []*run, out string) (string, string) {
 		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
 		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` and stream `petrel-lean` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
 		"RSS growth per peer is (RSS at the end − RSS before the run's first peer) ÷ connected peers; the process returns memory to the OS between runs.\n\n")
-	floor, floorDesc := receiveFloor("bench/results/floor.txt")
+	recorded, floorDesc := receiveFloor("bench/results/floor.txt")
+	floor := recorded
+	if rf, n := readFloor(out, "recv"); rf > 0 {
+		floor = rf * 1000
+		floorDesc = fmt.Sprintf("`bench/floor`'s receive floor measured %d times around these runs, median %.0f CPU-ns per packet (UDP receive + SRTP decrypt of 1200 bytes; "+
+			"BenchmarkFloorReceive/AES256GCM in `bench/results/floor.txt`, recorded on another day, gives %.0f)", n, floor, recorded)
+	}
 	if floor > 0 {
 		fmt.Fprintf(&g, "Floor used for the × column: %s.\n\n", floorDesc)
 	}

@@ -48,3 +48,22 @@ func TestRewriteKeepsHandWrittenSubsections(t *testing.T) {
 		t.Fatalf("got\n%q\nwant\n%q", b, want)
 	}
 }
+
+// TestReadFloor: the median of each kind of floor, with lines of no kind (saved
+// before the receive floor was measured) read as send floors.
+func TestReadFloor(t *testing.T) {
+	dir := t.TempDir()
+	if v, n := readFloor(dir, "send"); v != 0 || n != 0 {
+		t.Fatalf("no file: %v %d", v, n)
+	}
+	body := "7000\nsend 9000\nrecv 2000\nsend 8000\nrecv 3000\nrecv 2500\njunk\n"
+	if err := os.WriteFile(filepath.Join(dir, floorFile), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, n := readFloor(dir, "send"); v != 8 || n != 3 {
+		t.Fatalf("send: %v µs of %d", v, n)
+	}
+	if v, n := readFloor(dir, "recv"); v != 2.5 || n != 3 {
+		t.Fatalf("recv: %v µs of %d", v, n)
+	}
+}
