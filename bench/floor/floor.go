@@ -53,22 +53,15 @@ func SendTo(n int) (Result, error) {
 	defer stop()
 
 	to := rx.LocalAddr().(*net.UDPAddr)
-	h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd}
-	payload := make([]byte, 1200-12)
-	plain := make([]byte, 0, 1500)
-	dst := make([]byte, 1500)
+	src := newSource(ctx)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start := threadCPU()
 	for i := 0; i < n; i++ {
-		h.SequenceNumber++
-		k, _ := h.MarshalTo(plain[:cap(plain)])
-		plain = append(plain[:k], payload...)
-		out, err := ctx.EncryptRTP(dst, plain, &h)
+		out, err := src.next()
 		if err != nil {
 			return Result{}, err
 		}
-		dst = out[:cap(out)]
 		if _, err := tx.WriteToUDP(out, to); err != nil {
 			return Result{}, err
 		}
@@ -101,10 +94,7 @@ func Receive(n int) (Result, error) {
 	// A lost datagram would block a read for good: give up instead.
 	_ = rx.SetReadDeadline(time.Now().Add(time.Minute))
 	const batch = 256 // about 2.3 KB of buffer each on loopback
-	h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd}
-	payload := make([]byte, 1200-12)
-	plain := make([]byte, 0, 1500)
-	sealed := make([]byte, 1500)
+	src := newSource(enc)
 	buf := make([]byte, 1500)
 	out := make([]byte, 1500)
 	var rh rtp.Header
@@ -114,10 +104,7 @@ func Receive(n int) (Result, error) {
 	for done := 0; done < n; {
 		k := min(batch, n-done)
 		for i := 0; i < k; i++ {
-			h.SequenceNumber++
-			m, _ := h.MarshalTo(plain[:cap(plain)])
-			plain = append(plain[:m], payload...)
-			b, err := enc.EncryptRTP(sealed, plain, &h)
+			b, err := src.next()
 			if err != nil {
 				return Result{}, err
 			}
@@ -139,6 +126,34 @@ func Receive(n int) (Result, error) {
 		done += k
 	}
 	return Result{CPUPerPacket: cpu / time.Duration(max(n, 1)), Delivered: 1}, nil
+}
+
+// source makes the floor's packets: 1200-byte RTP packets, SRTP-protected
+// into one reused buffer.
+type source struct {
+	ctx     *srtp.Context
+	h       rtp.Header
+	payload []byte
+	plain   []byte
+	sealed  []byte
+}
+
+func newSource(ctx *srtp.Context) *source {
+	return &source{ctx: ctx, h: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 90000, SSRC: 0x1234abcd},
+		payload: make([]byte, 1200-12), plain: make([]byte, 0, 1500), sealed: make([]byte, 1500)}
+}
+
+// next returns the next packet, valid until the next call.
+func (s *source) next() ([]byte, error) {
+	s.h.SequenceNumber++
+	k, _ := s.h.MarshalTo(s.plain[:cap(s.plain)])
+	s.plain = append(s.plain[:k], s.payload...)
+	out, err := s.ctx.EncryptRTP(s.sealed, s.plain, &s.h)
+	if err != nil {
+		return nil, err
+	}
+	s.sealed = out[:cap(out)]
+	return out, nil
 }
 
 // contexts returns a sending and a receiving AES-256-GCM SRTP context with one
