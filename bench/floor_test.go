@@ -18,7 +18,6 @@ import (
 	"net"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,16 +88,6 @@ func drainer(tb testing.TB, rx *net.UDPConn) *atomic.Int64 {
 	return got
 }
 
-// threadCPU is the CPU time of the calling OS thread.
-func threadCPU() time.Duration {
-	const rusageThread = 1 // RUSAGE_THREAD, Linux
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // cpuMeter accumulates the benchmark thread's CPU time while the timer runs.
 type cpuMeter struct {
 	start time.Duration
@@ -113,8 +102,8 @@ func startCPU(b *testing.B) *cpuMeter {
 	return m
 }
 
-func (m *cpuMeter) resume() { m.start = threadCPU() }
-func (m *cpuMeter) pause()  { m.total += threadCPU() - m.start }
+func (m *cpuMeter) resume() { m.start = floor.ThreadCPU() }
+func (m *cpuMeter) pause()  { m.total += floor.ThreadCPU() - m.start }
 
 func (m *cpuMeter) report(b *testing.B) {
 	b.ReportMetric(float64(m.total.Nanoseconds())/float64(b.N), "cpu-ns/op")

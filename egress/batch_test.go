@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bytes"
-	"runtime"
 	"testing"
 
 	"github.com/pion/rtp"
@@ -114,11 +113,7 @@ func BenchmarkQueueRTP(b *testing.B) {
 	bt := NewBatch()
 	b.SetBytes(1200)
 	b.ReportAllocs()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ResetTimer()
-	start := threadCPU()
-	for i := 0; i < b.N; i++ {
+	cpuPerOp(b, func(i int) {
 		h.SequenceNumber++
 		if _, err := v.QueueRTP(bt, &h, payload); err != nil {
 			b.Fatal(err)
@@ -126,9 +121,5 @@ func BenchmarkQueueRTP(b *testing.B) {
 		if i%50 == 49 {
 			bt.Flush()
 		}
-	}
-	bt.Flush()
-	cpu := threadCPU() - start
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}, bt.Flush)
 }

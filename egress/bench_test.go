@@ -3,12 +3,12 @@ package egress
 import (
 	"net"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pion/rtp"
 	"github.com/pion/stun/v4"
+
+	"github.com/petrel-sfu/petrel/bench/floor"
 )
 
 // BenchmarkWriteRTP is the lean egress's whole per-packet cost once a
@@ -26,19 +26,12 @@ func BenchmarkWriteRTP(b *testing.B) {
 	payload := make([]byte, 1188) // 1200-byte packets, as the floor
 	b.SetBytes(1200)
 	b.ReportAllocs()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ResetTimer()
-	start := threadCPU()
-	for i := 0; i < b.N; i++ {
+	cpuPerOp(b, func(int) {
 		h.SequenceNumber++
 		if _, err := v.WriteRTP(&h, payload); err != nil {
 			b.Fatal(err)
 		}
-	}
-	cpu := threadCPU() - start
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}, nil)
 }
 
 // connectedViewer is a server with one viewer whose client has finished
@@ -58,13 +51,23 @@ func connectedViewer(tb testing.TB) (*Server, *client, *Viewer) {
 	return s, c, v
 }
 
-// threadCPU is the CPU time of the calling OS thread (RUSAGE_THREAD).
-func threadCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(1, &ru); err != nil {
-		return 0
+// cpuPerOp runs op b.N times on a locked thread and reports cpu-ns/op: the
+// thread's own CPU time per op, which load on a shared machine does not
+// inflate. done runs after the last op, on the clock (a final flush).
+func cpuPerOp(b *testing.B, op func(i int), done func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ResetTimer()
+	start := floor.ThreadCPU()
+	for i := 0; i < b.N; i++ {
+		op(i)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if done != nil {
+		done()
+	}
+	cpu := floor.ThreadCPU() - start
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkBinding is what one ICE check costs the server once a viewer is
@@ -82,16 +85,9 @@ func BenchmarkBinding(b *testing.B) {
 	}
 	from := c.conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	b.ReportAllocs()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ResetTimer()
-	start := threadCPU()
-	for i := 0; i < b.N; i++ {
+	cpuPerOp(b, func(int) {
 		if !s.onSTUN(m.Raw, from) {
 			b.Fatal("binding request not taken")
 		}
-	}
-	cpu := threadCPU() - start
-	b.StopTimer()
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}, nil)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pion/rtp"
 	"github.com/pion/srtp/v3"
+
+	"github.com/petrel-sfu/petrel/bench/floor"
 )
 
 // BenchmarkLeanReceive is a lean peer's whole receive path for one 1200-byte
@@ -109,7 +111,7 @@ func benchLeanReceive(b *testing.B, gcm bool) {
 			}
 		}
 		b.StartTimer()
-		c0 := threadCPU()
+		c0 := floor.ThreadCPU()
 		for i := 0; i < k; i++ {
 			n, from, err := l.conn.ReadFromUDPAddrPort(buf)
 			if err != nil {
@@ -117,7 +119,7 @@ func benchLeanReceive(b *testing.B, gcm bool) {
 			}
 			l.handle(buf[:n], from, time.Now())
 		}
-		cpu += threadCPU() - c0
+		cpu += floor.ThreadCPU() - c0
 		done += k
 	}
 	b.StopTimer()
@@ -125,15 +127,6 @@ func benchLeanReceive(b *testing.B, gcm bool) {
 	if got := tot.Packets.Load(); got != uint64(b.N) || l.authFail != 0 {
 		b.Fatalf("counted %d of %d packets, %d failed to decrypt", got, b.N, l.authFail)
 	}
-}
-
-// threadCPU is the CPU time of the calling OS thread (Linux RUSAGE_THREAD).
-func threadCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(1, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkLeanSharedReceive is the receive loop lean viewers really run on
@@ -226,7 +219,7 @@ func BenchmarkLeanSharedReceive(b *testing.B) {
 			next++
 		}
 		b.StartTimer()
-		c0 := threadCPU()
+		c0 := floor.ThreadCPU()
 		for got := 0; got < k; {
 			n := sh.recv()
 			if n == 0 {
@@ -235,7 +228,7 @@ func BenchmarkLeanSharedReceive(b *testing.B) {
 			sh.deliver(n)
 			got += n
 		}
-		cpu += threadCPU() - c0
+		cpu += floor.ThreadCPU() - c0
 		done += k
 	}
 	b.StopTimer()
