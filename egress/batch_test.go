@@ -19,16 +19,7 @@ func TestBatch(t *testing.T) {
 	}
 	var peers []peer
 	for range 3 {
-		c := newClient(t)
-		ev := newEvents()
-		v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.connect(answer); err != nil {
-			t.Fatal(err)
-		}
-		wait(t, ev.dtls, "DTLS")
+		c, v := connectViewer(t, s)
 		peers = append(peers, peer{c, v})
 	}
 	b := NewBatch()

@@ -38,6 +38,13 @@ func BenchmarkWriteRTP(b *testing.B) {
 // the DTLS handshake.
 func connectedViewer(tb testing.TB) (*Server, *client, *Viewer) {
 	s := startServer(tb)
+	c, v := connectViewer(tb, s)
+	return s, c, v
+}
+
+// connectViewer adds a viewer to s and returns it once its client has
+// finished the DTLS handshake.
+func connectViewer(tb testing.TB, s *Server) (*client, *Viewer) {
 	c := newClient(tb)
 	ev := newEvents()
 	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
@@ -47,8 +54,8 @@ func connectedViewer(tb testing.TB) (*Server, *client, *Viewer) {
 	if err := c.connect(answer); err != nil {
 		tb.Fatal(err)
 	}
-	<-ev.dtls
-	return s, c, v
+	wait(tb, ev.dtls, "DTLS")
+	return c, v
 }
 
 // cpuPerOp runs op b.N times on a locked thread and reports cpu-ns/op: the

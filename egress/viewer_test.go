@@ -228,7 +228,7 @@ var testTracks = []Track{
 	{Kind: "audio", MimeType: "audio/opus", ClockRate: 48000, Fmtp: "minptime=10;useinbandfec=1", ID: "TR_a", StreamID: "PA_x"},
 }
 
-func wait[T any](t *testing.T, ch <-chan T, what string) T {
+func wait[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
