@@ -61,6 +61,10 @@ type RTC struct {
 	// not publish, without a Pion PeerConnection each (egress/,
 	// docs/lean-egress.md), on the same UDP port.
 	LeanEgress bool `yaml:"lean_egress" flag:"lean-egress" usage:"serve WHEP viewers, room subscribers and the audience's data channels with the lean egress (ICE-lite, no PeerConnection)"`
+	// LeanIngest also receives room publishers' media on the lean egress's
+	// sessions (egress/ingest.go): with lean_egress, no participant that can
+	// use UDP has a PeerConnection.
+	LeanIngest bool `yaml:"lean_ingest" flag:"lean-ingest" usage:"with lean_egress, receive room publishers' media without a PeerConnection too"`
 }
 
 // TURN configures the embedded TURN server.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/pion/datachannel"
@@ -91,8 +92,19 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 	if o.fpAlg != v.fpAlg || !slices.Equal(o.fp, v.fp) {
 		return "", errors.New("offer: the DTLS fingerprint changed")
 	}
-	if _, err := dataSection(o, d.mid); err != nil {
-		return "", err
+	if v.in == nil {
+		if _, err := dataSection(o, d.mid); err != nil {
+			return "", err
+		}
+	} else {
+		if d.mid != "" {
+			if _, err := dataSection(o, d.mid); err != nil {
+				return "", err
+			}
+		}
+		if err := v.in.update(o); err != nil {
+			return "", err
+		}
 	}
 	c := v.creds.Load()
 	if o.ufrag != d.rufrag {
@@ -133,15 +145,30 @@ func dataSection(o *offer, mid string) (string, error) {
 }
 
 // dataAnswer writes the answer: ICE-lite, setup:passive, the data section
-// accepted (BUNDLE of it alone), every other section rejected.
+// accepted and, for a publisher session, the media sections it receives
+// (ingest.go), all in one BUNDLE group; every other section rejected.
 func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 	s := &sdp.SessionDescription{
 		Origin:           sdp.Origin{Username: "-", SessionID: uint64(randomSSRC()), SessionVersion: 2, NetworkType: "IN", AddressType: "IP4", UnicastAddress: "0.0.0.0"},
 		SessionName:      "-",
 		TimeDescriptions: []sdp.TimeDescription{{Timing: sdp.Timing{}}},
 	}
-	s = s.WithPropertyAttribute("ice-lite").WithValueAttribute("group", "BUNDLE "+v.data.mid)
-	for _, sec := range o.sections {
+	isData := func(sec *section) bool { return v.data.mid != "" && sec.mid == v.data.mid }
+	isMedia := func(sec *section) bool {
+		return v.in != nil && sec.mid != "" && (sec.kind == "audio" || sec.kind == "video") && v.in.accepts(sec.mid)
+	}
+	var bundle []string
+	for i := range o.sections {
+		if sec := &o.sections[i]; isData(sec) || isMedia(sec) {
+			bundle = append(bundle, sec.mid)
+		}
+	}
+	if len(bundle) == 0 {
+		return "", errors.New("offer: no data channel or media section this server takes")
+	}
+	s = s.WithPropertyAttribute("ice-lite").WithValueAttribute("group", "BUNDLE "+strings.Join(bundle, " "))
+	for i := range o.sections {
+		sec := &o.sections[i]
 		m := &sdp.MediaDescription{
 			MediaName:             sdp.MediaName{Media: sec.kind, Port: sdp.RangedPort{Value: 0}, Protos: sec.protos, Formats: sec.formats},
 			ConnectionInformation: &sdp.ConnectionInformation{NetworkType: "IN", AddressType: "IP4", Address: &sdp.Address{Address: "0.0.0.0"}},
@@ -152,7 +179,8 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 		if len(m.MediaName.Formats) == 0 {
 			m.MediaName.Formats = []string{"0"}
 		}
-		if sec.mid != v.data.mid {
+		data, media := isData(sec), isMedia(sec)
+		if !data && !media {
 			if sec.mid != "" {
 				m = m.WithValueAttribute("mid", sec.mid)
 			}
@@ -160,14 +188,21 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 			continue
 		}
 		m.MediaName.Port.Value = 9
-		m.MediaName.Protos = []string{"UDP", "DTLS", "SCTP"}
-		m.MediaName.Formats = []string{"webrtc-datachannel"}
 		m = m.WithValueAttribute("mid", sec.mid).
 			WithICECredentials(c.ufrag, c.pwd).
 			WithFingerprint("sha-256", v.s.cert.Fingerprint).
-			WithValueAttribute("setup", "passive").
-			WithValueAttribute("sctp-port", "5000").
-			WithValueAttribute("max-message-size", strconv.FormatUint(uint64(v.data.maxMessage), 10))
+			WithValueAttribute("setup", "passive")
+		if data {
+			m.MediaName.Protos = []string{"UDP", "DTLS", "SCTP"}
+			m.MediaName.Formats = []string{"webrtc-datachannel"}
+			m = m.WithValueAttribute("sctp-port", "5000").
+				WithValueAttribute("max-message-size", strconv.FormatUint(uint64(v.data.maxMessage), 10))
+		} else {
+			if sec.rsize {
+				m = m.WithPropertyAttribute("rtcp-rsize")
+			}
+			m = v.in.mediaAnswer(m, sec.mid)
+		}
 		for i, ip := range v.s.ips {
 			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, v.s.port))
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,7 +47,36 @@ type section struct {
 	bundleOnly bool
 	rsize      bool
 	codecs     []offeredCodec
+
+	// What a publisher's section says of the media it sends (ingest.go).
+	send  bool // the client sends here (sendonly or sendrecv)
+	exts  []extmap
+	rids  []string // simulcast encodings the client sends (a=rid:… send)
+	msid  string   // "stream track"
+	ssrcs []uint32 // a=ssrc lines, for clients that send without mid/rid extensions
 }
+
+type extmap struct {
+	id  uint8
+	uri string
+}
+
+// extID is the id the section gives uri, 0 if none.
+func (sec *section) extID(uri string) uint8 {
+	for _, x := range sec.exts {
+		if x.uri == uri {
+			return x.id
+		}
+	}
+	return 0
+}
+
+// Limits on what one section may list: more is not a client, it is an attack.
+const (
+	maxRIDs  = 4
+	maxSSRCs = 8
+	maxExts  = 16
+)
 
 type offeredCodec struct {
 	pt     uint8
@@ -71,7 +101,7 @@ func parseOffer(text string) (*offer, error) {
 		return nil, err
 	}
 	for _, m := range s.MediaDescriptions {
-		sec := section{kind: m.MediaName.Media, port: m.MediaName.Port.Value, protos: m.MediaName.Protos, formats: m.MediaName.Formats, recv: true}
+		sec := section{kind: m.MediaName.Media, port: m.MediaName.Port.Value, protos: m.MediaName.Protos, formats: m.MediaName.Formats, recv: true, send: true}
 		if err := o.read(m.Attributes, "offer"); err != nil {
 			return nil, err
 		}
@@ -82,6 +112,38 @@ func parseOffer(text string) (*offer, error) {
 				sec.mid = a.Value
 			case "sendonly", "inactive":
 				sec.recv = false
+				sec.send = sec.send && a.Key == "sendonly"
+			case "recvonly":
+				sec.send = false
+			case "msid":
+				sec.msid = a.Value
+			case "extmap":
+				// "id[/direction] uri [attributes]"
+				f := strings.Fields(a.Value)
+				if len(f) < 2 {
+					continue
+				}
+				idText, _, _ := strings.Cut(f[0], "/")
+				id, err := strconv.Atoi(idText)
+				if err != nil || id < 1 || id > 14 || len(sec.exts) >= maxExts {
+					continue // one-byte ids only (RFC 8285): what browsers use
+				}
+				sec.exts = append(sec.exts, extmap{id: uint8(id), uri: f[1]})
+			case "rid":
+				// "id send [restrictions]"
+				f := strings.Fields(a.Value)
+				if len(f) >= 2 && f[1] == "send" && len(f[0]) <= 16 && len(sec.rids) < maxRIDs {
+					sec.rids = append(sec.rids, f[0])
+				}
+			case "ssrc":
+				v, _, _ := strings.Cut(a.Value, " ")
+				n, err := strconv.ParseUint(v, 10, 32)
+				if err == nil && !slices.Contains(sec.ssrcs, uint32(n)) && len(sec.ssrcs) < maxSSRCs {
+					sec.ssrcs = append(sec.ssrcs, uint32(n))
+				}
+				if _, rest, ok := strings.Cut(a.Value, " msid:"); ok && sec.msid == "" {
+					sec.msid = rest
+				}
 			case "rtcp-rsize":
 				sec.rsize = true
 			case "bundle-only":

@@ -50,6 +50,8 @@ type Viewer struct {
 	off *offerer
 	// data is set for a session that carries data channels (data.go).
 	data *dataSide
+	// in is set for a publisher session, which receives media (ingest.go).
+	in *ingestSide
 	// Senders says, per track given to NewViewer, the payload type and SSRC
 	// to send it with.
 	Senders []Sender
@@ -203,15 +205,17 @@ func (v *Viewer) onDatagram(b []byte) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
 		}
 	case c >= 128 && c < 192:
-		if len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 && v.data == nil { // RTCP (RFC 5761 4)
+		isRTCP := len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 // RFC 5761 4
+		switch {
+		case isRTCP && (v.data == nil || v.in != nil):
 			v.s.queueRTCP(v, b)
-			return
-		}
-		if v.data != nil {
+		case v.in != nil:
+			v.in.onRTP(v, b)
+		case v.data != nil:
 			v.s.drop("rtp", "RTP or RTCP on a data session", v.remoteAddr(), len(b))
-			return
+		default:
+			v.s.drop("rtp", "RTP from a receive-only viewer", v.remoteAddr(), len(b))
 		}
-		v.s.drop("rtp", "RTP from a receive-only viewer", v.remoteAddr(), len(b))
 	default:
 		v.s.drop("other", "not STUN, DTLS or SRTP", v.remoteAddr(), len(b))
 	}
@@ -235,13 +239,16 @@ func (v *Viewer) onSRTCP(b []byte) {
 		return
 	}
 	v.s.rtcpDec = out[:cap(out)]
-	if !v.detached.Load() {
+	if !v.detached.Load() && v.data == nil {
 		go v.detachDTLS()
 	}
 	pkts, err := rtcp.Unmarshal(out)
 	if err != nil {
 		v.s.drop("srtcp", "RTCP: "+err.Error(), v.remoteAddr(), len(b))
 		return
+	}
+	if v.in != nil {
+		v.in.onRTCP(out, pkts)
 	}
 	v.h.OnRTCP(pkts)
 }
@@ -327,10 +334,37 @@ func (v *Viewer) handshake() {
 	}
 	if v.data != nil {
 		// The DTLS connection stays: it carries SCTP (data.go).
+		if v.in != nil {
+			// A publisher session: SRTP from the client, SRTCP both ways.
+			rx, tx, err := lean.SRTPContexts(dc, client)
+			if err != nil {
+				v.Close(err.Error())
+				return
+			}
+			in, err := lean.SRTPReceiver(dc, client, ingestReplayWindow)
+			if err != nil {
+				v.Close(err.Error())
+				return
+			}
+			v.wmu.Lock()
+			v.tx = tx
+			v.wmu.Unlock()
+			v.rx.Store(rx)
+			v.in.rx.Store(in)
+		}
 		v.ready.Store(true)
 		v.h.OnDTLS()
-		v.runSCTP(dc)
-		return
+		if v.data.mid != "" {
+			v.runSCTP(dc)
+			return
+		}
+		var buf [256]byte
+		for {
+			if _, err := dc.Read(buf[:]); err != nil {
+				v.Close("dtls closed")
+				return
+			}
+		}
 	}
 	rx, tx, err := lean.SRTPContexts(dc, client)
 	if err != nil {
@@ -543,6 +577,9 @@ func (v *Viewer) Close(reason string) {
 			cancel()
 		}
 		v.closeData()
+		if v.in != nil {
+			v.in.close()
+		}
 		if dc != nil {
 			_ = dc.Close()
 		}

@@ -162,29 +162,41 @@ func newAPI(se webrtc.SettingEngine, publisher bool) (*webrtc.API, error) {
 	}
 	ir := &interceptor.Registry{}
 	if publisher {
-		// Ask publishers for what the server lost, report reception, and give their
-		// congestion controllers transport-wide feedback so they ramp up.
-		// Every timer here ticks per publisher connection; these intervals are
-		// Pion's defaults halved for NACK (faster recovery) and kept for the rest.
-		gen, err := nack.NewGeneratorInterceptor(nack.GeneratorSize(1024), nack.GeneratorInterval(50*time.Millisecond))
-		if err != nil {
+		var err error
+		if ir, err = PublisherInterceptors(); err != nil {
 			return nil, err
 		}
-		ir.Add(gen)
-		rr, err := report.NewReceiverInterceptor(report.ReceiverInterval(time.Second))
-		if err != nil {
-			return nil, err
-		}
-		ir.Add(rr)
-		tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(100 * time.Millisecond))
-		if err != nil {
-			return nil, err
-		}
-		ir.Add(tw)
 	}
 	// Subscriber connections run no generic interceptor: sfu.DownTrack answers NACKs
 	// from the shared packet cache and writes its own sender reports.
 	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir)), nil
+}
+
+// PublisherInterceptors are what a connection that receives media runs:
+// they ask publishers for what the server lost, report reception, and give
+// their congestion controllers transport-wide feedback so they ramp up. A
+// publisher PeerConnection and a lean publisher session (egress.Ingest)
+// build theirs from it. Every timer here ticks per publisher connection;
+// the intervals are Pion's defaults halved for NACK (faster recovery) and
+// kept for the rest.
+func PublisherInterceptors() (*interceptor.Registry, error) {
+	ir := &interceptor.Registry{}
+	gen, err := nack.NewGeneratorInterceptor(nack.GeneratorSize(1024), nack.GeneratorInterval(50*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	ir.Add(gen)
+	rr, err := report.NewReceiverInterceptor(report.ReceiverInterval(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	ir.Add(rr)
+	tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(100 * time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	ir.Add(tw)
+	return ir, nil
 }
 
 // Configuration is the per-connection configuration: the shared certificate (no

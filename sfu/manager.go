@@ -39,6 +39,8 @@ type Manager struct {
 	dataFilter atomic.Pointer[DataFilter]
 
 	leanEgress atomic.Pointer[egress.Server] // lean.go; nil: WHEP viewers get a PeerConnection
+	ingestOnce sync.Once                     // pubside.go: ingestCfg, made once
+	ingestCfg  egress.Ingest
 }
 
 // NewManager returns a manager that builds connections with engine.
@@ -162,7 +164,7 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	p.out = out
 	srv := m.leanEgress.Load()
 	var pub *webrtc.PeerConnection
-	if srv != nil && !c.Grants.Publish {
+	if srv != nil && (!c.Grants.Publish || m.cfg.RTC.LeanIngest) {
 		p.pubChoice = true // pubside.go: a data session or a PeerConnection, at the first offer
 	} else {
 		if pub, err = m.engine.NewPublisherPC(c.Grants.Publish); err != nil {

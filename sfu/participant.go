@@ -500,19 +500,37 @@ func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, err
 }
 
 func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver) {
+	var level, dd uint8
+	for _, x := range receiver.GetParameters().HeaderExtensions {
+		switch x.URI {
+		case rtc.ExtAudioLevel:
+			level = uint8(x.ID)
+		case rtc.ExtDependencyDes:
+			dd = uint8(x.ID)
+		}
+	}
+	p.publishStream(&webrtcSource{remote: remote, receiver: receiver, owner: p}, remote.ID(), remote.Kind(), remote.Codec(), level, dd)
+}
+
+// publishStream publishes one stream a publisher sends (a track, or a
+// simulcast encoding of one): id is its msid track id, which PublishTrack
+// announced; levelExt and ddExt are the ids of the audio level and
+// dependency descriptor extensions (0: none).
+func (p *Participant) publishStream(src source, id string, kind webrtc.RTPCodecType, codec webrtc.RTPCodecParameters, levelExt, ddExt uint8) {
 	p.mu.Lock()
 	if p.closed || !p.grants.Publish {
 		p.mu.Unlock()
+		src.Stop()
 		return
 	}
-	if remote.RID() != "" {
+	if src.RID() != "" {
 		for _, t := range p.published {
-			if t.Info().Cid == remote.ID() {
+			if t.Info().Cid == id {
 				// Another simulcast encoding of a track already published.
-				l := t.addLayer(&webrtcSource{remote: remote, receiver: receiver, owner: p})
+				l := t.addLayer(src)
 				p.mu.Unlock()
 				if l != nil {
-					p.log.Info("simulcast layer", "track", t.sid, "rid", remote.RID(), "layer", l.index)
+					p.log.Info("simulcast layer", "track", t.sid, "rid", src.RID(), "layer", l.index)
 					l.start(nil)
 					for _, d := range t.Subscribers() {
 						d.chooseLayer()
@@ -522,44 +540,36 @@ func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPRe
 			}
 		}
 	}
-	ti, ok := p.announced[remote.ID()]
+	ti, ok := p.announced[id]
 	if ok {
-		delete(p.announced, remote.ID())
+		delete(p.announced, id)
 	} else {
 		if len(p.published) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
 			p.mu.Unlock()
 			p.log.Warn("track refused: too many tracks")
 			return
 		}
-		src := "camera"
-		if remote.Kind() == webrtc.RTPCodecTypeAudio {
-			src = "microphone"
+		srcName := "camera"
+		if kind == webrtc.RTPCodecTypeAudio {
+			srcName = "microphone"
 		}
-		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: remote.ID(), Kind: remote.Kind().String(), Source: src}
+		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: id, Kind: kind.String(), Source: srcName}
 	}
-	t := newPublication(p, ti, remote.Kind(), remote.Codec(), &webrtcSource{remote: remote, receiver: receiver, owner: p}, p.room.mgr.cfg.RTC.PacketCache)
-	if t.kind == webrtc.RTPCodecTypeAudio {
-		l := t.layer(layerOf(remote.RID()))
-		for _, x := range receiver.GetParameters().HeaderExtensions {
-			if x.URI == rtc.ExtAudioLevel {
-				l.levelExt = uint8(x.ID)
-				l.speaker = p.room.speakers.Track(p.sid)
-			}
-		}
+	t := newPublication(p, ti, kind, codec, src, p.room.mgr.cfg.RTC.PacketCache)
+	l := t.layer(layerOf(src.RID()))
+	if t.kind == webrtc.RTPCodecTypeAudio && levelExt != 0 {
+		l.levelExt = levelExt
+		l.speaker = p.room.speakers.Track(p.sid)
 	}
-	if t.kind == webrtc.RTPCodecTypeVideo {
-		for _, x := range receiver.GetParameters().HeaderExtensions {
-			if x.URI == rtc.ExtDependencyDes {
-				t.layer(layerOf(remote.RID())).svc.ddExt = uint8(x.ID)
-			}
-		}
+	if t.kind == webrtc.RTPCodecTypeVideo && ddExt != 0 {
+		l.svc.ddExt = ddExt
 	}
 	p.published[t.sid] = t
 	p.mu.Unlock()
 
 	metrics.Tracks.Inc()
 	p.log.Info("track published", "track", t.sid, "kind", ti.Kind, "codec", t.codec.MimeType, "source", ti.Source)
-	t.layer(layerOf(remote.RID())).start(func() { p.unpublish(t, "ended") })
+	l.start(func() { p.unpublish(t, "ended") })
 	p.room.trackPublished(p, t)
 }
 

@@ -4,11 +4,14 @@ import (
 	"time"
 
 	"github.com/pion/datachannel"
+	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
+	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // With the lean egress on, a room participant that may not publish media
@@ -33,6 +36,47 @@ func (l leanData) OnRTCP(_ []rtcp.Packet) {}
 func (l leanData) OnClose(reason string) { go l.p.Close(reason) }
 
 func (l leanData) OnDataChannel(dc *datachannel.DataChannel) { l.p.onLeanDataChannel(dc) }
+
+// OnTrack publishes a stream of a lean publisher session (egress/ingest.go)
+// as onTrack does a PeerConnection's.
+func (l leanData) OnTrack(t *egress.InTrack) {
+	kind := webrtc.RTPCodecTypeVideo
+	if t.Kind == "audio" {
+		kind = webrtc.RTPCodecTypeAudio
+	}
+	codec := webrtc.RTPCodecParameters{PayloadType: webrtc.PayloadType(t.PT), RTPCodecCapability: webrtc.RTPCodecCapability{
+		MimeType: t.MimeType, ClockRate: t.ClockRate, Channels: t.Channels, SDPFmtpLine: t.Fmtp}}
+	l.p.publishStream(t, t.ID, kind, codec, t.AudioLevelExt, t.DependencyExt)
+}
+
+// ingest is how a lean publisher session receives: Petrel's codecs, the
+// publisher interceptors, the feedback and header extensions the
+// forwarding path uses.
+func (m *Manager) ingest() egress.Ingest {
+	m.ingestOnce.Do(func() {
+		codecs := make([]egress.Track, len(rtc.Codecs))
+		for i, c := range rtc.Codecs {
+			kind := "video"
+			if c.ClockRate != 90000 {
+				kind = "audio"
+			}
+			codecs[i] = egress.Track{Kind: kind, MimeType: c.MimeType, ClockRate: c.ClockRate, Channels: c.Channels, Fmtp: c.SDPFmtpLine}
+		}
+		m.ingestCfg = egress.Ingest{
+			Codecs: codecs,
+			Interceptors: func() (interceptor.Interceptor, error) {
+				ir, err := rtc.PublisherInterceptors()
+				if err != nil {
+					return nil, err
+				}
+				return ir.Build("")
+			},
+			Feedback:   []string{"nack", "nack pli", "ccm fir", "transport-cc"},
+			Extensions: []string{sdp.SDESMidURI, sdp.SDESRTPStreamIDURI, rtc.ExtTransportCC, rtc.ExtAudioLevel, rtc.ExtDependencyDes},
+		}
+	})
+	return m.ingestCfg
+}
 
 // ChoosesPublisherSide reports whether the next publisher offer will wait
 // for the client's candidates before it is answered.
@@ -73,7 +117,14 @@ func (p *Participant) choosePublisherSide(sdp string) (*webrtc.PeerConnection, *
 	m := p.room.mgr
 	if srv := m.leanEgress.Load(); lean && srv != nil {
 		max := uint32(m.cfg.Limits.MaxDataBytes + maxDataHeader + 16)
-		v, answer, err := srv.NewDataSession(sdp, max, leanData{p})
+		var v *egress.Viewer
+		var answer string
+		var err error
+		if p.grants.Publish {
+			v, answer, err = srv.NewIngest(sdp, m.ingest(), max, leanData{p})
+		} else {
+			v, answer, err = srv.NewDataSession(sdp, max, leanData{p})
+		}
 		if err != nil {
 			return nil, nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
 		}
@@ -90,7 +141,7 @@ func (p *Participant) choosePublisherSide(sdp string) (*webrtc.PeerConnection, *
 		}
 		return nil, v, answer, nil
 	}
-	pc, err := m.engine.NewPublisherPC(false)
+	pc, err := m.engine.NewPublisherPC(p.grants.Publish)
 	if err != nil {
 		return nil, nil, "", protocol.Errorf(protocol.CodeInternal, "publisher connection: %v", err)
 	}

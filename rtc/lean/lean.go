@@ -106,17 +106,9 @@ var SRTPProfiles = []dtls.SRTPProtectionProfile{dtls.SRTP_AEAD_AES_256_GCM, dtls
 // SRTPContexts derives the receiving and sending SRTP contexts from a
 // finished handshake. client says which side of it this endpoint was.
 func SRTPContexts(dc *dtls.Conn, client bool) (rx, tx *srtp.Context, err error) {
-	prof, ok := dc.SelectedSRTPProtectionProfile()
-	if !ok {
-		return nil, nil, errors.New("dtls: no SRTP protection profile was negotiated")
-	}
-	state, ok := dc.ConnectionState()
-	if !ok {
-		return nil, nil, errors.New("dtls: no connection state after the handshake")
-	}
-	cfg := srtp.Config{Profile: srtp.ProtectionProfile(prof)}
-	if err := cfg.ExtractSessionKeysFromDTLS(&state, client); err != nil {
-		return nil, nil, fmt.Errorf("srtp keys: %w", err)
+	cfg, err := srtpKeys(dc, client)
+	if err != nil {
+		return nil, nil, err
 	}
 	rx, err = srtp.CreateContext(cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt, cfg.Profile, srtp.SRTPReplayProtection(64), srtp.SRTCPReplayProtection(64))
 	if err != nil {
@@ -127,6 +119,39 @@ func SRTPContexts(dc *dtls.Conn, client bool) (rx, tx *srtp.Context, err error) 
 		return nil, nil, fmt.Errorf("srtp: %w", err)
 	}
 	return rx, tx, nil
+}
+
+// SRTPReceiver is a second receiving context from a finished handshake,
+// for a goroutine other than the first's (a context is one goroutine's),
+// with a replay window of window packets: a publisher that retransmits on
+// the media SSRC repeats packets far behind the newest.
+func SRTPReceiver(dc *dtls.Conn, client bool, window uint) (*srtp.Context, error) {
+	cfg, err := srtpKeys(dc, client)
+	if err != nil {
+		return nil, err
+	}
+	rx, err := srtp.CreateContext(cfg.Keys.RemoteMasterKey, cfg.Keys.RemoteMasterSalt, cfg.Profile, srtp.SRTPReplayProtection(window))
+	if err != nil {
+		return nil, fmt.Errorf("srtp: %w", err)
+	}
+	return rx, nil
+}
+
+// srtpKeys are the SRTP keys and profile a finished handshake exported.
+func srtpKeys(dc *dtls.Conn, client bool) (*srtp.Config, error) {
+	prof, ok := dc.SelectedSRTPProtectionProfile()
+	if !ok {
+		return nil, errors.New("dtls: no SRTP protection profile was negotiated")
+	}
+	state, ok := dc.ConnectionState()
+	if !ok {
+		return nil, errors.New("dtls: no connection state after the handshake")
+	}
+	cfg := &srtp.Config{Profile: srtp.ProtectionProfile(prof)}
+	if err := cfg.ExtractSessionKeysFromDTLS(&state, client); err != nil {
+		return nil, fmt.Errorf("srtp keys: %w", err)
+	}
+	return cfg, nil
 }
 
 // Token is n random characters from the ICE alphabet (ufrag, pwd).

@@ -314,3 +314,30 @@ func (e *env) metric(name, direction string) float64 {
 	}
 	return 0
 }
+
+// publisherSide is one way a room publisher's media reaches the server.
+type publisherSide struct {
+	lean bool // a lean publisher session (egress/ingest.go), not a PeerConnection
+}
+
+func (s publisherSide) config(c *config.Config) {
+	if s.lean {
+		c.RTC.LeanEgress, c.RTC.LeanIngest = true, true
+	}
+}
+
+// check fails the test if c's publisher connection is not served the way s says.
+func (s publisherSide) check(t *testing.T, c *client.Client) {
+	t.Helper()
+	d := c.Pub.RemoteDescription()
+	if d == nil || strings.Contains(d.SDP, "a=ice-lite") != s.lean {
+		t.Fatalf("the publisher connection is not served as it should be (lean: %v)", s.lean)
+	}
+}
+
+// forEachPublisherSide runs test with publishers on PeerConnections, then
+// on lean publisher sessions.
+func forEachPublisherSide(t *testing.T, test func(t *testing.T, side publisherSide)) {
+	t.Run("peerconnection", func(t *testing.T) { test(t, publisherSide{}) })
+	t.Run("lean", func(t *testing.T) { test(t, publisherSide{lean: true}) })
+}

@@ -14,8 +14,10 @@ import (
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
-func TestPublishSubscribeAndData(t *testing.T) {
-	e := start(t)
+func TestPublishSubscribeAndData(t *testing.T) { forEachPublisherSide(t, testPublishSubscribeAndData) }
+
+func testPublishSubscribeAndData(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	alice := e.join("r1", "alice")
 	bob := e.join("r1", "bob")
 	ctx := ctxT(t, 15*time.Second)
@@ -31,6 +33,7 @@ func TestPublishSubscribeAndData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	side.check(t, alice)
 	v.run(t)
 	a := newAudio("mic")
 	asid, _, err := alice.Publish(ctx, a.track, "microphone")
@@ -106,8 +109,10 @@ func TestPublishSubscribeAndData(t *testing.T) {
 	}
 }
 
-func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) {
-	e := start(t)
+func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) { forEachPublisherSide(t, testNACKAnsweredFromCacheAndPLIAggregated) }
+
+func testNACKAnsweredFromCacheAndPLIAggregated(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	alice := e.join("r2", "alice")
 	// Bob re-requests packets he already has, which SRTP replay protection would
 	// otherwise discard as replays.
@@ -174,8 +179,10 @@ func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) {
 	}
 }
 
-func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) {
-	e := start(t)
+func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) { forEachPublisherSide(t, testRenegotiationMuteAndSelectiveSubscribe) }
+
+func testRenegotiationMuteAndSelectiveSubscribe(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	alice := e.join("r3", "alice")
 	ctx := ctxT(t, 20*time.Second)
 	no := false
@@ -241,8 +248,10 @@ func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) {
 	}
 }
 
-func TestICERestartAndResume(t *testing.T) {
-	e := start(t)
+func TestICERestartAndResume(t *testing.T) { forEachPublisherSide(t, testICERestartAndResume) }
+
+func testICERestartAndResume(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	alice := e.join("r4", "alice")
 	bob := e.join("r4", "bob")
 	ctx := ctxT(t, 30*time.Second)
@@ -312,8 +321,10 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) {
-	e := start(t)
+func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) { forEachPublisherSide(t, testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients) }
+
+func testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	ctx := ctxT(t, 20*time.Second)
 	alice := e.join("k", "alice")
 	v := newVideo("cam")
@@ -351,8 +362,10 @@ func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T
 	}
 }
 
-func TestServerNACKsPublisherForLostPackets(t *testing.T) {
-	e := start(t)
+func TestServerNACKsPublisherForLostPackets(t *testing.T) { forEachPublisherSide(t, testServerNACKsPublisherForLostPackets) }
+
+func testServerNACKsPublisherForLostPackets(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	ctx := ctxT(t, 15*time.Second)
 	alice := e.join("n", "alice")
 	tr, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "cam", "s")
@@ -374,6 +387,7 @@ func TestServerNACKsPublisherForLostPackets(t *testing.T) {
 	if _, _, err := alice.Publish(ctx, tr, "camera"); err != nil {
 		t.Fatal(err)
 	}
+	side.check(t, alice)
 	const lost = 1050
 	go func() {
 		for seq := uint16(1000); seq < 1200; seq++ {

@@ -16,8 +16,10 @@ import (
 // TestSimulcastLayerSelection publishes two encodings (rids q and h) from Pion and
 // checks that a subscriber gets the best one by default, the low one when it says
 // its tile is small, and one continuous stream throughout.
-func TestSimulcastLayerSelection(t *testing.T) {
-	e := start(t)
+func TestSimulcastLayerSelection(t *testing.T) { forEachPublisherSide(t, testSimulcastLayerSelection) }
+
+func testSimulcastLayerSelection(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	ctx := ctxT(t, 30*time.Second)
 	alice := e.join("sc", "alice")
 	bob := e.join("sc", "bob")
@@ -55,6 +57,7 @@ func TestSimulcastLayerSelection(t *testing.T) {
 	if err := alice.NegotiatePublisher(ctx, false); err != nil {
 		t.Fatal(err)
 	}
+	side.check(t, alice)
 	// Browsers mark simulcast packets with the mid and rid header extensions, which
 	// is how a receiver tells the encodings apart; Pion's sender leaves it to us.
 	var midID, ridID uint8
