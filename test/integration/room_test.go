@@ -109,7 +109,9 @@ func testPublishSubscribeAndData(t *testing.T, side publisherSide) {
 	}
 }
 
-func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) { forEachPublisherSide(t, testNACKAnsweredFromCacheAndPLIAggregated) }
+func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) {
+	forEachPublisherSide(t, testNACKAnsweredFromCacheAndPLIAggregated)
+}
 
 func testNACKAnsweredFromCacheAndPLIAggregated(t *testing.T, side publisherSide) {
 	e := start(t, side.config)
@@ -179,7 +181,9 @@ func testNACKAnsweredFromCacheAndPLIAggregated(t *testing.T, side publisherSide)
 	}
 }
 
-func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) { forEachPublisherSide(t, testRenegotiationMuteAndSelectiveSubscribe) }
+func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) {
+	forEachPublisherSide(t, testRenegotiationMuteAndSelectiveSubscribe)
+}
 
 func testRenegotiationMuteAndSelectiveSubscribe(t *testing.T, side publisherSide) {
 	e := start(t, side.config)
@@ -321,7 +325,9 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) { forEachPublisherSide(t, testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients) }
+func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) {
+	forEachPublisherSide(t, testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients)
+}
 
 func testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T, side publisherSide) {
 	e := start(t, side.config)
@@ -362,7 +368,9 @@ func testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T
 	}
 }
 
-func TestServerNACKsPublisherForLostPackets(t *testing.T) { forEachPublisherSide(t, testServerNACKsPublisherForLostPackets) }
+func TestServerNACKsPublisherForLostPackets(t *testing.T) {
+	forEachPublisherSide(t, testServerNACKsPublisherForLostPackets)
+}
 
 func testServerNACKsPublisherForLostPackets(t *testing.T, side publisherSide) {
 	e := start(t, side.config)
