@@ -3,7 +3,8 @@
 // and audio. The publisher is another Chromium page publishing its fake camera
 // and microphone over WHIP. Then a room of two Chromium pages and Firefox ESR
 // receives each other through it: the server offers their subscriber
-// connections itself. Last, an audience (tokens without the publish grant)
+// connections itself, and with --lean-ingest their publisher connections are
+// lean publisher sessions too. Last, an audience (tokens without the publish grant)
 // whose publisher connections are lean data sessions: no PeerConnection on
 // the server at all.
 import test from 'node:test';
@@ -123,7 +124,7 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
     }
   }, { args: ['--lean-egress'] }));
 
-test('a room of Chromium and Firefox ESR receives each other through the lean egress', { timeout: 120_000 }, () =>
+test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server (--lean-ingest)', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
     const firefox = own(await launchFirefox());
@@ -134,16 +135,22 @@ test('a room of Chromium and Firefox ESR receives each other through the lean eg
     for (const p of [a, b, fox]) await p.join(server.base, await server.token('lean-room', p.label));
     for (const [x, y] of [[a, b], [a, fox], [b, a], [fox, a], [fox, b]]) await x.seesVideoOf(y);
     for (const p of [a, fox]) {
-      // The server's offer for the subscriber connection is the egress's own.
-      const sdp = await p.page.evaluate(() => window.petrel.room.subscriberPc.remoteDescription?.sdp ?? '');
-      assert.match(sdp, /a=ice-lite/, `${p.identity}'s subscriber connection comes from the lean egress`);
+      // The server's offer for the subscriber connection is the egress's
+      // own; the publisher connection is a lean publisher session.
+      const sdp = await p.page.evaluate(() => ({
+        pub: window.petrel.room.publisherPc.remoteDescription?.sdp ?? '',
+        sub: window.petrel.room.subscriberPc.remoteDescription?.sdp ?? '',
+      }));
+      assert.match(sdp.sub, /a=ice-lite/, `${p.identity}'s subscriber connection comes from the lean egress`);
+      assert.match(sdp.pub, /a=ice-lite/, `${p.identity}'s publisher connection is a lean publisher session`);
+      assert.match(sdp.pub, /a=recvonly/);
       await expectGrowth(`${p.identity}'s media`, () => p.inbound(), { framesDecoded: 10, audioPackets: 20 });
     }
     // A participant who leaves is taken off the others' subscriber
     // connections (a new offer with its sections inactive); media goes on.
     await b.page.close();
     await expectGrowth("fox's media after b left", () => fox.inbound(), { framesDecoded: 10 });
-  }, { args: ['--lean-egress'] }));
+  }, { args: ['--lean-egress', '--lean-ingest'] }));
 
 test('an audience (no publish grant) in Chromium and Firefox ESR gets data channels and video without a PeerConnection', { timeout: 120_000 }, () =>
   scenario('lean-egress-audience', async ({ server, own, watch }) => {
