@@ -15,6 +15,8 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/srtp/v3"
 	"github.com/pion/transport/v5/packetio"
+
+	"github.com/petrel-sfu/petrel/metrics"
 )
 
 // A publisher session is a data session that also receives the client's
@@ -286,7 +288,13 @@ func (in *ingestSide) onRTP(v *Viewer, b []byte) {
 	}
 	out, err := rx.DecryptRTP(in.dec[:0], b, &in.hdr)
 	if err != nil {
-		v.s.drop("srtp", "SRTP: "+err.Error(), v.remoteAddr(), len(b))
+		if msg := err.Error(); strings.HasSuffix(msg, "duplicated packet") {
+			// A retransmission of what arrived after all: normal on a
+			// lossy or reordering path, counted, not logged.
+			metrics.LeanEgressDropped.WithLabelValues("duplicate").Inc()
+		} else {
+			v.s.drop("srtp", "SRTP: "+msg, v.remoteAddr(), len(b))
+		}
 		return
 	}
 	if len(out) > 0 && &out[0] != &in.dec[0] {

@@ -6,7 +6,9 @@ import "github.com/prometheus/client_golang/prometheus"
 var (
 	LeanEgressViewers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "petrel_lean_egress_viewers", Help: "WHEP viewers served by the lean egress (no Pion PeerConnection)."})
 	// LeanEgressDropped counts datagrams from lean viewers' addresses that were
-	// of no use: why is stun, dtls, srtcp or rtp.
+	// of no use: why is stun, dtls, srtcp, rtp, srtp (a publisher's media that
+	// does not decrypt or route) or duplicate (a retransmission that came
+	// twice: normal, not logged).
 	LeanEgressDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_lean_egress_dropped_total", Help: "Datagrams from lean-egress viewers dropped as malformed, unauthenticated or unexpected."}, []string{"why"})
 )
 
