@@ -41,6 +41,7 @@ type dataSide struct {
 	mid        string // the data section's mid, kept by every later offer
 	maxMessage uint32 // the largest message the server accepts
 	assoc      *sctp.Association
+	offer      string // the client's last offer
 }
 
 // dataQueue is how many DTLS records wait for a data session's SCTP reader
@@ -64,7 +65,7 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 		return nil, "", err
 	}
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
-		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage}}
+		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	c := newCreds(nil)
 	v.creds.Store(c)
 	answer, err := v.dataAnswer(o, c)
@@ -113,7 +114,22 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 		v.s.addUfrag(v, c.ufrag)
 		d.rufrag = o.ufrag
 	}
-	return v.dataAnswer(o, c)
+	answer, err := v.dataAnswer(o, c)
+	if err == nil {
+		d.offer = offerSDP
+	}
+	return answer, err
+}
+
+// LastOffer is the client's last offer of a data or publisher session (a
+// WHIP ICE restart is that offer with new credentials).
+func (v *Viewer) LastOffer() string {
+	if d := v.data; d != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.offer
+	}
+	return ""
 }
 
 // remoteUfrag is the client's ICE ufrag.

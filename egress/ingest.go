@@ -133,7 +133,7 @@ func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h Ing
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
-		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage}}
+		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
 		return 0, v.WriteRTCP(pkts)
 	}))

@@ -542,8 +542,8 @@ func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
 // subscriber) rather than answering it (a WHEP viewer).
 func (v *Viewer) Offered() bool { return v.off != nil }
 
-// RemoteUfrag is the ICE ufrag of the viewer's offer.
-func (v *Viewer) RemoteUfrag() string { return v.rufrag }
+// RemoteUfrag is the ICE ufrag of the client's (last) offer.
+func (v *Viewer) RemoteUfrag() string { return v.remoteUfrag() }
 
 // fingerprint is the client's certificate fingerprint (from its offer, or
 // from its answer, which the handshake of an offered session waits for).

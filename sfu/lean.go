@@ -97,13 +97,31 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 // viewer's address from its checks).
 func (p *Participant) Lean() bool { return p.lean != nil }
 
-// LeanICE returns a lean viewer's ICE ufrag (the one its offer named), for
-// telling trickled candidates from an ICE restart.
+// LeanICE returns the ICE ufrag a lean WHEP viewer's or WHIP publisher's
+// last offer named, for telling trickled candidates (which ICE-lite does
+// not need) from an ICE restart.
 func (p *Participant) LeanICE() (remoteUfrag string, ok bool) {
-	if p.lean == nil {
+	if p.lean != nil {
+		return p.lean.v.RemoteUfrag(), true
+	}
+	p.mu.Lock()
+	lp := p.leanPub
+	p.mu.Unlock()
+	if lp == nil {
 		return "", false
 	}
-	return p.lean.v.RemoteUfrag(), true
+	return lp.RemoteUfrag(), true
+}
+
+// LeanOffer is a lean WHIP publisher's last offer ("" for anyone else).
+func (p *Participant) LeanOffer() string {
+	p.mu.Lock()
+	lp := p.leanPub
+	p.mu.Unlock()
+	if lp == nil {
+		return ""
+	}
+	return lp.LastOffer()
 }
 
 func (lv *leanViewer) OnICE() { lv.tm.Mark(StepICEConnected) }

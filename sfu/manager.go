@@ -164,8 +164,8 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	p.out = out
 	srv := m.leanEgress.Load()
 	var pub *webrtc.PeerConnection
-	if srv != nil && (!c.Grants.Publish || m.cfg.RTC.LeanIngest) {
-		p.pubChoice = true // pubside.go: a data session or a PeerConnection, at the first offer
+	if srv != nil {
+		p.pubChoice = true // pubside.go: a lean session or a PeerConnection, at the first offer
 	} else {
 		if pub, err = m.engine.NewPublisherPC(c.Grants.Publish); err != nil {
 			return nil, fmt.Errorf("publisher connection: %w", err)
@@ -265,6 +265,9 @@ func (m *Manager) Resume(c *auth.Claims, participantSid, resumeToken string) (*P
 func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, string, error) {
 	if !c.Grants.Publish {
 		return nil, "", protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
+	}
+	if srv := m.leanEgress.Load(); srv != nil && egress.Serves(offer) {
+		return m.publishLean(srv, c, offer)
 	}
 	p, err := m.newParticipant(c, false)
 	if err != nil {

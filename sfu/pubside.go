@@ -9,25 +9,26 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
 )
 
-// With the lean egress on, a room participant that may not publish media
-// (a webinar's audience) needs its publisher connection only for the two
-// room data channels. Its publisher side is then a data session of the lean
-// egress (egress/data.go: ICE-lite, DTLS and SCTP on the shared UDP socket,
-// no PeerConnection) when the client can use UDP, and a PeerConnection
-// otherwise. The choice is subside.go's, from the candidates the client
-// trickles right after its first publisher offer, so the answer to that
-// offer waits for them (ChoosesPublisherSide: the signaling layer answers it
-// on its own goroutine).
+// With the lean egress on, a room participant's publisher side is a lean
+// session on the shared UDP socket when the client can use UDP, and a
+// PeerConnection otherwise: a publisher session (egress/ingest.go: its
+// audio and video, and the two room data channels) for one that may
+// publish, a data session (egress/data.go: the data channels alone) for one
+// that may not (a webinar's audience). The choice is subside.go's, from the
+// candidates the client trickles right after its first publisher offer, so
+// the answer to that offer waits for them (ChoosesPublisherSide: the
+// signaling layer answers it on its own goroutine).
 
-// leanData is a data session's handler.
+// leanData is a lean publisher side's handler.
 type leanData struct{ p *Participant }
 
-func (l leanData) OnICE()                 { l.p.log.Debug("publisher side", "egress", "lean data session") }
+func (l leanData) OnICE()                 { l.p.log.Debug("publisher side", "egress", "lean session") }
 func (l leanData) OnDTLS()                {}
 func (l leanData) OnRTCP(_ []rtcp.Packet) {}
 
@@ -159,4 +160,31 @@ func (p *Participant) choosePublisherSide(sdp string) (*webrtc.PeerConnection, *
 	}
 	p.log.Debug("publisher side", "egress", "peerconnection")
 	return pc, nil, "", nil
+}
+
+// publishLean is PublishWHIP through a lean publisher session: no
+// PeerConnection (the encoder's candidates do not matter: ICE-lite learns
+// its address from its checks).
+func (m *Manager) publishLean(srv *egress.Server, c *auth.Claims, offer string) (*Participant, string, error) {
+	p, err := m.newParticipant(c, false)
+	if err != nil {
+		return nil, "", err
+	}
+	v, answer, err := srv.NewIngest(offer, m.ingest(), uint32(m.cfg.Limits.MaxDataBytes+maxDataHeader+16), leanData{p})
+	if err != nil {
+		p.log.Info("whip offer refused", "err", err)
+		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
+	}
+	p.mu.Lock()
+	p.leanPub = v // Close closes it
+	p.mu.Unlock()
+	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
+		old.Kick("duplicate_identity", "the same identity joined again")
+	}
+	if err := m.admit(p); err != nil {
+		v.Close("not admitted")
+		return nil, "", err
+	}
+	p.log.Info("whip session started", "egress", "lean")
+	return p, answer, nil
 }

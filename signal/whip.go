@@ -223,13 +223,16 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 	}
 	frag := parseFrag(string(b))
 	if rufrag, ok := sess.p.LeanICE(); ok {
-		// A lean egress viewer (ICE-lite) needs no candidates: the server
-		// learns the viewer's address from its checks.
-		if frag.ufrag != "" && frag.ufrag != rufrag {
+		// A lean session (ICE-lite) needs no candidates: the server learns
+		// the client's address from its checks.
+		switch {
+		case frag.ufrag == "" || frag.ufrag == rufrag:
+			w.WriteHeader(http.StatusNoContent)
+		case sess.kind != "whip":
 			writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
-			return
+		default:
+			s.restartICE(w, sess, replaceICE(sess.p.LeanOffer(), frag.ufrag, frag.pwd), nil)
 		}
-		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	pc := sess.pc()
@@ -246,20 +249,11 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// ICE restart: the same offer with new credentials, answered anew.
-		offer := replaceICE(cur, frag.ufrag, frag.pwd)
-		answer, err := sess.p.HandleOffer(offer)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		for _, c := range frag.candidates {
-			_ = pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &frag.mid})
-		}
-		sess.etag = etagOf(answer)
-		w.Header().Set("Content-Type", "application/trickle-ice-sdpfrag")
-		w.Header().Set("ETag", sess.etag)
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, answerFrag(answer))
+		s.restartICE(w, sess, replaceICE(cur, frag.ufrag, frag.pwd), func() {
+			for _, c := range frag.candidates {
+				_ = pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &frag.mid})
+			}
+		})
 		return
 	}
 	if t := sess.p.Timing(); t != nil && len(frag.candidates) > 0 {
@@ -302,7 +296,7 @@ func parseFrag(s string) sdpFrag {
 }
 
 func replaceICE(sdp, ufrag, pwd string) string {
-	lines := strings.Split(sdp, "\r\n")
+	lines := strings.Split(strings.ReplaceAll(sdp, "\r\n", "\n"), "\n")
 	for i, l := range lines {
 		switch {
 		case strings.HasPrefix(l, "a=ice-ufrag:"):
@@ -341,4 +335,23 @@ func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// restartICE answers a WHIP session's ICE restart: offer is its last one
+// with the client's new credentials; then (if not nil) runs before the
+// answer's fragment is written.
+func (s *Server) restartICE(w http.ResponseWriter, sess *httpSession, offer string, then func()) {
+	answer, err := sess.p.HandleOffer(offer)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if then != nil {
+		then()
+	}
+	sess.etag = etagOf(answer)
+	w.Header().Set("Content-Type", "application/trickle-ice-sdpfrag")
+	w.Header().Set("ETag", sess.etag)
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, answerFrag(answer))
 }

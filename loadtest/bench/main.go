@@ -48,7 +48,7 @@ func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
 	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores); comma-separated sizes give the marginal RSS ratio, e.g. 3x12,3x27")
-	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress --lean-ingest: WHEP viewers for stream, room publishers and subscribers for room), janus, janus-loops, janus-streaming, janus-streaming-loops")
+	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room publishers and subscribers for room), janus, janus-loops, janus-streaming, janus-streaming-loops")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
 	rate := flag.Float64("rate", 25, "peers per second")
@@ -246,7 +246,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	case "petrel", "petrel-whep", "petrel-lean":
 		var args []string
 		if srv == "petrel-lean" {
-			args = append(args, "--lean-egress", "--lean-ingest")
+			args = append(args, "--lean-egress")
 		}
 		if srv == "petrel-whep" || srv == "petrel-lean" && scenario == "stream" {
 			cfg.Proto = "whip" // WHEP viewers (the generator's lean peers)
@@ -400,7 +400,7 @@ func render(all []*run, out string) (string, string) {
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
-		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress --lean-ingest`, docs/lean-egress.md, which in the room scenario serves both sides of every participant: no PeerConnection in the server); " +
+		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md, which in the room scenario serves both sides of every participant: no PeerConnection in the server); " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +

@@ -42,9 +42,9 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 			t.Errorf("bob's %s connection is not served by the lean egress", name)
 		}
 	}
-	// bob's two sides (alice, alone with her own track, has no subscriber
-	// side yet).
-	waitFor(t, 5*time.Second, "two lean sessions", func() bool { return e.srv.LeanEgress.Viewers() == 2 })
+	// bob's two sides and alice's publisher session (alone with her own
+	// track, she has no subscriber side yet).
+	waitFor(t, 5*time.Second, "three lean sessions", func() bool { return e.srv.LeanEgress.Viewers() == 3 })
 
 	exchange := func(when string) {
 		t.Helper()
@@ -103,8 +103,9 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 		t.Fatal("carol's data message did not arrive")
 	}
 
+	n := e.srv.LeanEgress.Viewers()
 	bob.Close()
-	waitFor(t, 5*time.Second, "bob's sessions to go", func() bool { return e.srv.LeanEgress.Viewers() == 0 })
+	waitFor(t, 5*time.Second, "bob's sessions to go", func() bool { return e.srv.LeanEgress.Viewers() == n-2 })
 }
 
 // TestAudienceChoiceWithoutCandidates: an audience member's first publisher

@@ -64,8 +64,10 @@ func errCode(t *testing.T, body string) string {
 	return e.Code
 }
 
-func TestWHIPAndWHEP(t *testing.T) {
-	e := start(t)
+func TestWHIPAndWHEP(t *testing.T) { forEachPublisherSide(t, testWHIPAndWHEP) }
+
+func testWHIPAndWHEP(t *testing.T, side publisherSide) {
+	e := start(t, side.config)
 	pubTok := e.token("w", "obs", auth.Grants{Publish: true}, time.Hour)
 	subTok := e.token("w", "viewer", auth.Grants{Subscribe: true}, time.Hour)
 
@@ -100,6 +102,9 @@ func TestWHIPAndWHEP(t *testing.T) {
 	}
 	if err := pub.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(answer, "a=ice-lite") != side.lean {
+		t.Fatalf("the WHIP answer is not the one it should be (lean: %v):\n%s", side.lean, answer)
 	}
 	v.run(t)
 	a.run(t)
@@ -163,6 +168,19 @@ func TestWHIPAndWHEP(t *testing.T) {
 	}
 	if s := patch(pubTok, "text/plain", frag); s != http.StatusUnsupportedMediaType {
 		t.Fatalf("PATCH with a wrong type: %d", s)
+	}
+	// An ICE restart: new credentials from the client, new ones back.
+	req, _ := http.NewRequest(http.MethodPatch, e.url+loc, strings.NewReader("a=ice-ufrag:restart1\r\na=ice-pwd:restartrestartrestartrestart\r\n"))
+	req.Header.Set("Content-Type", "application/trickle-ice-sdpfrag")
+	req.Header.Set("Authorization", "Bearer "+pubTok)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || !strings.Contains(string(b), "a=ice-ufrag:") || strings.Contains(string(b), iceUfragOf(answer)) {
+		t.Fatalf("ICE restart PATCH: %d %q", r.StatusCode, b)
 	}
 
 	del := func() int {
@@ -607,4 +625,13 @@ func TestSameIdentityReplacesTheOldSession(t *testing.T) {
 	v.run(t)
 	bob := e.join("solo", "bob")
 	readPackets(t, waitTrack(t, bob, 10*time.Second).Remote, 10, 5*time.Second)
+}
+
+func iceUfragOf(sdp string) string {
+	for _, l := range strings.Split(sdp, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=ice-ufrag:"); ok {
+			return "a=ice-ufrag:" + v
+		}
+	}
+	return "\x00"
 }

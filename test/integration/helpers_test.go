@@ -322,7 +322,7 @@ type publisherSide struct {
 
 func (s publisherSide) config(c *config.Config) {
 	if s.lean {
-		c.RTC.LeanEgress, c.RTC.LeanIngest = true, true
+		c.RTC.LeanEgress = true
 	}
 }
 

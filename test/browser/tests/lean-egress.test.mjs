@@ -3,8 +3,8 @@
 // and audio. The publisher is another Chromium page publishing its fake camera
 // and microphone over WHIP. Then a room of two Chromium pages and Firefox ESR
 // receives each other through it: the server offers their subscriber
-// connections itself, and with --lean-ingest their publisher connections are
-// lean publisher sessions too. Last, an audience (tokens without the publish grant)
+// connections itself, and their publisher connections are lean publisher
+// sessions. Last, an audience (tokens without the publish grant)
 // whose publisher connections are lean data sessions: no PeerConnection on
 // the server at all.
 import test from 'node:test';
@@ -124,7 +124,7 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
     }
   }, { args: ['--lean-egress'] }));
 
-test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server (--lean-ingest)', { timeout: 120_000 }, () =>
+test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
     const firefox = own(await launchFirefox());
@@ -150,7 +150,7 @@ test('a room of Chromium and Firefox ESR publishes and receives without a PeerCo
     // connections (a new offer with its sections inactive); media goes on.
     await b.page.close();
     await expectGrowth("fox's media after b left", () => fox.inbound(), { framesDecoded: 10 });
-  }, { args: ['--lean-egress', '--lean-ingest'] }));
+  }, { args: ['--lean-egress'] }));
 
 test('an audience (no publish grant) in Chromium and Firefox ESR gets data channels and video without a PeerConnection', { timeout: 120_000 }, () =>
   scenario('lean-egress-audience', async ({ server, own, watch }) => {
