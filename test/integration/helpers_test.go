@@ -51,7 +51,8 @@ func start(t *testing.T, mod ...func(*config.Config)) *env {
 	cfg.TURN.RelayIP = "127.0.0.1"
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
 	// PETREL_LEAN_EGRESS=true runs every test with the lean egress serving
-	// room subscribers and WHEP viewers.
+	// room participants, WHEP viewers and WHIP publishers (those that run
+	// with both publisherSides set it themselves).
 	cfg.RTC.LeanEgress = os.Getenv("PETREL_LEAN_EGRESS") == "true"
 	for _, m := range mod {
 		m(&cfg)
@@ -320,11 +321,9 @@ type publisherSide struct {
 	lean bool // a lean publisher session (egress/ingest.go), not a PeerConnection
 }
 
-func (s publisherSide) config(c *config.Config) {
-	if s.lean {
-		c.RTC.LeanEgress = true
-	}
-}
+// config serves every participant the side's way: the lean egress (both
+// sides lean), or PeerConnections (whatever PETREL_LEAN_EGRESS says).
+func (s publisherSide) config(c *config.Config) { c.RTC.LeanEgress = s.lean }
 
 // check fails the test if c's publisher connection is not served the way s says.
 func (s publisherSide) check(t *testing.T, c *client.Client) {
