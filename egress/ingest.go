@@ -111,6 +111,9 @@ type inSection struct {
 	exts      []extmap
 	fb        []string
 	tracks    []*InTrack
+	// stopped: the server stopped the track (Stop); its SSRCs are not
+	// bound again until an offer ends or replaces it.
+	stopped bool
 }
 
 // NewIngest answers a client's offer for a publisher connection: its audio
@@ -188,7 +191,7 @@ func (in *ingestSide) update(o *offer) error {
 			// A track that stopped, or was replaced by another (a new
 			// msid in the same transceiver), ends its streams.
 			ended = append(ended, cur.tracks...)
-			cur.tracks = nil
+			cur.tracks, cur.stopped = nil, false
 		}
 		cur.sending, cur.rids, cur.ssrcs, cur.msid = sending, sec.rids, sec.ssrcs, sec.msid
 		cur.exts = cur.exts[:0]
@@ -327,7 +330,7 @@ func (in *ingestSide) bind(v *Viewer, h *rtp.Header) *InTrack {
 		return nil
 	}
 	sec, rid := in.find(h)
-	if sec == nil || !sec.sending {
+	if sec == nil || !sec.sending || sec.stopped {
 		return nil
 	}
 	if len(sec.rids) > 0 && !slices.Contains(sec.rids, rid) || len(sec.rids) == 0 && rid != "" {
@@ -475,7 +478,7 @@ func (t *InTrack) Stop() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.drop(t.sec.tracks)
-	t.sec.tracks = nil
+	t.sec.tracks, t.sec.stopped = nil, true
 }
 
 // mediaAnswer is a media section of a publisher session's answer: the

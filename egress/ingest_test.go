@@ -323,17 +323,30 @@ func TestIngestSimulcastRouting(t *testing.T) {
 			t.Errorf("%s: bound %v, want %v", c.name, got, c.ok)
 		}
 	}
+	var first *InTrack
 	for _, rid := range []string{"q", "f"} {
-		if tr := wait(t, ev.tracks, "stream "+rid); tr.ID != "cam" || tr.StreamID != "stream" {
+		tr := wait(t, ev.tracks, "stream "+rid)
+		if tr.ID != "cam" || tr.StreamID != "stream" {
 			t.Errorf("stream %+v", tr)
 		}
+		first = tr
 	}
+	// A track the server stopped (unpublished) is not bound again from its
+	// packets: its encodings end, and their SSRCs no longer route.
+	first.Stop()
+	readsEnd(t, first)
+	if in.bind(v, hdr(5, "0", "q")) != nil || in.bind(v, hdr(8, "0", "h")) != nil {
+		t.Error("a stopped track's encodings were bound again")
+	}
+	in.mu.Lock()
+	in.secs[0].stopped = false
+	in.mu.Unlock()
 	// A flood of new SSRCs binds no more than maxStreams streams.
 	in.mu.Lock()
 	in.secs[0].rids = nil // any SSRC with the mid now binds (tracks, not encodings)
 	in.secs[0].tracks = nil
 	in.mu.Unlock()
-	bound := 2
+	bound := len(*in.streams.Load())
 	for ssrc := uint32(100); ssrc < 200; ssrc++ {
 		in.mu.Lock()
 		in.secs[0].tracks = nil
