@@ -116,22 +116,11 @@ func TestDataSessionWithPion(t *testing.T) {
 
 	// Junk from an address that passed an ICE check (a second candidate of
 	// the client's): each datagram is dropped and counted, the channels go on.
-	j := newClient(t)
-	j.ufrag, j.sufrag, j.spwd = iceUfrag(offer), iceUfrag(answer), icePwd(answer)
-	j.server = s.conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	if err := j.check(false); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the junk address to pass its check", func() bool { s.mu.RLock(); defer s.mu.RUnlock(); return len(v.addrs) >= 2 })
-	before := s.Dropped()
-	for _, b := range [][]byte{
+	sendJunk(t, s, v, offer, answer, [][]byte{
 		append([]byte{0x80, 0x60}, bytes.Repeat([]byte{7}, 40)...), // RTP
 		append([]byte{0x80, 0xc8}, bytes.Repeat([]byte{7}, 40)...), // RTCP
 		{0xff, 0xfe, 0xfd}, // nothing RFC 7983 knows
-	} {
-		_, _ = j.conn.WriteToUDPAddrPort(b, j.server)
-	}
-	waitFor(t, "three drops", func() bool { return s.Dropped() >= before+3 })
+	})
 	if err := rel.SendText("after junk"); err != nil {
 		t.Fatal(err)
 	}
@@ -229,4 +218,23 @@ func TestDataSessionBadOffers(t *testing.T) {
 	if s.Viewers() != 0 {
 		t.Errorf("%d sessions left", s.Viewers())
 	}
+}
+
+// sendJunk sends each datagram of junk to session v from a second address
+// of the client's (one that passed an ICE check with the session's
+// credentials), and waits until the server has dropped them all.
+func sendJunk(t *testing.T, s *Server, v *Viewer, offer, answer string, junk [][]byte) {
+	t.Helper()
+	j := newClient(t)
+	j.ufrag, j.sufrag, j.spwd = iceUfrag(offer), iceUfrag(answer), icePwd(answer)
+	j.server = s.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	if err := j.check(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the junk address to pass its check", func() bool { s.mu.RLock(); defer s.mu.RUnlock(); return len(v.addrs) >= 2 })
+	before := s.Dropped()
+	for _, b := range junk {
+		_, _ = j.conn.WriteToUDPAddrPort(b, j.server)
+	}
+	waitFor(t, "the junk to be dropped", func() bool { return s.Dropped() >= before+uint64(len(junk)) })
 }

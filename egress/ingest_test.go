@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bytes"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -163,22 +162,11 @@ func TestIngestWithPion(t *testing.T) {
 
 	// Junk from a second address that passed an ICE check: dropped and
 	// counted, the stream goes on.
-	j := newClient(t)
-	j.ufrag, j.sufrag, j.spwd = iceUfrag(offer), iceUfrag(answer), icePwd(answer)
-	j.server = s.conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	if err := j.check(false); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the junk address to pass its check", func() bool { s.mu.RLock(); defer s.mu.RUnlock(); return len(v.addrs) >= 2 })
-	before := s.Dropped()
-	for _, b := range [][]byte{
+	sendJunk(t, s, v, offer, answer, [][]byte{
 		append([]byte{0x80, 0x60, 0, 1, 0, 0, 0, 0, 1, 2, 3, 4}, bytes.Repeat([]byte{7}, 40)...), // RTP that is not SRTP
 		{0x80, 0x60, 0}, // a truncated header
 		append([]byte{0x80, 0xc8}, bytes.Repeat([]byte{7}, 40)...), // SRTCP that does not authenticate
-	} {
-		_, _ = j.conn.WriteToUDPAddrPort(b, j.server)
-	}
-	waitFor(t, "three drops", func() bool { return s.Dropped() >= before+3 })
+	})
 	go func() {
 		for seq := uint16(1040); seq < 1050; seq++ {
 			send(seq, false)
