@@ -156,6 +156,9 @@ func (c *iceCreds) check(m *stun.Message) (lean.Binding, string, error) {
 // with valid credentials makes its source address the viewer's; the first one
 // starts DTLS, USE-CANDIDATE moves the media to the nominated address.
 func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
+	if m.Type == bindingIndication {
+		return // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
+	}
 	b, pwd, err := v.creds.Load().check(m)
 	// A WHEP viewer's ufrag is known from its offer. A client the server
 	// offered to checks as soon as it has applied the offer, often before its
@@ -586,3 +589,6 @@ func (v *Viewer) Close(reason string) {
 		v.h.OnClose(reason)
 	})
 }
+
+// bindingIndication is the STUN message type of an ICE keepalive.
+var bindingIndication = stun.NewType(stun.MethodBinding, stun.ClassIndication)

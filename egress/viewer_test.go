@@ -297,8 +297,14 @@ func TestViewer(t *testing.T) {
 	}
 
 	// Malformed or unexpected datagrams from the viewer's address: each is
-	// dropped and counted, and the viewer keeps receiving.
+	// dropped and counted, and the viewer keeps receiving. A binding
+	// indication (an ICE keepalive, aiortc sends them) is neither.
 	before := s.Dropped()
+	if ind, err := stun.Build(stun.TransactionID, bindingIndication, stun.Fingerprint); err != nil {
+		t.Fatal(err)
+	} else {
+		_, _ = c.conn.WriteToUDPAddrPort(ind.Raw, c.server)
+	}
 	junk := [][]byte{
 		{0x00, 0x01, 0x00, 0x08, 0x21, 0x12},                       // truncated STUN
 		append([]byte{0x80, 0xc9}, bytes.Repeat([]byte{7}, 40)...), // SRTCP that does not authenticate
