@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
@@ -34,15 +33,9 @@ func testIngest() Ingest {
 			{Kind: "audio", MimeType: "audio/opus", ClockRate: 48000, Channels: 2},
 			{Kind: "video", MimeType: "video/VP8", ClockRate: 90000},
 		},
-		Interceptors: func() (interceptor.Interceptor, error) {
-			ir, err := rtc.PublisherInterceptors()
-			if err != nil {
-				return nil, err
-			}
-			return ir.Build("")
-		},
-		Feedback:   []string{"nack", "nack pli", "ccm fir", "transport-cc"},
-		Extensions: []string{sdp.SDESMidURI, sdp.SDESRTPStreamIDURI, rtc.ExtTransportCC, rtc.ExtAudioLevel},
+		Interceptors: rtc.NewPublisherInterceptor,
+		Feedback:     []string{"nack", "nack pli", "ccm fir", "transport-cc"},
+		Extensions:   []string{sdp.SDESMidURI, sdp.SDESRTPStreamIDURI, rtc.ExtTransportCC, rtc.ExtAudioLevel},
 	}
 }
 

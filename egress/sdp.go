@@ -61,16 +61,6 @@ type extmap struct {
 	uri string
 }
 
-// extID is the id the section gives uri, 0 if none.
-func (sec *section) extID(uri string) uint8 {
-	for _, x := range sec.exts {
-		if x.uri == uri {
-			return x.id
-		}
-	}
-	return 0
-}
-
 // Limits on what one section may list: more is not a client, it is an attack.
 const (
 	maxRIDs  = 4

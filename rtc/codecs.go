@@ -38,14 +38,18 @@ var Codecs = []webrtc.RTPCodecParameters{
 	{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeAV1, ClockRate: 90000, RTCPFeedback: videoFeedback}, PayloadType: 45},
 }
 
+// KindOf is the media kind of one of Codecs: video runs at 90 kHz.
+func KindOf(c webrtc.RTPCodecParameters) webrtc.RTPCodecType {
+	if c.ClockRate == 90000 {
+		return webrtc.RTPCodecTypeVideo
+	}
+	return webrtc.RTPCodecTypeAudio
+}
+
 // RegisterCodecs adds Petrel's codecs and header extensions to m.
 func RegisterCodecs(m *webrtc.MediaEngine) error {
 	for _, c := range Codecs {
-		kind := webrtc.RTPCodecTypeVideo
-		if c.ClockRate != 90000 {
-			kind = webrtc.RTPCodecTypeAudio
-		}
-		if err := m.RegisterCodec(c, kind); err != nil {
+		if err := m.RegisterCodec(c, KindOf(c)); err != nil {
 			return err
 		}
 	}

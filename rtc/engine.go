@@ -199,6 +199,16 @@ func PublisherInterceptors() (*interceptor.Registry, error) {
 	return ir, nil
 }
 
+// NewPublisherInterceptor builds one publisher connection's interceptor
+// chain from PublisherInterceptors, for a lean publisher session.
+func NewPublisherInterceptor() (interceptor.Interceptor, error) {
+	ir, err := PublisherInterceptors()
+	if err != nil {
+		return nil, err
+	}
+	return ir.Build("")
+}
+
 // Configuration is the per-connection configuration: the shared certificate (no
 // key generation per join) and bundled, multiplexed transports.
 func (e *Engine) Configuration(policy webrtc.ICETransportPolicy) webrtc.Configuration {

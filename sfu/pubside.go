@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/pion/datachannel"
-	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -57,23 +56,13 @@ func (m *Manager) ingest() egress.Ingest {
 	m.ingestOnce.Do(func() {
 		codecs := make([]egress.Track, len(rtc.Codecs))
 		for i, c := range rtc.Codecs {
-			kind := "video"
-			if c.ClockRate != 90000 {
-				kind = "audio"
-			}
-			codecs[i] = egress.Track{Kind: kind, MimeType: c.MimeType, ClockRate: c.ClockRate, Channels: c.Channels, Fmtp: c.SDPFmtpLine}
+			codecs[i] = egress.Track{Kind: rtc.KindOf(c).String(), MimeType: c.MimeType, ClockRate: c.ClockRate, Channels: c.Channels, Fmtp: c.SDPFmtpLine}
 		}
 		m.ingestCfg = egress.Ingest{
-			Codecs: codecs,
-			Interceptors: func() (interceptor.Interceptor, error) {
-				ir, err := rtc.PublisherInterceptors()
-				if err != nil {
-					return nil, err
-				}
-				return ir.Build("")
-			},
-			Feedback:   []string{"nack", "nack pli", "ccm fir", "transport-cc"},
-			Extensions: []string{sdp.SDESMidURI, sdp.SDESRTPStreamIDURI, rtc.ExtTransportCC, rtc.ExtAudioLevel, rtc.ExtDependencyDes},
+			Codecs:       codecs,
+			Interceptors: rtc.NewPublisherInterceptor,
+			Feedback:     []string{"nack", "nack pli", "ccm fir", "transport-cc"},
+			Extensions:   []string{sdp.SDESMidURI, sdp.SDESRTPStreamIDURI, rtc.ExtTransportCC, rtc.ExtAudioLevel, rtc.ExtDependencyDes},
 		}
 	})
 	return m.ingestCfg

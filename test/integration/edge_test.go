@@ -41,7 +41,13 @@ func pcOffer(t *testing.T, setup func(pc *webrtc.PeerConnection)) (*webrtc.PeerC
 
 func post(t *testing.T, url, ctype, token, body string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	return request(t, http.MethodPost, url, ctype, token, body)
+}
+
+// request sends body with method to url and returns the response and its body.
+func request(t *testing.T, method, url, ctype, token, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", ctype)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -148,15 +154,7 @@ func testWHIPAndWHEP(t *testing.T, side publisherSide) {
 
 	// Trickle PATCH with the creating token; another token may not touch it.
 	patch := func(token, ctype, body string) int {
-		req, _ := http.NewRequest(http.MethodPatch, e.url+loc, strings.NewReader(body))
-		req.Header.Set("Content-Type", ctype)
-		req.Header.Set("Authorization", "Bearer "+token)
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		drain(r.Body)
-		r.Body.Close()
+		r, _ := request(t, http.MethodPatch, e.url+loc, ctype, token, body)
 		return r.StatusCode
 	}
 	frag := "a=mid:0\r\na=candidate:1 1 udp 2130706431 127.0.0.1 9 typ host\r\n"
@@ -170,16 +168,8 @@ func testWHIPAndWHEP(t *testing.T, side publisherSide) {
 		t.Fatalf("PATCH with a wrong type: %d", s)
 	}
 	// An ICE restart: new credentials from the client, new ones back.
-	req, _ := http.NewRequest(http.MethodPatch, e.url+loc, strings.NewReader("a=ice-ufrag:restart1\r\na=ice-pwd:restartrestartrestartrestart\r\n"))
-	req.Header.Set("Content-Type", "application/trickle-ice-sdpfrag")
-	req.Header.Set("Authorization", "Bearer "+pubTok)
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK || !strings.Contains(string(b), "a=ice-ufrag:") || strings.Contains(string(b), iceUfragOf(answer)) {
+	r, b := request(t, http.MethodPatch, e.url+loc, "application/trickle-ice-sdpfrag", pubTok, "a=ice-ufrag:restart1\r\na=ice-pwd:restartrestartrestartrestart\r\n")
+	if r.StatusCode != http.StatusOK || !strings.Contains(b, "a=ice-ufrag:") || strings.Contains(b, iceUfragOf(answer)) {
 		t.Fatalf("ICE restart PATCH: %d %q", r.StatusCode, b)
 	}
 
