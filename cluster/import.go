@@ -25,10 +25,6 @@ type mirror struct {
 	room, identity, name, meta string
 	p                          *sfu.Participant
 	tracks                     map[uint32]*mirrorTrack
-	// joining is set while materialize joins it: the control reader (a
-	// join message) and the periodic sync (a retry) may both try at once,
-	// and two joins would put the identity in the room twice.
-	joining bool
 }
 
 // mirrorTrack is one remote track: a local track per simulcast layer.
@@ -138,17 +134,11 @@ func (im *importer) onCtl(m *ctlMsg) {
 func (im *importer) materialize(mr *mirror) {
 	n := im.l.node
 	im.mu.Lock()
-	if mr.p != nil || mr.joining || im.mirrors[mr.room+"\x00"+mr.identity] != mr {
+	if mr.p != nil || im.mirrors[mr.room+"\x00"+mr.identity] != mr {
 		im.mu.Unlock()
 		return
 	}
-	mr.joining = true
 	im.mu.Unlock()
-	defer func() {
-		im.mu.Lock()
-		mr.joining = false
-		im.mu.Unlock()
-	}()
 	keep := false
 	if r := n.mgr.Room(mr.room); r != nil {
 		if q := r.ByIdentity(mr.identity); q != nil {
