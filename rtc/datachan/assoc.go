@@ -1,0 +1,497 @@
+// Package datachan is Petrel's own WebRTC data channel stack: an SCTP
+// association (RFC 9260) over a DTLS connection, with RACK loss detection
+// (RFC 8985) in place of counting miss indications, partial reliability
+// (RFC 3758), stream reset (RFC 6525) and the data channel establishment
+// protocol (RFC 8832). It replaces pion/sctp and pion/datachannel where
+// Petrel runs data channels without a PeerConnection (egress data
+// sessions), for the reasons in docs/benchmarks.md ("What Petrel tunes, and
+// what stands in the way"): pion/sctp halves its window on reordering,
+// retransmits a chunk only once before a 1 s timeout, and hands each packet
+// through several goroutines. Here a packet is handled on the goroutine that
+// reads the DTLS connection, under one lock, and sent from it.
+package datachan
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// Config is an association's setting.
+type Config struct {
+	// Conn carries one SCTP packet per Read and Write: a DTLS connection.
+	Conn net.Conn
+	// Client is true for the DTLS client, which opens channels on even
+	// stream ids, the server on odd ones (RFC 8832 6).
+	Client bool
+	// MaxMessage is the largest message accepted (a=max-message-size); a
+	// larger one aborts the association. 0: 256 KiB.
+	MaxMessage uint32
+	// ReceiveWindow is the bytes the peer may send ahead of what the
+	// application read. 0: 4 MiB.
+	ReceiveWindow uint32
+	// MTU is the SCTP packet size. 0: 1200 (with DTLS's AES-GCM overhead a
+	// datagram stays within 1280 bytes).
+	MTU int
+	// Log gets the association's errors; nil: discarded.
+	Log *slog.Logger
+}
+
+const (
+	stateCookieWait = iota
+	stateCookieEchoed
+	stateEstablished
+	stateClosed
+)
+
+// ErrClosed is what reads and writes return once the association ended.
+var ErrClosed = errors.New("datachan: association closed")
+
+// Association is one SCTP association and its data channels.
+type Association struct {
+	cfg   Config
+	log   *slog.Logger
+	epoch time.Time
+
+	mu      sync.Mutex
+	state   int
+	myTag   uint32
+	peerTag uint32
+	myTSN   uint32 // our initial TSN
+	cookie  []byte // the cookie of our INIT-ACK
+	peer    initChunk
+	pending initChunk // the INIT our cookie answers
+	tries   int       // INIT or COOKIE-ECHO sends
+	hsTimer *time.Timer
+	err     error
+	ready   chan struct{}
+	done    chan struct{}
+
+	snd sender
+	rcv receiver
+
+	chans     map[uint16]*Channel
+	accept    chan *Channel
+	nextID    uint16
+	reconfSeq uint32 // our next RE-CONFIG request number
+	peerReq   uint32 // the peer's next expected request number
+
+	stats Stats
+
+	// Packets built under mu wait in out; they are written under wmu,
+	// taken before mu is released, so they leave in order.
+	out       [][]byte
+	callbacks []func()
+	wmu       sync.Mutex
+}
+
+// Stats are an association's counters.
+type Stats struct {
+	PacketsIn, PacketsOut  uint64
+	Dropped                uint64 // packets with a bad checksum, tag or chunk
+	FastRetransmits        uint64 // chunks RACK declared lost
+	Timeouts               uint64 // T3-rtx expiries
+	SpuriousRetransmits    uint64 // duplicates the peer reported
+	Cwnd, Ssthresh, Flight int
+	SRTT, MinRTT           time.Duration
+	ReorderWindow          time.Duration
+	PeerWindow             int
+	Abandoned              uint64 // chunks given up (partial reliability)
+	ReceivedOutOfOrder     uint64
+}
+
+// New starts an association on cfg.Conn: it sends INIT (both ends of a
+// WebRTC association do, RFC 8831 6.2) and reads the connection until it
+// fails or the association ends.
+func New(cfg Config) *Association {
+	if cfg.MaxMessage == 0 {
+		cfg.MaxMessage = 256 << 10
+	}
+	if cfg.ReceiveWindow == 0 {
+		cfg.ReceiveWindow = 4 << 20
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1200
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Association{cfg: cfg, log: log, epoch: time.Now(), ready: make(chan struct{}), done: make(chan struct{}),
+		chans: map[uint16]*Channel{}, accept: make(chan *Channel, 16)}
+	a.myTag = nonzero32()
+	a.myTSN = nonzero32()
+	a.nextID = 1
+	if cfg.Client {
+		a.nextID = 0
+	}
+	a.snd.init(a)
+	a.rcv.init(a)
+	a.mu.Lock()
+	a.sendInit()
+	a.unlockAndFlush()
+	go a.readLoop()
+	return a
+}
+
+func nonzero32() uint32 {
+	var b [4]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.BigEndian.Uint32(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// now is the association's clock: nanoseconds since it started.
+func (a *Association) now() int64 { return int64(time.Since(a.epoch)) }
+
+// Ready is closed when the association is established.
+func (a *Association) Ready() <-chan struct{} { return a.ready }
+
+// Done is closed when the association ended; Err says why.
+func (a *Association) Done() <-chan struct{} { return a.done }
+
+// Err is why the association ended, nil while it runs.
+func (a *Association) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// Stats returns the association's counters.
+func (a *Association) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.Cwnd, s.Ssthresh, s.Flight = a.snd.cwnd, a.snd.ssthresh, a.snd.flight
+	s.SRTT, s.MinRTT = time.Duration(a.snd.srtt), time.Duration(a.snd.minRTT)
+	s.ReorderWindow = time.Duration(a.snd.reoWnd())
+	s.PeerWindow = a.snd.rwnd
+	return s
+}
+
+func (a *Association) readLoop() {
+	buf := make([]byte, 8192)
+	for {
+		n, err := a.cfg.Conn.Read(buf)
+		if err != nil {
+			a.mu.Lock()
+			a.closeLocked(err)
+			a.unlockAndFlush()
+			return
+		}
+		a.handlePacket(buf[:n])
+	}
+}
+
+// unlockAndFlush releases mu and writes the packets built meanwhile, then
+// runs the callbacks that became due (buffered-amount-low).
+func (a *Association) unlockAndFlush() {
+	out, cbs := a.out, a.callbacks
+	a.out, a.callbacks = nil, nil
+	if len(out) == 0 {
+		a.mu.Unlock()
+	} else {
+		a.wmu.Lock()
+		a.mu.Unlock()
+		for _, p := range out {
+			if _, err := a.cfg.Conn.Write(p); err != nil {
+				a.log.Debug("sctp write", "err", err)
+			}
+			putBuf(p)
+		}
+		a.wmu.Unlock()
+	}
+	for _, f := range cbs {
+		f()
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1500); return &b }}
+
+func getBuf() []byte  { return (*bufPool.Get().(*[]byte))[:0] }
+func putBuf(b []byte) { b = b[:0]; bufPool.Put(&b) }
+
+// queue adds a finished packet to the ones unlockAndFlush writes.
+func (a *Association) queue(w *packetWriter) {
+	a.out = append(a.out, w.finish())
+	a.stats.PacketsOut++
+}
+
+// control sends a packet with one control chunk.
+func (a *Association) control(vtag uint32, typ, flags byte, value []byte) {
+	var w packetWriter
+	w.start(getBuf(), vtag)
+	w.chunk(typ, flags, len(value))
+	w.b = append(w.b, value...)
+	w.pad()
+	a.queue(&w)
+}
+
+func (a *Association) initChunk() initChunk {
+	return initChunk{tag: a.myTag, rwnd: a.cfg.ReceiveWindow, outStreams: 65535, inStreams: 65535, tsn: a.myTSN}
+}
+
+func (a *Association) sendInit() {
+	a.control(0, ctInit, 0, appendInit(nil, a.initChunk()))
+	a.armHandshake()
+}
+
+// armHandshake resends INIT or COOKIE-ECHO every second, 10 times.
+func (a *Association) armHandshake() {
+	a.tries++
+	if a.hsTimer != nil {
+		a.hsTimer.Stop()
+	}
+	a.hsTimer = time.AfterFunc(time.Second, func() {
+		a.mu.Lock()
+		switch {
+		case a.state >= stateEstablished:
+		case a.tries >= 10:
+			a.closeLocked(errors.New("datachan: no answer to INIT"))
+		case a.state == stateCookieWait:
+			a.sendInit()
+		case a.state == stateCookieEchoed:
+			a.control(a.peerTag, ctCookieEcho, 0, a.peer.cookie)
+			a.armHandshake()
+		}
+		a.unlockAndFlush()
+	})
+}
+
+func (a *Association) handlePacket(b []byte) {
+	a.mu.Lock()
+	defer a.unlockAndFlush()
+	if a.state == stateClosed {
+		return
+	}
+	a.stats.PacketsIn++
+	vtag, err := checkPacket(b)
+	if err != nil {
+		a.drop(err)
+		return
+	}
+	it := chunkIter{b: b[headerSize:]}
+	first := true
+	gotData := false
+	for {
+		typ, flags, v, ok := it.next()
+		if !ok {
+			break
+		}
+		switch {
+		case typ == ctInit:
+			if !first || vtag != 0 || len(it.b) != 0 {
+				a.drop(errors.New("datachan: INIT bundled or with a tag"))
+				return
+			}
+			a.handleInit(v)
+			return
+		case typ == ctAbort && flags&1 != 0 && vtag == a.peerTag, typ == ctShutdownComplete && flags&1 != 0 && vtag == a.peerTag:
+		case vtag != a.myTag:
+			a.drop(errors.New("datachan: wrong verification tag"))
+			return
+		}
+		first = false
+		switch typ {
+		case ctInitAck:
+			a.handleInitAck(v)
+		case ctCookieEcho:
+			a.handleCookieEcho(v)
+		case ctCookieAck:
+			if a.state == stateCookieEchoed {
+				a.establish()
+			}
+		case ctData:
+			if a.state != stateEstablished {
+				continue
+			}
+			if err := a.rcv.handleData(flags, v); err != nil {
+				a.abort(err)
+				return
+			}
+			gotData = true
+		case ctSack:
+			if a.state == stateEstablished {
+				if err := a.snd.handleSack(v); err != nil {
+					a.drop(err)
+					return
+				}
+			}
+		case ctForwardTSN:
+			if a.state == stateEstablished {
+				if err := a.rcv.handleForwardTSN(v); err != nil {
+					a.drop(err)
+					return
+				}
+				gotData = true
+			}
+		case ctReconfig:
+			if a.state == stateEstablished {
+				a.handleReconfig(v)
+			}
+		case ctHeartbeat:
+			if len(v) <= 512 {
+				a.control(a.peerTag, ctHeartbeatAck, 0, v)
+			}
+		case ctHeartbeatAck:
+		case ctAbort:
+			a.closeLocked(errors.New("datachan: the peer aborted the association"))
+			return
+		case ctShutdown:
+			a.control(a.peerTag, ctShutdownAck, 0, nil)
+		case ctShutdownAck:
+			a.control(a.peerTag, ctShutdownComplete, 0, nil)
+			a.closeLocked(io.EOF)
+			return
+		case ctShutdownComplete:
+			a.closeLocked(io.EOF)
+			return
+		case ctError:
+			a.log.Debug("sctp: the peer reported an error", "cause", v)
+		default:
+			// RFC 9260 3.2: the type's top bits say whether to go on.
+			if typ&0x80 == 0 {
+				return
+			}
+		}
+	}
+	if it.err != nil {
+		a.drop(it.err)
+	}
+	if gotData {
+		a.rcv.afterPacket()
+	}
+	a.snd.transmit()
+}
+
+func (a *Association) drop(err error) {
+	a.stats.Dropped++
+	if a.stats.Dropped == 1 {
+		a.log.Info("sctp: dropped a packet (logged once per association)", "err", err)
+	}
+}
+
+func (a *Association) handleInit(v []byte) {
+	c, err := parseInit(v)
+	if err != nil {
+		a.drop(err)
+		return
+	}
+	if a.state == stateEstablished {
+		if c.tag != a.peerTag {
+			// A restart (RFC 9260 5.2.2) is not something WebRTC does.
+			a.drop(errors.New("datachan: INIT for a new association"))
+			return
+		}
+	}
+	// In COOKIE-WAIT and COOKIE-ECHOED the INIT-ACK carries our INIT's tag
+	// and TSN (RFC 9260 5.2.1), so both ends' handshakes agree.
+	a.pending = c
+	a.cookie = make([]byte, 16)
+	_, _ = rand.Read(a.cookie)
+	ack := a.initChunk()
+	ack.cookie = a.cookie
+	a.control(c.tag, ctInitAck, 0, appendInit(nil, ack))
+}
+
+func (a *Association) handleInitAck(v []byte) {
+	if a.state != stateCookieWait {
+		return
+	}
+	c, err := parseInit(v)
+	if err != nil || c.cookie == nil {
+		a.drop(errors.New("datachan: malformed INIT-ACK"))
+		return
+	}
+	c.cookie = append([]byte(nil), c.cookie...)
+	a.peer, a.peerTag = c, c.tag
+	a.state = stateCookieEchoed
+	a.tries = 0
+	a.control(a.peerTag, ctCookieEcho, 0, c.cookie)
+	a.armHandshake()
+}
+
+func (a *Association) handleCookieEcho(v []byte) {
+	switch {
+	case a.state == stateEstablished && a.cookie != nil && string(v) == string(a.cookie):
+		// Our COOKIE-ACK was lost.
+	case a.state < stateEstablished && a.cookie != nil && string(v) == string(a.cookie):
+		a.peer, a.peerTag = a.pending, a.pending.tag
+		a.establish()
+	default:
+		a.drop(errors.New("datachan: unknown cookie"))
+		return
+	}
+	a.control(a.peerTag, ctCookieAck, 0, nil)
+}
+
+func (a *Association) establish() {
+	if a.hsTimer != nil {
+		a.hsTimer.Stop()
+	}
+	a.state = stateEstablished
+	a.reconfSeq, a.peerReq = a.myTSN, a.peer.tsn // RFC 6525 5.1
+	a.snd.start(a.peer)
+	a.rcv.start(a.peer.tsn)
+	close(a.ready)
+}
+
+// Close ends the association with an ABORT (the connection stays open).
+func (a *Association) Close() error {
+	a.Abort("closed")
+	return nil
+}
+
+// Abort ends the association with an ABORT that gives reason.
+func (a *Association) Abort(reason string) {
+	a.mu.Lock()
+	a.abort(errors.New(reason))
+	a.unlockAndFlush()
+}
+
+func (a *Association) abort(err error) {
+	if a.state == stateClosed {
+		return
+	}
+	if a.state == stateEstablished {
+		// User-initiated abort cause (12) with the reason.
+		cause := binary.BigEndian.AppendUint16(nil, 12)
+		r := err.Error()
+		if len(r) > 128 {
+			r = r[:128]
+		}
+		cause = binary.BigEndian.AppendUint16(cause, uint16(4+len(r)))
+		cause = append(cause, r...)
+		for len(cause)%4 != 0 {
+			cause = append(cause, 0)
+		}
+		a.control(a.peerTag, ctAbort, 0, cause)
+	}
+	a.log.Debug("sctp: aborting", "err", err)
+	a.closeLocked(err)
+}
+
+func (a *Association) closeLocked(err error) {
+	if a.state == stateClosed {
+		return
+	}
+	a.state = stateClosed
+	a.err = err
+	if a.hsTimer != nil {
+		a.hsTimer.Stop()
+	}
+	a.snd.stop()
+	a.rcv.stop()
+	for _, c := range a.chans {
+		c.closeLocked()
+	}
+	close(a.done)
+}

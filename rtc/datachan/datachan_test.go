@@ -1,0 +1,278 @@
+package datachan
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// pair starts two associations on an in-memory link.
+func pair(t *testing.T, impair func(ab, ba *link)) (*Association, *Association) {
+	t.Helper()
+	la, lb := newLinks()
+	if impair != nil {
+		impair(la, lb)
+	}
+	a := New(Config{Conn: la, Client: true})
+	b := New(Config{Conn: lb})
+	t.Cleanup(func() { a.Close(); b.Close(); la.Close() })
+	for _, x := range []*Association{a, b} {
+		select {
+		case <-x.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no association within 10 s")
+		}
+	}
+	return a, b
+}
+
+// message i of a transfer: its number, then a pattern derived from it.
+func message(i int, size int) []byte {
+	b := make([]byte, max(size, 4))
+	binary.BigEndian.PutUint32(b, uint32(i))
+	for j := 4; j < len(b); j++ {
+		b[j] = byte(i*7 + j)
+	}
+	return b
+}
+
+// send writes n messages of random sizes up to maxSize, keeping at most
+// 1 MiB buffered, and returns the bytes sent.
+func send(t *testing.T, c *Channel, n, maxSize int) int {
+	low := make(chan struct{}, 1)
+	c.OnBufferedAmountLow(512<<10, func() {
+		select {
+		case low <- struct{}{}:
+		default:
+		}
+	})
+	r := rand.New(rand.NewPCG(5, 6))
+	total := 0
+	for i := 0; i < n; i++ {
+		for c.BufferedAmount() > 1<<20 {
+			select {
+			case <-low:
+			case <-time.After(30 * time.Second):
+				t.Errorf("the buffered amount stayed at %d for 30 s", c.BufferedAmount())
+				return total
+			}
+		}
+		m := message(i, 1+r.IntN(maxSize))
+		if err := c.Send(m, false); err != nil {
+			t.Errorf("send %d: %v", i, err)
+			return total
+		}
+		total += len(m)
+	}
+	return total
+}
+
+// receive reads n messages and checks each is the next one, whole.
+func receive(c *Channel, n int) error {
+	buf := make([]byte, 1<<20)
+	for i := 0; i < n; i++ {
+		k, err := c.Read(buf)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		got := int(binary.BigEndian.Uint32(buf))
+		if got != i || !bytes.Equal(buf[:k], message(i, k)) {
+			return fmt.Errorf("message %d: got message %d (%d bytes)", i, got, k)
+		}
+	}
+	return nil
+}
+
+func accept(t *testing.T, a *Association) *Channel {
+	t.Helper()
+	ch := make(chan *Channel, 1)
+	go func() {
+		c, err := a.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	select {
+	case c := <-ch:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no channel within 10 s")
+		return nil
+	}
+}
+
+// TestTransfer: a reliable ordered channel delivers every message whole and
+// in order over a clean link, a lossy one, a reordering one and both, and
+// recovers loss without waiting for the timeout.
+func TestTransfer(t *testing.T) {
+	normal := func(mean, sd time.Duration) func(r *rand.Rand) time.Duration {
+		return func(r *rand.Rand) time.Duration { return max(0, mean+time.Duration(r.NormFloat64()*float64(sd))) }
+	}
+	cases := []struct {
+		name   string
+		n      int
+		impair func(ab, ba *link)
+	}{
+		{"clean", 2000, nil},
+		{"loss", 400, func(ab, ba *link) { ab.loss, ba.loss = 0.03, 0.01 }},
+		{"reorder", 400, func(ab, ba *link) { ab.delay, ba.delay = normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0) }},
+		{"loss-reorder", 400, func(ab, ba *link) {
+			ab.loss, ab.delay, ba.delay = 0.02, normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t, tc.impair)
+			c, err := a.Open("bulk", Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := accept(t, b)
+			if r.Label() != "bulk" {
+				t.Fatalf("label %q", r.Label())
+			}
+			done := make(chan error, 1)
+			go func() { done <- receive(r, tc.n) }()
+			start := time.Now()
+			total := send(t, c, tc.n, 8000)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("not all received in 60 s: %+v", a.Stats())
+			}
+			s := a.Stats()
+			t.Logf("%d bytes in %v; sender %+v", total, time.Since(start).Round(time.Millisecond), s)
+			if tc.impair != nil && tc.name != "reorder" && s.FastRetransmits == 0 {
+				t.Error("no chunk was declared lost on a lossy link")
+			}
+			if s.Timeouts > 3 {
+				t.Errorf("%d retransmission timeouts", s.Timeouts)
+			}
+			if tc.name == "reorder" && s.Cwnd < 64*1200 {
+				t.Errorf("cwnd %d on a link that only reorders", s.Cwnd)
+			}
+		})
+	}
+}
+
+// TestPartialReliability: an unordered channel without retransmissions over
+// a lossy link loses messages but never repeats one, and the association
+// goes on (FORWARD-TSN moves the receiver past what was given up).
+func TestPartialReliability(t *testing.T) {
+	a, b := pair(t, func(ab, ba *link) { ab.loss = 0.1 })
+	zero := uint32(0)
+	c, err := a.Open("lossy", Options{Unordered: true, MaxRetransmits: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := accept(t, b)
+	if o := r.Options(); !o.Unordered || o.MaxRetransmits == nil || *o.MaxRetransmits != 0 {
+		t.Fatalf("options %+v", o)
+	}
+	const n = 500
+	got := map[int]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			k, err := r.Read(buf)
+			if err != nil {
+				return
+			}
+			i := int(binary.BigEndian.Uint32(buf[:k]))
+			if got[i] {
+				t.Errorf("message %d twice", i)
+			}
+			got[i] = true
+			if i == n-1 {
+				return
+			}
+		}
+	}()
+	// Wait for the channel's ACK, so the messages go unordered.
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < n; i++ {
+		if err := c.Send(message(i, 2000), false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rel, err := a.Open("reliable", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := accept(t, b)
+	if err := rel.Send(message(0, 100), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := receive(rr, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+	s := a.Stats()
+	t.Logf("%d of %d messages arrived; sender %+v", len(got), n, s)
+	if len(got) < n/2 || len(got) == n && s.Abandoned == 0 {
+		t.Errorf("%d of %d arrived, %d chunks abandoned", len(got), n, s.Abandoned)
+	}
+}
+
+// TestClose: closing a channel resets its stream: the peer reads what was
+// sent, then io.EOF, and neither side can send on it.
+func TestClose(t *testing.T) {
+	a, b := pair(t, nil)
+	c, err := a.Open("x", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := accept(t, b)
+	if err := c.Send([]byte("last"), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(nil, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	buf := make([]byte, 64)
+	n, str, err := r.ReadMessage(buf)
+	if err != nil || !str || string(buf[:n]) != "last" {
+		t.Fatalf("read %q %v %v", buf[:n], str, err)
+	}
+	if n, str, err := r.ReadMessage(buf); err != nil || n != 0 || !str {
+		t.Fatalf("empty string: %d %v %v", n, str, err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.Read(buf); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("read after close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's channel did not close")
+	}
+	if err := r.Send([]byte("x"), false); err == nil {
+		t.Error("sent on a closed channel")
+	}
+	// The stream can be opened again.
+	c2, err := a.Open("y", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2 := accept(t, b); r2.Label() != "y" || c2.ID() == c.ID() && r2.ID() != c2.ID() {
+		t.Fatalf("reopened %q on %d", r2.Label(), r2.ID())
+	}
+}

@@ -1,0 +1,416 @@
+package datachan
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// The receiving side: DATA chunks are taken in TSN order (those that come
+// early wait), reassembled into messages and handed to their channels in
+// SSN order; a single-chunk unordered message is handed over as soon as it
+// comes. SACKs go out for every second packet, at once on a gap or a
+// duplicate, and otherwise after ackDelay.
+
+const (
+	ackDelay = 20 * time.Millisecond
+	maxAhead = 1 << 16 // how far past the cumulative TSN a chunk may be
+	maxDups  = 16
+	maxGaps  = 64
+)
+
+type inChunk struct {
+	flags  byte
+	stream uint16
+	ssn    uint16
+	ppid   uint32
+	data   []byte
+	done   bool // handed over early (unordered, one chunk)
+}
+
+type inMsg struct {
+	ppid uint32
+	data []byte
+}
+
+type inStream struct {
+	next    uint16
+	waiting map[uint16]inMsg
+}
+
+type receiver struct {
+	a       *Association
+	window  int
+	cum     uint32
+	seen    []uint64 // bit i: TSN cum+1+i is held in ooo
+	ooo     map[uint32]inChunk
+	held    int // bytes received and not yet read
+	dups    []uint32
+	blocks  []uint16 // gap blocks of the next SACK, start and end pairs
+	partial struct {
+		active    bool
+		stream    uint16
+		ssn       uint16
+		ppid      uint32
+		unordered bool
+		data      []byte
+	}
+	streams    map[uint16]*inStream
+	unacked    int  // packets with DATA since the last SACK
+	urgent     bool // this packet had a gap, a duplicate or the I flag
+	sackNow    bool
+	ackTimer   *time.Timer
+	ackArmed   bool
+	advertised int // the window of the last SACK
+}
+
+func (r *receiver) init(a *Association) {
+	r.a = a
+	r.window = int(a.cfg.ReceiveWindow)
+	r.ooo = map[uint32]inChunk{}
+	r.streams = map[uint16]*inStream{}
+}
+
+func (r *receiver) start(peerTSN uint32) { r.cum = peerTSN - 1 }
+
+func (r *receiver) stop() {
+	if r.ackTimer != nil {
+		r.ackTimer.Stop()
+	}
+}
+
+func (r *receiver) has(tsn uint32) bool {
+	off := tsn - r.cum - 1
+	w := int(off / 64)
+	return w < len(r.seen) && r.seen[w]&(1<<(off%64)) != 0
+}
+
+func (r *receiver) mark(tsn uint32) {
+	off := tsn - r.cum - 1
+	w := int(off / 64)
+	for len(r.seen) <= w {
+		r.seen = append(r.seen, 0)
+	}
+	r.seen[w] |= 1 << (off % 64)
+}
+
+// advance moves cum forward by k, shifting the bitmap.
+func (r *receiver) advance(k uint32) {
+	r.cum += k
+	if len(r.seen) == 0 {
+		return
+	}
+	words, sh := int(k/64), k%64
+	if words >= len(r.seen) {
+		r.seen = r.seen[:0]
+		return
+	}
+	n := len(r.seen) - words
+	for i := 0; i < n; i++ {
+		v := r.seen[i+words] >> sh
+		if sh != 0 && i+words+1 < len(r.seen) {
+			v |= r.seen[i+words+1] << (64 - sh)
+		}
+		r.seen[i] = v
+	}
+	r.seen = r.seen[:n]
+	for len(r.seen) > 0 && r.seen[len(r.seen)-1] == 0 {
+		r.seen = r.seen[:len(r.seen)-1]
+	}
+}
+
+func (r *receiver) handleData(flags byte, v []byte) error {
+	if len(v) < 12 {
+		return errMalformed
+	}
+	if len(v) == 12 {
+		return errors.New("datachan: DATA chunk without user data")
+	}
+	tsn := binary.BigEndian.Uint32(v)
+	c := inChunk{flags: flags, stream: binary.BigEndian.Uint16(v[4:]), ssn: binary.BigEndian.Uint16(v[6:]),
+		ppid: binary.BigEndian.Uint32(v[8:])}
+	data := v[12:]
+	if flags&flagImmediate != 0 {
+		r.urgent = true
+	}
+	if tsnLessEq(tsn, r.cum) || r.has(tsn) {
+		if len(r.dups) < maxDups {
+			r.dups = append(r.dups, tsn)
+		}
+		r.urgent = true
+		return nil
+	}
+	if tsn-r.cum > maxAhead {
+		r.a.drop(errors.New("datachan: DATA too far ahead"))
+		return nil
+	}
+	if r.held+len(data) > r.window && tsn != r.cum+1 {
+		return nil // no room: not acknowledged, so the peer resends it
+	}
+	c.data = append([]byte(nil), data...)
+	r.held += len(c.data)
+	if tsn != r.cum+1 {
+		r.a.stats.ReceivedOutOfOrder++
+		r.urgent = true
+		if flags&(flagUnordered|flagBegin|flagEnd) == flagUnordered|flagBegin|flagEnd {
+			if err := r.message(c.stream, c.ssn, c.ppid, true, c.data); err != nil {
+				return err
+			}
+			c.done, c.data = true, nil
+		}
+		r.ooo[tsn] = c
+		r.mark(tsn)
+		return nil
+	}
+	r.advance(1)
+	if err := r.consume(c); err != nil {
+		return err
+	}
+	return r.pull()
+}
+
+// pull takes the chunks that waited for the cumulative TSN to reach them.
+func (r *receiver) pull() error {
+	for len(r.seen) > 0 && r.seen[0]&1 != 0 {
+		n := uint32(bits.TrailingZeros64(^r.seen[0]))
+		for i := uint32(1); i <= n; i++ {
+			tsn := r.cum + i
+			c := r.ooo[tsn]
+			delete(r.ooo, tsn)
+			if err := r.consume(c); err != nil {
+				return err
+			}
+		}
+		r.advance(n)
+	}
+	return nil
+}
+
+// consume reassembles chunks taken in TSN order.
+func (r *receiver) consume(c inChunk) error {
+	p := &r.partial
+	if c.done {
+		return nil
+	}
+	if c.flags&flagBegin != 0 {
+		if p.active {
+			r.discardPartial()
+		}
+		p.active, p.stream, p.ssn, p.ppid, p.unordered = true, c.stream, c.ssn, c.ppid, c.flags&flagUnordered != 0
+		p.data = c.data
+	} else {
+		if !p.active || p.stream != c.stream {
+			r.held -= len(c.data) // a fragment of a message that was skipped
+			return nil
+		}
+		p.data = append(p.data, c.data...)
+	}
+	if len(p.data) > int(r.a.cfg.MaxMessage) {
+		return fmt.Errorf("datachan: a message over the %d-byte limit", r.a.cfg.MaxMessage)
+	}
+	if c.flags&flagEnd != 0 {
+		p.active = false
+		d := p.data
+		p.data = nil
+		return r.message(p.stream, p.ssn, p.ppid, p.unordered, d)
+	}
+	return nil
+}
+
+func (r *receiver) discardPartial() {
+	r.held -= len(r.partial.data)
+	r.partial.active, r.partial.data = false, nil
+}
+
+// message orders a complete message on its stream.
+func (r *receiver) message(stream, ssn uint16, ppid uint32, unordered bool, data []byte) error {
+	if unordered {
+		return r.a.deliver(stream, ppid, data)
+	}
+	st := r.streams[stream]
+	if st == nil {
+		st = &inStream{}
+		r.streams[stream] = st
+	}
+	switch {
+	case ssn == st.next:
+	case ssnLess(st.next, ssn):
+		if st.waiting == nil {
+			st.waiting = map[uint16]inMsg{}
+		}
+		st.waiting[ssn] = inMsg{ppid, data}
+		return nil
+	default:
+		r.held -= len(data)
+		return nil
+	}
+	for {
+		st.next++
+		if err := r.a.deliver(stream, ppid, data); err != nil {
+			return err
+		}
+		m, ok := st.waiting[st.next]
+		if !ok {
+			return nil
+		}
+		delete(st.waiting, st.next)
+		ppid, data = m.ppid, m.data
+	}
+}
+
+// handleForwardTSN skips what the peer gave up (RFC 3758 3.6).
+func (r *receiver) handleForwardTSN(v []byte) error {
+	if len(v) < 4 || (len(v)-4)%4 != 0 {
+		return errMalformed
+	}
+	r.urgent = true
+	to := binary.BigEndian.Uint32(v)
+	if tsnLessEq(to, r.cum) {
+		return nil
+	}
+	if to-r.cum > maxAhead {
+		return errors.New("datachan: FORWARD-TSN too far ahead")
+	}
+	if r.partial.active {
+		r.discardPartial()
+	}
+	for t := r.cum + 1; tsnLessEq(t, to); t++ {
+		if c, ok := r.ooo[t]; ok {
+			delete(r.ooo, t)
+			r.held -= len(c.data)
+		}
+	}
+	r.advance(to - r.cum)
+	for i := 4; i < len(v); i += 4 {
+		stream, ssn := binary.BigEndian.Uint16(v[i:]), binary.BigEndian.Uint16(v[i+2:])
+		st := r.streams[stream]
+		if st == nil || ssnLess(ssn, st.next) {
+			continue
+		}
+		for s := st.next; s != ssn+1; s++ {
+			if m, ok := st.waiting[s]; ok {
+				delete(st.waiting, s)
+				r.held -= len(m.data)
+			}
+		}
+		st.next = ssn + 1
+		for {
+			m, ok := st.waiting[st.next]
+			if !ok {
+				break
+			}
+			delete(st.waiting, st.next)
+			st.next++
+			if err := r.a.deliver(stream, m.ppid, m.data); err != nil {
+				return err
+			}
+		}
+	}
+	return r.pull()
+}
+
+// afterPacket decides when the packet's DATA is acknowledged.
+func (r *receiver) afterPacket() {
+	r.unacked++
+	if r.urgent || r.unacked >= 2 || len(r.seen) > 0 {
+		r.urgent = false
+		r.sackNow = true
+		return
+	}
+	if !r.ackArmed {
+		r.ackArmed = true
+		if r.ackTimer == nil {
+			r.ackTimer = time.AfterFunc(ackDelay, r.onAckTimer)
+		} else {
+			r.ackTimer.Reset(ackDelay)
+		}
+	}
+}
+
+func (r *receiver) onAckTimer() {
+	a := r.a
+	a.mu.Lock()
+	r.ackArmed = false
+	if a.state == stateEstablished && r.unacked > 0 {
+		r.sackNow = true
+		a.snd.transmit()
+	}
+	a.unlockAndFlush()
+}
+
+// freed is called when the application read n bytes; a SACK announces a
+// window that opened by half.
+func (r *receiver) freed(n int) {
+	r.held -= n
+	if r.a.state == stateEstablished && r.window-r.held-r.advertised >= r.window/2 {
+		r.sackNow = true
+		r.a.snd.transmit()
+	}
+}
+
+// sackSize finds the gap blocks and returns the SACK chunk's size.
+func (r *receiver) sackSize() int {
+	r.blocks = r.blocks[:0]
+	for i := uint32(0); ; {
+		from, ok := r.nextBit(i, true)
+		if !ok {
+			break
+		}
+		to, ok := r.nextBit(from, false)
+		if !ok {
+			to = uint32(len(r.seen)) * 64
+		}
+		r.addBlock(from, to-1)
+		i = to
+	}
+	return chunkHeader + 12 + 2*len(r.blocks) + 4*len(r.dups)
+}
+
+// nextBit finds the first bit at or after from that is set (or clear).
+func (r *receiver) nextBit(from uint32, set bool) (uint32, bool) {
+	for w := int(from / 64); w < len(r.seen); w++ {
+		word := r.seen[w]
+		if !set {
+			word = ^word
+		}
+		if w == int(from/64) {
+			word &^= (1 << (from % 64)) - 1
+		}
+		if word != 0 {
+			return uint32(w)*64 + uint32(bits.TrailingZeros64(word)), true
+		}
+	}
+	return 0, false
+}
+
+// addBlock records a run of offsets (0 is cum+1) as a gap block (1-based).
+func (r *receiver) addBlock(from, to uint32) {
+	if len(r.blocks) < 2*maxGaps && to < 0xffff {
+		r.blocks = append(r.blocks, uint16(from+1), uint16(to+1))
+	}
+}
+
+func (r *receiver) appendSack(w *packetWriter) {
+	rwnd := max(r.window-r.held, 0)
+	w.chunk(ctSack, 0, 12+2*len(r.blocks)+4*len(r.dups))
+	w.b = binary.BigEndian.AppendUint32(w.b, r.cum)
+	w.b = binary.BigEndian.AppendUint32(w.b, uint32(rwnd))
+	w.b = binary.BigEndian.AppendUint16(w.b, uint16(len(r.blocks)/2))
+	w.b = binary.BigEndian.AppendUint16(w.b, uint16(len(r.dups)))
+	for _, b := range r.blocks {
+		w.b = binary.BigEndian.AppendUint16(w.b, b)
+	}
+	for _, d := range r.dups {
+		w.b = binary.BigEndian.AppendUint32(w.b, d)
+	}
+	r.dups = r.dups[:0]
+	r.sackNow = false
+	r.unacked = 0
+	r.advertised = rwnd
+	if r.ackArmed {
+		r.ackArmed = false
+		r.ackTimer.Stop()
+	}
+}

@@ -1,0 +1,597 @@
+package datachan
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// The sending side: messages cut into DATA chunks, sent within the
+// congestion window (RFC 9260 7.2) and the peer's receive window,
+// acknowledged by SACKs. Loss is RACK's (RFC 8985): a chunk is lost when one
+// sent after it was acknowledged and a reordering window has passed since,
+// so a reordering link does not look lossy; a window that turns out too
+// small (the peer reports the retransmission as a duplicate) grows. A lost
+// retransmission is resent the same way. The retransmission timeout is the
+// last resort.
+
+const (
+	rtoMin     = 200 * int64(time.Millisecond)
+	rtoMax     = 10 * int64(time.Second)
+	rtoInitial = 1 * int64(time.Second)
+	maxReoMult = 16
+)
+
+type outMsg struct {
+	ch       *Channel
+	deadline int64 // abandon after (0: never)
+	maxRtx   int   // abandon after this many retransmissions (-1: never)
+	gone     bool  // abandoned
+}
+
+type outChunk struct {
+	msg     *outMsg
+	tsn     uint32
+	stream  uint16
+	ssn     uint16
+	ppid    uint32
+	flags   byte
+	data    []byte
+	sentAt  int64  // last transmission
+	seq     uint64 // order of the last transmission
+	nSent   int
+	acked   bool // by a gap block (or the cumulative ack)
+	lost    bool // to be resent
+	flying  bool // counted in flight
+	dropped bool // abandoned
+}
+
+type sender struct {
+	a        *Association
+	mtu      int
+	nextTSN  uint32
+	cumAck   uint32      // the peer's cumulative ack
+	inflight []*outChunk // TSN cumAck+1 onwards
+	queue    []*outChunk // not sent yet
+	qhead    int
+	seq      uint64
+
+	cwnd, ssthresh, flight, rwnd, pba int
+	inRecovery                        bool
+	recover                           uint32 // recovery ends when this is acknowledged
+	priorCwnd, priorSsthresh          int
+	recoveryRtx, recoverySpurious     int
+
+	srtt, rttvar, rto, minRTT int64
+	rack                      struct {
+		seq      uint64
+		sentAt   int64
+		rtt      int64
+		reorder  bool // reordering seen
+		mult     int
+		maxSeqIn uint64
+	}
+	t3, rackTimer *time.Timer
+	t3Armed       bool
+
+	advancedPeerAck uint32 // PR-SCTP: what FORWARD-TSN announces
+	forwardNeeded   bool
+}
+
+func (s *sender) init(a *Association) {
+	s.a = a
+	s.mtu = a.cfg.MTU
+	s.nextTSN = a.myTSN
+	s.cumAck = a.myTSN - 1
+	s.advancedPeerAck = s.cumAck
+	s.rto = rtoInitial
+	s.rack.mult = 1
+}
+
+func (s *sender) start(peer initChunk) {
+	// RFC 9260 7.2.1, with a larger initial window (10 packets, as TCP's
+	// RFC 6928).
+	s.cwnd = 10 * s.mtu
+	s.ssthresh = int(peer.rwnd)
+	s.rwnd = int(peer.rwnd)
+}
+
+func (s *sender) stop() {
+	if s.t3 != nil {
+		s.t3.Stop()
+	}
+	if s.rackTimer != nil {
+		s.rackTimer.Stop()
+	}
+}
+
+// maxPayload is the user data one DATA chunk carries.
+func (s *sender) maxPayload() int { return s.mtu - headerSize - dataHeaderSize }
+
+// enqueue cuts a message into chunks. The caller holds mu.
+func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered bool, b []byte) {
+	flags := byte(0)
+	if unordered {
+		flags = flagUnordered
+	}
+	max := s.maxPayload()
+	for first := true; first || len(b) > 0; first = false {
+		n := min(len(b), max)
+		c := &outChunk{msg: m, stream: stream, ssn: ssn, ppid: ppid, flags: flags, data: b[:n]}
+		if first {
+			c.flags |= flagBegin
+		}
+		b = b[n:]
+		if len(b) == 0 {
+			c.flags |= flagEnd
+		}
+		s.queue = append(s.queue, c)
+	}
+}
+
+// transmit sends what the windows allow: a due SACK, a FORWARD-TSN,
+// retransmissions, then new chunks, bundled into packets of at most mtu.
+func (s *sender) transmit() {
+	a := s.a
+	if a.state != stateEstablished {
+		return
+	}
+	now := a.now()
+	var w packetWriter
+	open := false
+	begin := func() {
+		if !open {
+			w.start(getBuf(), a.peerTag)
+			open = true
+		}
+	}
+	room := func(n int) {
+		if open && w.len()+n > s.mtu {
+			a.queue(&w)
+			open = false
+		}
+		begin()
+	}
+	if a.rcv.sackNow {
+		room(a.rcv.sackSize())
+		a.rcv.appendSack(&w)
+	}
+	if s.forwardNeeded {
+		s.forwardNeeded = false
+		v := s.forwardTSN()
+		room(chunkHeader + len(v))
+		w.chunk(ctForwardTSN, 0, len(v))
+		w.b = append(w.b, v...)
+		w.pad()
+	}
+	sent := false
+	// Retransmissions, in TSN order, within cwnd.
+	for _, c := range s.inflight {
+		if s.flight >= s.cwnd {
+			break
+		}
+		if !c.lost || c.dropped {
+			continue
+		}
+		if c.msg.maxRtx >= 0 && c.nSent > c.msg.maxRtx || c.msg.deadline != 0 && now > c.msg.deadline {
+			s.abandon(c.msg)
+			continue
+		}
+		room(dataHeaderSize + len(c.data))
+		s.writeChunk(&w, c, now)
+		c.lost = false
+		sent = true
+	}
+	// New chunks, within cwnd and the peer's window.
+	for s.qhead < len(s.queue) && s.flight < s.cwnd {
+		c := s.queue[s.qhead]
+		if c.msg.gone {
+			s.qhead++
+			continue
+		}
+		if c.flags&flagBegin != 0 && c.msg.deadline != 0 && now > c.msg.deadline {
+			c.msg.gone = true
+			s.qhead++
+			s.release(c)
+			continue
+		}
+		if len(c.data) > s.rwnd && s.flight > 0 {
+			break // the peer's window is full (one chunk may probe it)
+		}
+		s.rwnd = max(s.rwnd-len(c.data), 0)
+		s.queue[s.qhead] = nil
+		s.qhead++
+		c.tsn = s.nextTSN
+		s.nextTSN++
+		s.inflight = append(s.inflight, c)
+		room(dataHeaderSize + len(c.data))
+		s.writeChunk(&w, c, now)
+		sent = true
+	}
+	if s.qhead == len(s.queue) {
+		s.queue, s.qhead = s.queue[:0], 0
+	} else if s.qhead > 1024 && s.qhead > len(s.queue)/2 {
+		s.queue = append(s.queue[:0], s.queue[s.qhead:]...)
+		s.qhead = 0
+	}
+	if open {
+		a.queue(&w)
+	}
+	if sent && !s.t3Armed {
+		s.armT3()
+	}
+}
+
+func (s *sender) writeChunk(w *packetWriter, c *outChunk, now int64) {
+	w.chunk(ctData, c.flags, dataHeaderSize-chunkHeader+len(c.data))
+	w.b = binary.BigEndian.AppendUint32(w.b, c.tsn)
+	w.b = binary.BigEndian.AppendUint16(w.b, c.stream)
+	w.b = binary.BigEndian.AppendUint16(w.b, c.ssn)
+	w.b = binary.BigEndian.AppendUint32(w.b, c.ppid)
+	w.b = append(w.b, c.data...)
+	w.pad()
+	if c.nSent > 0 && s.priorCwnd > 0 {
+		s.recoveryRtx++
+	}
+	c.nSent++
+	c.sentAt = now
+	s.seq++
+	c.seq = s.seq
+	if !c.flying {
+		c.flying = true
+		s.flight += len(c.data)
+	}
+}
+
+// unfly takes a chunk out of the flight.
+func (s *sender) unfly(c *outChunk) {
+	if c.flying {
+		c.flying = false
+		s.flight -= len(c.data)
+	}
+}
+
+// release is called once per chunk when it leaves the sender for good
+// (acknowledged or abandoned): the channel's buffered amount drops.
+func (s *sender) release(c *outChunk) {
+	if ch := c.msg.ch; ch != nil {
+		ch.unbuffer(len(c.data))
+	}
+}
+
+func (s *sender) handleSack(v []byte) error {
+	if len(v) < 12 {
+		return errMalformed
+	}
+	cum := binary.BigEndian.Uint32(v)
+	arwnd := int(binary.BigEndian.Uint32(v[4:]))
+	ngap := int(binary.BigEndian.Uint16(v[8:]))
+	ndup := int(binary.BigEndian.Uint16(v[10:]))
+	if len(v) < 12+4*ngap+4*ndup {
+		return errMalformed
+	}
+	if tsnLess(cum, s.cumAck) {
+		return nil // an old SACK, overtaken
+	}
+	if !tsnLess(cum, s.nextTSN) {
+		return errMalformed // acknowledges what was never sent
+	}
+	a := s.a
+	now := a.now()
+	acked := 0
+	var newest *outChunk // the newly acknowledged chunk sent last
+	prevMax := s.rack.maxSeqIn
+	ack := func(c *outChunk) {
+		if c.acked {
+			return
+		}
+		c.acked = true
+		c.lost = false
+		s.unfly(c)
+		acked += len(c.data)
+		if newest == nil || c.seq > newest.seq {
+			newest = c
+		}
+		if c.nSent == 1 && c.seq < prevMax {
+			s.rack.reorder = true
+		}
+		if c.seq > s.rack.maxSeqIn {
+			s.rack.maxSeqIn = c.seq
+		}
+	}
+	advanced := cum != s.cumAck
+	for s.cumAck != cum {
+		c := s.inflight[0]
+		s.inflight[0] = nil
+		s.inflight = s.inflight[1:]
+		s.cumAck++
+		if !c.dropped {
+			ack(c)
+			s.release(c)
+		}
+	}
+	if tsnLess(s.advancedPeerAck, s.cumAck) {
+		s.advancedPeerAck = s.cumAck
+	}
+	for i := 0; i < ngap; i++ {
+		start := binary.BigEndian.Uint16(v[12+4*i:])
+		end := binary.BigEndian.Uint16(v[14+4*i:])
+		if start == 0 || end < start || int(end) > len(s.inflight) {
+			return errMalformed
+		}
+		for off := start; off <= end; off++ {
+			if c := s.inflight[off-1]; !c.dropped {
+				ack(c)
+			}
+		}
+	}
+	for i := 0; i < ndup; i++ {
+		// A duplicate: a retransmission the peer did not need.
+		a.stats.SpuriousRetransmits++
+		s.rack.reorder = true
+		if s.rack.mult < maxReoMult {
+			s.rack.mult++
+		}
+		s.recoverySpurious++
+	}
+	if s.recoveryRtx > 0 && s.recoverySpurious >= s.recoveryRtx {
+		// Every retransmission since the last reduction was spurious: undo
+		// it (the duplicates may come after the recovery ended).
+		s.cwnd, s.ssthresh = max(s.cwnd, s.priorCwnd), max(s.ssthresh, s.priorSsthresh)
+		s.inRecovery = false
+		s.recoveryRtx, s.recoverySpurious = 0, 0
+	}
+	s.rwnd = max(arwnd-s.flight, 0)
+	if newest != nil {
+		rtt := now - newest.sentAt
+		if newest.nSent == 1 {
+			s.rttSample(rtt)
+		}
+		if newest.nSent == 1 || rtt >= s.minRTT {
+			if newest.seq > s.rack.seq {
+				s.rack.seq, s.rack.sentAt, s.rack.rtt = newest.seq, newest.sentAt, rtt
+			}
+		}
+	}
+	if tsnLess(s.cumAck, s.advancedPeerAck) {
+		s.forwardNeeded = true // the last FORWARD-TSN was lost
+	}
+	if s.inRecovery && !tsnLess(s.cumAck, s.recover) {
+		s.inRecovery = false
+	}
+	if advanced && !s.inRecovery {
+		s.grow(acked)
+	}
+	s.detectLoss(now)
+	if advanced {
+		if len(s.inflight) == 0 {
+			s.stopT3()
+		} else {
+			s.armT3()
+		}
+	}
+	return nil
+}
+
+func (s *sender) rttSample(r int64) {
+	if r <= 0 {
+		r = 1
+	}
+	if s.srtt == 0 {
+		s.srtt, s.rttvar = r, r/2
+	} else {
+		d := s.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		s.rttvar = (3*s.rttvar + d) / 4
+		s.srtt = (7*s.srtt + r) / 8
+	}
+	if s.minRTT == 0 || r < s.minRTT {
+		s.minRTT = r
+	}
+	s.rto = min(max(s.srtt+max(4*s.rttvar, int64(10*time.Millisecond)), rtoMin), rtoMax)
+}
+
+// reoWnd is RACK's reordering window: a quarter of the minimum RTT times a
+// multiplier that grows with each spurious retransmission, at most the
+// smoothed RTT; none before any reordering was seen.
+func (s *sender) reoWnd() int64 {
+	if !s.rack.reorder {
+		return 0
+	}
+	return min(int64(s.rack.mult)*s.minRTT/4, s.srtt)
+}
+
+// grow opens cwnd on newly acknowledged bytes: slow start below ssthresh,
+// one MTU per window above (RFC 9260 7.2.1, 7.2.2), only while the window
+// is used.
+func (s *sender) grow(acked int) {
+	if s.flight+acked < s.cwnd-2*s.mtu {
+		return // not limited by cwnd
+	}
+	if s.cwnd <= s.ssthresh {
+		s.cwnd += acked
+		return
+	}
+	s.pba += acked
+	if s.pba >= s.cwnd {
+		s.pba -= s.cwnd
+		s.cwnd += s.mtu
+	}
+}
+
+// detectLoss marks lost what RACK says is: sent before the chunk acknowledged
+// last, and not acknowledged an RTT and the reordering window after it was
+// sent. Chunks sent after that one are not candidates, which bounds the scan.
+func (s *sender) detectLoss(now int64) {
+	if s.rack.seq == 0 {
+		return
+	}
+	reo := s.reoWnd()
+	var wait int64
+	lost := false
+	for _, c := range s.inflight {
+		if c.seq >= s.rack.seq {
+			if c.nSent == 1 {
+				break
+			}
+			continue
+		}
+		if c.acked || c.lost || c.dropped {
+			continue
+		}
+		if left := c.sentAt + s.rack.rtt + reo - now; left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		c.lost = true
+		s.unfly(c)
+		s.a.stats.FastRetransmits++
+		lost = true
+	}
+	if lost {
+		s.onLoss()
+	}
+	if wait > 0 {
+		if s.rackTimer == nil {
+			s.rackTimer = time.AfterFunc(time.Duration(wait), s.onRackTimer)
+		} else {
+			s.rackTimer.Reset(time.Duration(wait))
+		}
+	}
+}
+
+func (s *sender) onRackTimer() {
+	a := s.a
+	a.mu.Lock()
+	if a.state == stateEstablished {
+		s.detectLoss(a.now())
+		s.transmit()
+	}
+	a.unlockAndFlush()
+}
+
+// onLoss enters fast recovery once per window of data (RFC 9260 7.2.4).
+func (s *sender) onLoss() {
+	if s.inRecovery {
+		return
+	}
+	s.inRecovery = true
+	s.recover = s.nextTSN - 1
+	s.priorCwnd, s.priorSsthresh = s.cwnd, s.ssthresh
+	s.recoveryRtx, s.recoverySpurious = 0, 0
+	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
+	s.cwnd = s.ssthresh
+	s.pba = 0
+}
+
+func (s *sender) armT3() {
+	s.t3Armed = true
+	d := time.Duration(s.rto)
+	if s.t3 == nil {
+		s.t3 = time.AfterFunc(d, s.onT3)
+	} else {
+		s.t3.Reset(d)
+	}
+}
+
+func (s *sender) stopT3() {
+	s.t3Armed = false
+	if s.t3 != nil {
+		s.t3.Stop()
+	}
+}
+
+// onT3 is the retransmission timeout (RFC 9260 6.3.3): everything
+// outstanding is resent from a window of one packet.
+func (s *sender) onT3() {
+	a := s.a
+	a.mu.Lock()
+	defer a.unlockAndFlush()
+	s.t3Armed = false
+	if a.state != stateEstablished || len(s.inflight) == 0 {
+		return
+	}
+	a.stats.Timeouts++
+	s.rto = min(2*s.rto, rtoMax)
+	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
+	s.cwnd = s.mtu
+	s.pba = 0
+	s.inRecovery = false
+	for _, c := range s.inflight {
+		if !c.acked && !c.dropped {
+			c.lost = true
+			s.unfly(c)
+		}
+	}
+	if tsnLess(s.cumAck, s.advancedPeerAck) {
+		s.forwardNeeded = true
+	}
+	s.transmit()
+	if !s.t3Armed {
+		s.armT3()
+	}
+}
+
+// abandon gives up a message (partial reliability): its chunks are no
+// longer sent, and a FORWARD-TSN moves the peer past them.
+func (s *sender) abandon(m *outMsg) {
+	if m.gone {
+		return
+	}
+	m.gone = true
+	for _, c := range s.inflight {
+		if c.msg == m && !c.dropped {
+			c.dropped, c.lost = true, false
+			s.unfly(c)
+			s.release(c)
+			s.a.stats.Abandoned++
+		}
+	}
+	for _, c := range s.queue[s.qhead:] {
+		if c.msg == m {
+			s.release(c)
+		}
+	}
+	// The advanced peer ack point (RFC 3758 3.5) moves over abandoned chunks.
+	moved := false
+	for i, c := range s.inflight {
+		tsn := s.cumAck + 1 + uint32(i)
+		if !tsnLess(s.advancedPeerAck, tsn) {
+			continue
+		}
+		if !c.dropped && !c.acked {
+			break
+		}
+		if c.dropped {
+			s.advancedPeerAck, moved = tsn, true
+		} else if c.acked {
+			s.advancedPeerAck = tsn
+		}
+	}
+	if moved {
+		s.forwardNeeded = true
+	}
+}
+
+// forwardTSN is a FORWARD-TSN's value: the new cumulative TSN and, for the
+// ordered streams skipped, the last SSN skipped.
+func (s *sender) forwardTSN() []byte {
+	v := binary.BigEndian.AppendUint32(nil, s.advancedPeerAck)
+	last := map[uint16]uint16{}
+	for i, c := range s.inflight {
+		if tsnLess(s.advancedPeerAck, s.cumAck+1+uint32(i)) {
+			break
+		}
+		if c.dropped && c.flags&flagUnordered == 0 {
+			last[c.stream] = c.ssn
+		}
+	}
+	for st, ssn := range last {
+		v = binary.BigEndian.AppendUint16(v, st)
+		v = binary.BigEndian.AppendUint16(v, ssn)
+	}
+	return v
+}
