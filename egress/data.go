@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,13 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/pion/datachannel"
-	"github.com/pion/logging"
-	"github.com/pion/sctp"
 	"github.com/pion/sdp/v3"
 
-	"github.com/petrel-sfu/petrel/rtc/sctptune"
+	"github.com/petrel-sfu/petrel/rtc/datachan"
 )
 
 // A data session is a connection that carries only data channels, which the
@@ -30,7 +27,7 @@ import (
 // OnDataChannel runs on the session's accept goroutine.
 type DataHandler interface {
 	Handler
-	OnDataChannel(dc *datachannel.DataChannel)
+	OnDataChannel(dc *datachan.Channel)
 }
 
 // dataSide is what a data session has besides a Viewer's ICE and DTLS.
@@ -40,7 +37,7 @@ type dataSide struct {
 	rufrag     string // the client's ufrag, changed by an ICE restart
 	mid        string // the data section's mid, kept by every later offer
 	maxMessage uint32 // the largest message the server accepts
-	assoc      *sctp.Association
+	assoc      *datachan.Association
 	offer      string // the client's last offer
 }
 
@@ -228,67 +225,43 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 	return string(b), err
 }
 
-// runSCTP starts the SCTP association over the DTLS connection and accepts
-// the client's data channels until the association ends. Both ends of a
-// WebRTC association send INIT (RFC 8831 6.2); pion/sctp resolves the
-// collision as it does between two PeerConnections.
-func (v *Viewer) runSCTP(dc net.Conn) {
+// runSCTP starts Petrel's SCTP association (rtc/datachan) over the DTLS
+// connection and accepts the client's data channels until it ends. Both
+// ends of a WebRTC association send INIT (RFC 8831 6.2); the association
+// resolves the collision as RFC 9260 5.2.1 says.
+func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 	d := v.data
-	ctx, cancel := context.WithTimeout(context.Background(), ConsentTimeout)
-	defer cancel()
-	t := sctptune.Petrel
-	opts := []sctp.ClientOption{
-		sctp.WithNetConn(dc),
-		sctp.WithLoggerFactory(quietLogs),
-		sctp.WithMaxMessageSize(d.maxMessage),
-		sctp.WithMTU(sctpMTU),
-	}
-	if t.MaxReceiveBuffer > 0 {
-		opts = append(opts, sctp.WithMaxReceiveBufferSize(t.MaxReceiveBuffer))
-	}
-	if t.MinCwnd > 0 {
-		opts = append(opts, sctp.WithMinCwnd(t.MinCwnd))
-	}
-	assoc, err := sctp.ClientContext(ctx, opts...)
-	if err != nil {
-		v.Close("sctp: " + err.Error())
-		return
-	}
+	a := datachan.New(datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log})
 	d.mu.Lock()
-	d.assoc = assoc
+	d.assoc = a
 	d.mu.Unlock()
 	if v.closed.Load() {
-		_ = assoc.Close()
+		a.Abort("session closed")
 		return
 	}
-	var chans []*datachannel.DataChannel
+	select {
+	case <-a.Ready():
+	case <-a.Done():
+		v.Close("sctp: " + a.Err().Error())
+		return
+	case <-time.After(ConsentTimeout):
+		v.Close("sctp: no association within " + ConsentTimeout.String())
+		return
+	}
 	for {
-		ch, err := datachannel.Accept(assoc, &datachannel.Config{LoggerFactory: quietLogs}, chans...)
+		ch, err := a.Accept()
 		if err != nil {
 			v.Close("sctp closed")
 			return
-		}
-		if len(chans) < maxDataChannels {
-			chans = append(chans, ch)
 		}
 		d.h.OnDataChannel(ch)
 	}
 }
 
-// maxDataChannels bounds the channels a session remembers (for
-// pre-negotiated ones); the room protocol uses two.
-const maxDataChannels = 64
-
-// sctpMTU is the SCTP packet size Pion's PeerConnection uses
-// (sctpOutboundMTU): with DTLS's overhead the datagrams stay within 1280
-// bytes, so the lean path and a PeerConnection fit the same paths.
-const sctpMTU = 1191
-
-// quietLogs keeps Pion's SCTP and data channel logs off: their errors reach
-// the handler as the session's end.
-var quietLogs = logging.NewDefaultLoggerFactory()
-
-func init() { quietLogs.DefaultLogLevel = logging.LogLevelDisabled }
+// sctpMTU is the SCTP packet size: with DTLS's overhead the datagrams stay
+// within 1280 bytes, so the lean path and a PeerConnection (whose Pion uses
+// 1191) fit the same paths.
+const sctpMTU = 1200
 
 // closeData ends the association (an ABORT to the client if it is up).
 func (v *Viewer) closeData() {

@@ -8,31 +8,32 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pion/datachannel"
 	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/rtc/datachan"
 )
 
 // dataEvents is a DataHandler that echoes every message back on its channel.
 type dataEvents struct {
 	*events
 	mu    sync.Mutex
-	chans []*datachannel.DataChannel
+	chans []*datachan.Channel
 	got   chan string
 }
 
-func (e *dataEvents) OnDataChannel(dc *datachannel.DataChannel) {
+func (e *dataEvents) OnDataChannel(dc *datachan.Channel) {
 	e.mu.Lock()
 	e.chans = append(e.chans, dc)
 	e.mu.Unlock()
 	go func() {
 		buf := make([]byte, 1<<16)
 		for {
-			n, str, err := dc.ReadDataChannel(buf)
+			n, str, err := dc.ReadMessage(buf)
 			if err != nil {
 				return
 			}
-			e.got <- dc.Config.Label + ":" + string(buf[:n])
-			if _, err := dc.WriteDataChannel(buf[:n], str); err != nil {
+			e.got <- dc.Label() + ":" + string(buf[:n])
+			if err := dc.Send(buf[:n], str); err != nil {
 				return
 			}
 		}

@@ -358,7 +358,7 @@ func (v *Viewer) handshake() {
 		v.ready.Store(true)
 		v.h.OnDTLS()
 		if v.data.mid != "" {
-			v.runSCTP(dc)
+			v.runSCTP(dc, client)
 			return
 		}
 		var buf [256]byte

@@ -42,7 +42,7 @@ func IsToBrowser(stack string) bool { return stack == "to-chromium" || stack == 
 
 // RunSpec is one measurement.
 type RunSpec struct {
-	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), chromium, firefox (browser → Petrel), to-chromium, to-firefox
+	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), petrel (Petrel's own data channels both ends), chromium, firefox (browser → Petrel), to-chromium, to-firefox
 	Probe    string // ordered, unordered, partial, none
 	Duration time.Duration
 	MsgSize  int // 0: the tuning's default
@@ -77,10 +77,12 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		recvRole, sendRole = "tcp-recv", "tcp-send"
 	case "petrel-lean":
 		recvRole = "dc-answer-lean" // lab/lean.go
+	case "petrel":
+		recvRole, sendRole = "dc-answer-lean", "dc-offer-petrel" // lab/petrel.go
 	}
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
-		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || IsBrowser(stack) || IsToBrowser(stack))}
+		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || IsBrowser(stack) || IsToBrowser(stack))}
 	if tune != "" {
 		common = append(common, "-tune", strings.ReplaceAll(tune, "+", ","))
 	}
@@ -306,9 +308,9 @@ func ParseCases(s string) ([][2]string, error) {
 		}
 		base, _, _ := strings.Cut(st, ":") // a variant: "pion-tuned:detach=1+procs=1"
 		switch base {
-		case "tcp", "pion", "pion-tuned", "petrel-lean", "chromium", "firefox", "to-chromium", "to-firefox":
+		case "tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox":
 		default:
-			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, chromium, firefox, to-chromium, to-firefox)", st)
+			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox)", st)
 		}
 		switch pr {
 		case "ordered", "unordered", "partial", "none":

@@ -49,7 +49,7 @@ func TestShortLab(t *testing.T) {
 				t.Skipf("skipping: cannot create network namespaces here: %v", err)
 			}
 			defer l.Close()
-			for _, stack := range []string{"tcp", "pion-tuned", "petrel-lean"} {
+			for _, stack := range []string{"tcp", "pion-tuned", "petrel-lean", "petrel"} {
 				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 2 * time.Second})
 				if err != nil {
 					// Seen once in many runs on mobile: the data channel never

@@ -9,11 +9,11 @@ import (
 	"net"
 	"time"
 
-	"github.com/pion/datachannel"
 	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/egress"
+	"github.com/petrel-sfu/petrel/rtc/datachan"
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
 
@@ -31,15 +31,15 @@ func (leanMeter) OnDTLS()                {}
 func (leanMeter) OnRTCP(_ []rtcp.Packet) {}
 func (leanMeter) OnClose(_ string)       {}
 
-func (l leanMeter) OnDataChannel(dc *datachannel.DataChannel) {
-	deliver := l.m.channel(dc.Config.Label)
+func (l leanMeter) OnDataChannel(dc *datachan.Channel) {
+	deliver := l.m.channel(dc.Label())
 	if deliver == nil {
 		return
 	}
 	go func() {
 		buf := make([]byte, 1<<20)
 		for {
-			n, _, err := dc.ReadDataChannel(buf)
+			n, err := dc.Read(buf)
 			if err != nil {
 				return
 			}

@@ -131,7 +131,7 @@ func (r *Report) Markdown() (string, error) {
 	// Columns: the reference, Pion, and whichever browser directions ran.
 	type col struct{ stack, title string }
 	cols := []col{{"pion", "Pion default"}, {"pion-tuned", "Pion tuned (Petrel)"}}
-	for _, c := range []col{{"petrel-lean", "Pion → Petrel lean data session"}, {"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
+	for _, c := range []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel", "Petrel → Petrel (own SCTP)"}, {"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
 		{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"}} {
 		if r.hasStack(c.stack) {
 			cols = append(cols, c)
@@ -237,7 +237,7 @@ func (r *Report) plots() ([]string, error) {
 	var imgs []string
 	for _, p := range r.profiles() {
 		var plots []string
-		for _, st := range []string{"tcp", "pion", "pion-tuned", "petrel-lean", "chromium", "firefox", "to-chromium", "to-firefox"} {
+		for _, st := range []string{"tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox"} {
 			x := r.find(p, st, "ordered")
 			if x == nil || len(x.Series) == 0 {
 				continue

@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/datachannel"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc/datachan"
 )
 
 // Room data messages travel on two data channels of the publisher connection:
@@ -123,20 +123,19 @@ func (c pionChan) open() bool          { return c.ReadyState() == webrtc.DataCha
 // leanChan is a data session's channel: open from when the server
 // acknowledged it until its reader ends.
 type leanChan struct {
-	dc     *datachannel.DataChannel
+	dc     *datachan.Channel
 	closed atomic.Bool
 }
 
 func (c *leanChan) send(b []byte) error {
-	_, err := c.dc.WriteDataChannel(b, false)
-	return err
+	return c.dc.Send(b, false)
 }
 func (c *leanChan) buffered() uint64 { return c.dc.BufferedAmount() }
 func (c *leanChan) open() bool       { return !c.closed.Load() }
 
 // onLeanDataChannel takes a channel a data session accepted.
-func (p *Participant) onLeanDataChannel(dc *datachannel.DataChannel) {
-	label := dc.Config.Label
+func (p *Participant) onLeanDataChannel(dc *datachan.Channel) {
+	label := dc.Label()
 	if label != labelReliable && label != labelLossy {
 		p.log.Info("ignoring unknown data channel", "label", label)
 		_ = dc.Close()

@@ -3,7 +3,6 @@ package sfu
 import (
 	"time"
 
-	"github.com/pion/datachannel"
 	"github.com/pion/rtcp"
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
@@ -12,6 +11,7 @@ import (
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
+	"github.com/petrel-sfu/petrel/rtc/datachan"
 )
 
 // With the lean egress on, a room participant's publisher side is a lean
@@ -35,7 +35,7 @@ func (l leanData) OnRTCP(_ []rtcp.Packet) {}
 // session is gone for good (consent expired, the client closed it).
 func (l leanData) OnClose(reason string) { go l.p.Close(reason) }
 
-func (l leanData) OnDataChannel(dc *datachannel.DataChannel) { l.p.onLeanDataChannel(dc) }
+func (l leanData) OnDataChannel(dc *datachan.Channel) { l.p.onLeanDataChannel(dc) }
 
 // OnTrack publishes a stream of a lean publisher session (egress/ingest.go)
 // as onTrack does a PeerConnection's.

@@ -300,6 +300,11 @@ func (a *Association) handlePacket(b []byte) {
 			return
 		}
 		first = false
+		if a.state == stateCookieEchoed && (typ == ctData || typ == ctSack || typ == ctForwardTSN || typ == ctReconfig) {
+			// The peer is established (only then does it send these): our
+			// COOKIE-ACK is late, or reordered behind this packet.
+			a.establish()
+		}
 		switch typ {
 		case ctInitAck:
 			a.handleInitAck(v)

@@ -121,7 +121,9 @@ func TestTransfer(t *testing.T) {
 	}{
 		{"clean", 2000, nil},
 		{"loss", 400, func(ab, ba *link) { ab.loss, ba.loss = 0.03, 0.01 }},
-		{"reorder", 400, func(ab, ba *link) { ab.delay, ba.delay = normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0) }},
+		{"reorder", 400, func(ab, ba *link) {
+			ab.delay, ba.delay = normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0)
+		}},
 		{"loss-reorder", 400, func(ab, ba *link) {
 			ab.loss, ab.delay, ba.delay = 0.02, normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0)
 		}},

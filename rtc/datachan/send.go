@@ -2,6 +2,7 @@ package datachan
 
 import (
 	"encoding/binary"
+	"slices"
 	"time"
 )
 
@@ -23,6 +24,7 @@ const (
 
 type outMsg struct {
 	ch       *Channel
+	stream   uint16
 	deadline int64 // abandon after (0: never)
 	maxRtx   int   // abandon after this many retransmissions (-1: never)
 	gone     bool  // abandoned
@@ -39,27 +41,36 @@ type outChunk struct {
 	sentAt  int64  // last transmission
 	seq     uint64 // order of the last transmission
 	nSent   int
-	acked   bool // by a gap block (or the cumulative ack)
-	lost    bool // to be resent
-	flying  bool // counted in flight
-	dropped bool // abandoned
+	acked   bool   // by a gap block (or the cumulative ack)
+	lost    bool   // to be resent
+	flying  bool   // counted in flight
+	dropped bool   // abandoned
+	lostEp  uint32 // the episode that declared it lost
 }
 
 type sender struct {
 	a        *Association
 	mtu      int
 	nextTSN  uint32
-	cumAck   uint32      // the peer's cumulative ack
-	inflight []*outChunk // TSN cumAck+1 onwards
-	queue    []*outChunk // not sent yet
-	qhead    int
+	cumAck   uint32                  // the peer's cumulative ack
+	inflight []*outChunk             // TSN cumAck+1 onwards
+	queues   map[uint16]*streamQueue // chunks not sent yet, per stream
+	active   []*streamQueue          // streams with chunks to send, in turn
+	cur      *streamQueue            // the stream whose message is half sent
 	seq      uint64
 
 	cwnd, ssthresh, flight, rwnd, pba int
 	inRecovery                        bool
 	recover                           uint32 // recovery ends when this is acknowledged
-	priorCwnd, priorSsthresh          int
-	recoveryRtx, recoverySpurious     int
+	// A reduction of cwnd is an episode: its retransmissions are logged, and
+	// if the peer reports each as a duplicate, the reduction is undone.
+	episode                  uint32
+	rtxLog                   map[uint32]uint32 // TSN → episode of its retransmission
+	epMarked, epSpurious     int               // chunks declared lost in the chain, and those proven not
+	chain                    uint32            // the first episode of the chain
+	epStart                  int64
+	priorCwnd, priorSsthresh int
+	multRaised               int64 // when the reordering multiplier last grew
 
 	srtt, rttvar, rto, minRTT int64
 	rack                      struct {
@@ -69,6 +80,7 @@ type sender struct {
 		reorder  bool // reordering seen
 		mult     int
 		maxSeqIn uint64
+		extent   int64 // the latest a reordered chunk came after its round trip
 	}
 	t3, rackTimer *time.Timer
 	t3Armed       bool
@@ -79,6 +91,8 @@ type sender struct {
 
 func (s *sender) init(a *Association) {
 	s.a = a
+	s.queues = map[uint16]*streamQueue{}
+	s.rtxLog = map[uint32]uint32{}
 	s.mtu = a.cfg.MTU
 	s.nextTSN = a.myTSN
 	s.cumAck = a.myTSN - 1
@@ -109,13 +123,14 @@ func (s *sender) maxPayload() int { return s.mtu - headerSize - dataHeaderSize }
 
 // enqueue cuts a message into chunks. The caller holds mu.
 func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered bool, b []byte) {
+	m.stream = stream
 	flags := byte(0)
 	if unordered {
 		flags = flagUnordered
 	}
-	max := s.maxPayload()
+	most := s.maxPayload()
 	for first := true; first || len(b) > 0; first = false {
-		n := min(len(b), max)
+		n := min(len(b), most)
 		c := &outChunk{msg: m, stream: stream, ssn: ssn, ppid: ppid, flags: flags, data: b[:n]}
 		if first {
 			c.flags |= flagBegin
@@ -124,7 +139,85 @@ func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered b
 		if len(b) == 0 {
 			c.flags |= flagEnd
 		}
-		s.queue = append(s.queue, c)
+		q := s.queues[stream]
+		if q == nil {
+			q = &streamQueue{}
+			s.queues[stream] = q
+		}
+		if len(q.chunks) == q.head {
+			// Back in the queue: no credit for the time it had nothing to send.
+			q.vtime = 0
+			if len(s.active) > 0 {
+				q.vtime = s.active[0].vtime
+				for _, x := range s.active {
+					q.vtime = min(q.vtime, x.vtime)
+				}
+			}
+			s.active = append(s.active, q)
+		}
+		q.chunks = append(q.chunks, c)
+	}
+}
+
+// streamQueue is one stream's chunks waiting to be sent. Streams share the
+// window by bytes, message by message (the chunks of one message have
+// consecutive TSNs): the next message is from the stream that has sent the
+// fewest bytes since it last had nothing to send, so a small message on one
+// channel waits for at most one message of another's bulk.
+type streamQueue struct {
+	chunks []*outChunk
+	head   int
+	vtime  int64 // bytes sent, as a virtual clock
+}
+
+// next is the next chunk to send, nil if none; messages that expired
+// before any of them was sent are dropped on the way.
+func (s *sender) next(now int64) *outChunk {
+	for {
+		if s.cur == nil {
+			if len(s.active) == 0 {
+				return nil
+			}
+			s.cur = s.active[0]
+			for _, q := range s.active[1:] {
+				if q.vtime < s.cur.vtime {
+					s.cur = q
+				}
+			}
+		}
+		q := s.cur
+		if q.head == len(q.chunks) {
+			s.cur = nil
+			s.active = slices.DeleteFunc(s.active, func(x *streamQueue) bool { return x == q })
+			q.chunks, q.head = q.chunks[:0], 0
+			continue
+		}
+		c := q.chunks[q.head]
+		if c.flags&flagBegin != 0 && c.msg.deadline != 0 && now > c.msg.deadline && !c.msg.gone {
+			c.msg.gone = true
+			s.releaseQueued(c.msg, q.chunks[q.head:])
+		}
+		if c.msg.gone {
+			s.pop()
+			continue
+		}
+		return c
+	}
+}
+
+// pop takes the chunk next returned off its queue.
+func (s *sender) pop() {
+	q := s.cur
+	c := q.chunks[q.head]
+	q.chunks[q.head] = nil
+	q.head++
+	q.vtime += int64(len(c.data))
+	if c.flags&flagEnd != 0 {
+		s.cur = nil
+	}
+	if q.head > 1024 && q.head > len(q.chunks)/2 {
+		q.chunks = append(q.chunks[:0], q.chunks[q.head:]...)
+		q.head = 0
 	}
 }
 
@@ -182,36 +275,22 @@ func (s *sender) transmit() {
 		sent = true
 	}
 	// New chunks, within cwnd and the peer's window.
-	for s.qhead < len(s.queue) && s.flight < s.cwnd {
-		c := s.queue[s.qhead]
-		if c.msg.gone {
-			s.qhead++
-			continue
-		}
-		if c.flags&flagBegin != 0 && c.msg.deadline != 0 && now > c.msg.deadline {
-			c.msg.gone = true
-			s.qhead++
-			s.release(c)
-			continue
+	for s.flight < s.cwnd {
+		c := s.next(now)
+		if c == nil {
+			break
 		}
 		if len(c.data) > s.rwnd && s.flight > 0 {
 			break // the peer's window is full (one chunk may probe it)
 		}
 		s.rwnd = max(s.rwnd-len(c.data), 0)
-		s.queue[s.qhead] = nil
-		s.qhead++
+		s.pop()
 		c.tsn = s.nextTSN
 		s.nextTSN++
 		s.inflight = append(s.inflight, c)
 		room(dataHeaderSize + len(c.data))
 		s.writeChunk(&w, c, now)
 		sent = true
-	}
-	if s.qhead == len(s.queue) {
-		s.queue, s.qhead = s.queue[:0], 0
-	} else if s.qhead > 1024 && s.qhead > len(s.queue)/2 {
-		s.queue = append(s.queue[:0], s.queue[s.qhead:]...)
-		s.qhead = 0
 	}
 	if open {
 		a.queue(&w)
@@ -229,8 +308,15 @@ func (s *sender) writeChunk(w *packetWriter, c *outChunk, now int64) {
 	w.b = binary.BigEndian.AppendUint32(w.b, c.ppid)
 	w.b = append(w.b, c.data...)
 	w.pad()
-	if c.nSent > 0 && s.priorCwnd > 0 {
-		s.recoveryRtx++
+	if c.nSent > 0 && c.lostEp > 0 {
+		if len(s.rtxLog) > 8192 {
+			for t, ep := range s.rtxLog {
+				if ep < s.chain {
+					delete(s.rtxLog, t)
+				}
+			}
+		}
+		s.rtxLog[c.tsn] = c.lostEp
 	}
 	c.nSent++
 	c.sentAt = now
@@ -255,6 +341,15 @@ func (s *sender) unfly(c *outChunk) {
 func (s *sender) release(c *outChunk) {
 	if ch := c.msg.ch; ch != nil {
 		ch.unbuffer(len(c.data))
+	}
+}
+
+// releaseQueued releases the chunks of m among chunks (not sent yet).
+func (s *sender) releaseQueued(m *outMsg, chunks []*outChunk) {
+	for _, c := range chunks {
+		if c.msg == m {
+			s.release(c)
+		}
 	}
 }
 
@@ -284,6 +379,9 @@ func (s *sender) handleSack(v []byte) error {
 		if c.acked {
 			return
 		}
+		if c.lost && c.lostEp >= s.chain {
+			s.epSpurious++ // declared lost, and here before it was resent
+		}
 		c.acked = true
 		c.lost = false
 		s.unfly(c)
@@ -292,7 +390,12 @@ func (s *sender) handleSack(v []byte) error {
 			newest = c
 		}
 		if c.nSent == 1 && c.seq < prevMax {
+			// Delivered after one sent later: reordering, by how much
+			// more than the round trip it came late.
 			s.rack.reorder = true
+			if late := now - c.sentAt - s.rack.rtt; late > s.rack.extent {
+				s.rack.extent = late
+			}
 		}
 		if c.seq > s.rack.maxSeqIn {
 			s.rack.maxSeqIn = c.seq
@@ -325,20 +428,29 @@ func (s *sender) handleSack(v []byte) error {
 		}
 	}
 	for i := 0; i < ndup; i++ {
-		// A duplicate: a retransmission the peer did not need.
+		// A duplicate: if of a retransmission, one the peer did not need.
+		tsn := binary.BigEndian.Uint32(v[12+4*ngap+4*i:])
+		ep, ok := s.rtxLog[tsn]
+		if !ok {
+			continue
+		}
+		delete(s.rtxLog, tsn)
 		a.stats.SpuriousRetransmits++
 		s.rack.reorder = true
-		if s.rack.mult < maxReoMult {
+		if s.rack.mult < maxReoMult && now-s.multRaised > s.srtt {
 			s.rack.mult++
+			s.multRaised = now
 		}
-		s.recoverySpurious++
+		if ep >= s.chain {
+			s.epSpurious++
+		}
 	}
-	if s.recoveryRtx > 0 && s.recoverySpurious >= s.recoveryRtx {
-		// Every retransmission since the last reduction was spurious: undo
-		// it (the duplicates may come after the recovery ended).
+	if s.epMarked > 0 && s.epSpurious >= s.epMarked {
+		// Every retransmission of the last reduction was spurious: undo it
+		// (the duplicates may come after the recovery ended).
 		s.cwnd, s.ssthresh = max(s.cwnd, s.priorCwnd), max(s.ssthresh, s.priorSsthresh)
 		s.inRecovery = false
-		s.recoveryRtx, s.recoverySpurious = 0, 0
+		s.epMarked, s.epSpurious = 0, 0
 	}
 	s.rwnd = max(arwnd-s.flight, 0)
 	if newest != nil {
@@ -358,7 +470,10 @@ func (s *sender) handleSack(v []byte) error {
 	if s.inRecovery && !tsnLess(s.cumAck, s.recover) {
 		s.inRecovery = false
 	}
-	if advanced && !s.inRecovery {
+	if acked > 0 && !s.inRecovery {
+		// Bytes acknowledged by gap blocks count too (unlike RFC 9260
+		// 7.2.1, which waits for the cumulative ack): on a reordering link
+		// most bytes are acknowledged that way first.
 		s.grow(acked)
 	}
 	s.detectLoss(now)
@@ -393,13 +508,17 @@ func (s *sender) rttSample(r int64) {
 }
 
 // reoWnd is RACK's reordering window: a quarter of the minimum RTT times a
-// multiplier that grows with each spurious retransmission, at most the
-// smoothed RTT; none before any reordering was seen.
+// multiplier that grows with each round trip that had a spurious
+// retransmission (RFC 8985 6.2), at most the smoothed RTT; or, if more, a
+// quarter more than the latest a reordered chunk came, at most two smoothed
+// RTTs (a jittery link reorders by more than an RTT's worth of the
+// smallest RTT samples, which RACK's window is measured from); none before
+// any reordering was seen.
 func (s *sender) reoWnd() int64 {
 	if !s.rack.reorder {
 		return 0
 	}
-	return min(int64(s.rack.mult)*s.minRTT/4, s.srtt)
+	return max(min(int64(s.rack.mult)*s.minRTT/4, s.srtt), min(s.rack.extent*5/4, 2*s.srtt))
 }
 
 // grow opens cwnd on newly acknowledged bytes: slow start below ssthresh,
@@ -446,13 +565,12 @@ func (s *sender) detectLoss(now int64) {
 			}
 			continue
 		}
-		c.lost = true
-		s.unfly(c)
+		if !lost {
+			s.onLoss()
+			lost = true
+		}
+		s.markLost(c)
 		s.a.stats.FastRetransmits++
-		lost = true
-	}
-	if lost {
-		s.onLoss()
 	}
 	if wait > 0 {
 		if s.rackTimer == nil {
@@ -473,6 +591,12 @@ func (s *sender) onRackTimer() {
 	a.unlockAndFlush()
 }
 
+func (s *sender) markLost(c *outChunk) {
+	c.lost, c.lostEp = true, s.episode
+	s.epMarked++
+	s.unfly(c)
+}
+
 // onLoss enters fast recovery once per window of data (RFC 9260 7.2.4).
 func (s *sender) onLoss() {
 	if s.inRecovery {
@@ -480,11 +604,24 @@ func (s *sender) onLoss() {
 	}
 	s.inRecovery = true
 	s.recover = s.nextTSN - 1
-	s.priorCwnd, s.priorSsthresh = s.cwnd, s.ssthresh
-	s.recoveryRtx, s.recoverySpurious = 0, 0
+	s.newEpisode()
 	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
 	s.cwnd = s.ssthresh
 	s.pba = 0
+}
+
+// newEpisode starts a reduction of cwnd. One that comes within two round
+// trips of the last, before that one's duplicates could prove it spurious,
+// joins its chain: the undo then goes back to before the chain.
+func (s *sender) newEpisode() {
+	s.episode++
+	now := s.a.now()
+	if s.chain == 0 || now-s.epStart > 2*s.srtt {
+		s.chain = s.episode
+		s.epMarked, s.epSpurious = 0, 0
+		s.priorCwnd, s.priorSsthresh = s.cwnd, s.ssthresh
+	}
+	s.epStart = now
 }
 
 func (s *sender) armT3() {
@@ -515,6 +652,7 @@ func (s *sender) onT3() {
 		return
 	}
 	a.stats.Timeouts++
+	s.newEpisode()
 	s.rto = min(2*s.rto, rtoMax)
 	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
 	s.cwnd = s.mtu
@@ -522,8 +660,7 @@ func (s *sender) onT3() {
 	s.inRecovery = false
 	for _, c := range s.inflight {
 		if !c.acked && !c.dropped {
-			c.lost = true
-			s.unfly(c)
+			s.markLost(c)
 		}
 	}
 	if tsnLess(s.cumAck, s.advancedPeerAck) {
@@ -550,10 +687,8 @@ func (s *sender) abandon(m *outMsg) {
 			s.a.stats.Abandoned++
 		}
 	}
-	for _, c := range s.queue[s.qhead:] {
-		if c.msg == m {
-			s.release(c)
-		}
+	if q := s.queues[m.stream]; q != nil {
+		s.releaseQueued(m, q.chunks[q.head:])
 	}
 	// The advanced peer ack point (RFC 3758 3.5) moves over abandoned chunks.
 	moved := false
