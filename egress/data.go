@@ -43,8 +43,10 @@ type dataSide struct {
 
 // dataQueue is how many DTLS records wait for a data session's SCTP reader
 // (a media session's DTLS only runs its handshake: lean.HandshakeQueue): a
-// bulk transfer arrives in bursts of a window's worth of packets.
-const dataQueue = 1024
+// whole receive window's worth (datachan's 4 MiB in packets of 1200 bytes),
+// since a sender in slow start sends it in one burst and a record dropped
+// here is a loss to SCTP. The queue's buffer grows only while records wait.
+const dataQueue = 4096
 
 // NewDataSession answers a client's offer for a connection with data
 // channels only. Audio and video sections of the offer are rejected;

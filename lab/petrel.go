@@ -162,6 +162,11 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err != nil {
 		return err
 	}
+	// datachan's buffered amount counts what is in flight, as Pion's does,
+	// but here the window is not the limit it is in Pion: keep enough queued
+	// for a long path's window (the probe does not wait behind it: streams
+	// share the window by bytes).
+	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20)
 	go sendBulkPetrel(bulk, t, stop)
 	// The sender's state once a second, for `petrel lab bench -v`.
 	go func() {
