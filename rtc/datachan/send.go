@@ -54,6 +54,7 @@ type sender struct {
 	nextTSN  uint32
 	cumAck   uint32                  // the peer's cumulative ack
 	inflight []*outChunk             // TSN cumAck+1 onwards
+	nLost    int                     // chunks of inflight to resend
 	queues   map[uint16]*streamQueue // chunks not sent yet, per stream
 	active   []*streamQueue          // streams with chunks to send, in turn
 	cur      *streamQueue            // the stream whose message is half sent
@@ -258,11 +259,9 @@ func (s *sender) transmit() {
 	}
 	sent := false
 	// Retransmissions, in TSN order, within cwnd.
-	for _, c := range s.inflight {
-		if s.flight >= s.cwnd {
-			break
-		}
-		if !c.lost || c.dropped {
+	for i := 0; s.nLost > 0 && i < len(s.inflight) && s.flight < s.cwnd; i++ {
+		c := s.inflight[i]
+		if !c.lost {
 			continue
 		}
 		if c.msg.maxRtx >= 0 && c.nSent > c.msg.maxRtx || c.msg.deadline != 0 && now > c.msg.deadline {
@@ -271,7 +270,7 @@ func (s *sender) transmit() {
 		}
 		room(dataHeaderSize + len(c.data))
 		s.writeChunk(&w, c, now)
-		c.lost = false
+		s.setLost(c, false)
 		sent = true
 	}
 	// New chunks, within cwnd and the peer's window.
@@ -383,7 +382,7 @@ func (s *sender) handleSack(v []byte) error {
 			s.epSpurious++ // declared lost, and here before it was resent
 		}
 		c.acked = true
-		c.lost = false
+		s.setLost(c, false)
 		s.unfly(c)
 		acked += len(c.data)
 		if newest == nil || c.seq > newest.seq {
@@ -591,8 +590,21 @@ func (s *sender) onRackTimer() {
 	a.unlockAndFlush()
 }
 
+// setLost keeps nLost, the chunks waiting to be resent.
+func (s *sender) setLost(c *outChunk, lost bool) {
+	if c.lost != lost {
+		c.lost = lost
+		if lost {
+			s.nLost++
+		} else {
+			s.nLost--
+		}
+	}
+}
+
 func (s *sender) markLost(c *outChunk) {
-	c.lost, c.lostEp = true, s.episode
+	s.setLost(c, true)
+	c.lostEp = s.episode
 	s.epMarked++
 	s.unfly(c)
 }
@@ -681,7 +693,8 @@ func (s *sender) abandon(m *outMsg) {
 	m.gone = true
 	for _, c := range s.inflight {
 		if c.msg == m && !c.dropped {
-			c.dropped, c.lost = true, false
+			c.dropped = true
+			s.setLost(c, false)
 			s.unfly(c)
 			s.release(c)
 			s.a.stats.Abandoned++
