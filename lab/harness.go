@@ -34,11 +34,19 @@ type Harness struct {
 }
 
 // IsBrowser reports whether a stack is a browser sending to Petrel.
-func IsBrowser(stack string) bool { return stack == "chromium" || stack == "firefox" }
+// A "-lean" suffix ("chromium-lean") has Petrel's end be a lean data
+// session (Petrel's own SCTP, rtc/datachan) instead of a Pion PeerConnection.
+func IsBrowser(stack string) bool {
+	b := strings.TrimSuffix(stack, "-lean")
+	return b == "chromium" || b == "firefox"
+}
 
 // IsToBrowser reports whether a stack is Petrel sending to a browser
 // ("to-chromium", "to-firefox").
-func IsToBrowser(stack string) bool { return stack == "to-chromium" || stack == "to-firefox" }
+func IsToBrowser(stack string) bool {
+	b := strings.TrimSuffix(stack, "-lean")
+	return b == "to-chromium" || b == "to-firefox"
+}
 
 // RunSpec is one measurement.
 type RunSpec struct {
@@ -79,10 +87,13 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		recvRole = "dc-answer-lean" // lab/lean.go
 	case "petrel":
 		recvRole, sendRole = "dc-answer-lean", "dc-offer-petrel" // lab/petrel.go
+	case "chromium-lean", "firefox-lean":
+		recvRole = "dc-answer-lean"
 	}
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
 		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || IsBrowser(stack) || IsToBrowser(stack))}
+	browser := strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean")
 	if tune != "" {
 		common = append(common, "-tune", strings.ReplaceAll(tune, "+", ","))
 	}
@@ -122,11 +133,15 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	}
 	if IsToBrowser(stack) {
 		// Petrel in b sends; the browser in a measures and prints the Result.
-		send := start(l.B, "dc-answer-send")
+		role := "dc-answer-send"
+		if strings.HasSuffix(stack, "-lean") {
+			role = "dc-answer-send-lean" // lab/lean.go
+		}
+		send := start(l.B, role)
 		if err := send.Start(); err != nil {
 			return Result{}, err
 		}
-		recv := browserCmd(strings.TrimPrefix(stack, "to-"), "--reverse", "true")
+		recv := browserCmd(browser, "--reverse", "true")
 		var out bytes.Buffer
 		recv.Stdout = &out
 		if err := recv.Start(); err != nil {
@@ -156,7 +171,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	}
 	var send *execCmd
 	if IsBrowser(stack) {
-		send = browserCmd(stack)
+		send = browserCmd(browser)
 	} else {
 		send = start(l.A, sendRole)
 	}
@@ -308,9 +323,11 @@ func ParseCases(s string) ([][2]string, error) {
 		}
 		base, _, _ := strings.Cut(st, ":") // a variant: "pion-tuned:detach=1+procs=1"
 		switch base {
-		case "tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox":
+		case "tcp", "pion", "pion-tuned", "petrel-lean", "petrel":
 		default:
-			return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox)", st)
+			if !IsBrowser(base) && !IsToBrowser(base) {
+				return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox, and the browser ones with -lean)", st)
+			}
 		}
 		switch pr {
 		case "ordered", "unordered", "partial", "none":

@@ -51,42 +51,95 @@ func (l leanMeter) OnDataChannel(dc *datachan.Channel) {
 // dcAnswerLean is dcAnswer with a lean data session in place of the
 // PeerConnection.
 func dcAnswerLean(c PeerConfig) (Result, error) {
+	m := newMeter(c.Duration)
+	var res Result
+	err := leanSession(c, leanMeter{m}, func(v *egress.Viewer, _ <-chan error) error {
+		select {
+		case <-m.done:
+		case <-time.After(c.Duration + 30*time.Second):
+			res = m.result("petrel-lean", c.Probe)
+			return fmt.Errorf("no bulk data within 30 s (session ready %v)", v.Ready())
+		}
+		res = m.result("petrel-lean", c.Probe)
+		return nil
+	})
+	return res, err
+}
+
+// leanSender is a data session's handler that sends: bulk data on the
+// client's "bulk" channel, probes on its "probe" channel.
+type leanSender struct {
+	t    sctptune.Tuning
+	stop chan struct{}
+}
+
+func (leanSender) OnICE()                 {}
+func (leanSender) OnDTLS()                {}
+func (leanSender) OnRTCP(_ []rtcp.Packet) {}
+func (leanSender) OnClose(_ string)       {}
+
+func (l leanSender) OnDataChannel(dc *datachan.Channel) {
+	switch dc.Label() {
+	case "bulk":
+		go sendBulkPetrel(dc, l.t, l.stop)
+	case "probe":
+		go prober(func(b []byte) error { return dc.Send(b, false) }, l.stop)
+	}
+}
+
+// dcAnswerSendLean is dcAnswerSend with a lean data session: Petrel's own
+// SCTP sends to the browser, which measures.
+func dcAnswerSendLean(c PeerConfig) error {
+	t, _ := tuningFor(c)
+	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20) // as dcOfferPetrel
+	h := leanSender{t: t, stop: make(chan struct{})}
+	defer close(h.stop)
+	return leanSession(c, h, func(_ *egress.Viewer, ended <-chan error) error {
+		<-ended // the browser measures, and says "done"
+		return nil
+	})
+}
+
+// leanSession answers host a's offer with a lean data session on host b's
+// lab address and runs wait while it lasts; ended yields when host a says
+// "done" or closes signaling. When wait returns, host a is told "done".
+func leanSession(c PeerConfig, h egress.DataHandler, wait func(v *egress.Viewer, ended <-chan error) error) error {
 	sig, err := acceptSignaling(c)
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	defer sig.Close()
-	m := newMeter(c.Duration)
 	local := sig.LocalAddr().(*net.TCPAddr).IP
 	conn, err := sctptune.ListenUDP(&net.UDPAddr{IP: local}, sctptune.Petrel.SocketBuffer)
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	srv, err := egress.New(conn, []net.IP{local}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	defer srv.Close()
 	go srv.Serve()
 	r := bufio.NewReader(sig)
 	var offer webrtc.SessionDescription
 	if err := readJSON(r, &offer); err != nil {
-		return Result{}, fmt.Errorf("read offer: %w", err)
+		return fmt.Errorf("read offer: %w", err)
 	}
-	v, answer, err := srv.NewDataSession(offer.SDP, 1<<20, leanMeter{m})
+	v, answer, err := srv.NewDataSession(offer.SDP, 1<<20, h)
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	defer v.Close("done")
 	if err := json.NewEncoder(sig).Encode(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
-		return Result{}, err
+		return err
 	}
-	select {
-	case <-m.done:
-	case <-time.After(c.Duration + 30*time.Second):
-		return m.result("petrel-lean", c.Probe), fmt.Errorf("no bulk data within 30 s (session ready %v)", v.Ready())
-	}
-	res := m.result("petrel-lean", c.Probe)
+	ended := make(chan error, 1)
+	go func() {
+		var done string
+		sig.SetReadDeadline(time.Now().Add(c.Duration + 60*time.Second))
+		ended <- readJSON(r, &done)
+	}()
+	err = wait(v, ended)
 	sig.Write([]byte("\"done\"\n"))
-	return res, nil
+	return err
 }

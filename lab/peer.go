@@ -176,7 +176,7 @@ type PeerConfig struct {
 func PeerMain(args []string) int {
 	fs := flag.NewFlagSet("lab peer", flag.ContinueOnError)
 	var c PeerConfig
-	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer, dc-offer-petrel or dc-answer-send")
+	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer, dc-offer-petrel, dc-answer-send or dc-answer-send-lean")
 	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "receiver's listen address")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
@@ -234,6 +234,8 @@ func PeerMain(args []string) int {
 		err = dcOfferPetrel(c)
 	case "dc-answer-send":
 		err = dcAnswerSend(c)
+	case "dc-answer-send-lean":
+		err = dcAnswerSendLean(c)
 	default:
 		err = fmt.Errorf("unknown role %q", c.Role)
 	}

@@ -132,7 +132,9 @@ func (r *Report) Markdown() (string, error) {
 	type col struct{ stack, title string }
 	cols := []col{{"pion", "Pion default"}, {"pion-tuned", "Pion tuned (Petrel)"}}
 	for _, c := range []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel", "Petrel → Petrel (own SCTP)"}, {"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
-		{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"}} {
+		{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"},
+		{"chromium-lean", "Chromium → Petrel data session"}, {"firefox-lean", "Firefox → Petrel data session"},
+		{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"}} {
 		if r.hasStack(c.stack) {
 			cols = append(cols, c)
 		}
@@ -237,7 +239,8 @@ func (r *Report) plots() ([]string, error) {
 	var imgs []string
 	for _, p := range r.profiles() {
 		var plots []string
-		for _, st := range []string{"tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox"} {
+		for _, st := range []string{"tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox",
+			"chromium-lean", "firefox-lean", "to-chromium-lean", "to-firefox-lean"} {
 			x := r.find(p, st, "ordered")
 			if x == nil || len(x.Series) == 0 {
 				continue
