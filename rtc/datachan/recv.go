@@ -17,6 +17,7 @@ import (
 const (
 	ackDelay = 20 * time.Millisecond
 	maxAhead = 1 << 16 // how far past the cumulative TSN a chunk may be
+	maxEarly = 1 << 14 // chunks held past a gap (tiny ones would cost more than their bytes)
 	maxDups  = 16
 	maxGaps  = 64
 )
@@ -146,7 +147,7 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 		r.a.drop(errors.New("datachan: DATA too far ahead"))
 		return nil
 	}
-	if r.held+len(data) > r.window && tsn != r.cum+1 {
+	if tsn != r.cum+1 && (r.held+len(data) > r.window || len(r.ooo) >= maxEarly) {
 		return nil // no room: not acknowledged, so the peer resends it
 	}
 	c.data = append([]byte(nil), data...)
