@@ -233,6 +233,7 @@ func (c *Channel) ReadMessage(p []byte) (int, bool, error) {
 				return 0, false, io.ErrShortBuffer
 			}
 			n := copy(p, m.data)
+			putMsgBuf(m.data)
 			c.msgs[0] = inMsg{}
 			c.msgs = c.msgs[1:]
 			a.rcv.freed(n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync"
 	"time"
 )
 
@@ -150,9 +151,9 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 	if tsn != r.cum+1 && (r.held+len(data) > r.window || len(r.ooo) >= maxEarly) {
 		return nil // no room: not acknowledged, so the peer resends it
 	}
-	c.data = append([]byte(nil), data...)
-	r.held += len(c.data)
+	r.held += len(data)
 	if tsn != r.cum+1 {
+		c.data = append([]byte(nil), data...) // it waits: its own copy
 		r.a.stats.ReceivedOutOfOrder++
 		r.urgent = true
 		if flags&(flagUnordered|flagBegin|flagEnd) == flagUnordered|flagBegin|flagEnd {
@@ -165,6 +166,7 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 		r.mark(tsn)
 		return nil
 	}
+	c.data = data // borrowed from the read buffer: consume copies it
 	r.advance(1)
 	if err := r.consume(c); err != nil {
 		return err
@@ -200,7 +202,11 @@ func (r *receiver) consume(c inChunk) error {
 			r.discardPartial()
 		}
 		p.active, p.stream, p.ssn, p.ppid, p.unordered = true, c.stream, c.ssn, c.ppid, c.flags&flagUnordered != 0
-		p.data = c.data
+		if c.flags&flagEnd != 0 {
+			p.data = append([]byte(nil), c.data...) // a whole message: exactly its size
+		} else {
+			p.data = append(getMsgBuf(), c.data...)
+		}
 	} else {
 		if !p.active || p.stream != c.stream {
 			r.held -= len(c.data) // a fragment of a message that was skipped
@@ -413,5 +419,21 @@ func (r *receiver) appendSack(w *packetWriter) {
 	if r.ackArmed {
 		r.ackArmed = false
 		r.ackTimer.Stop()
+	}
+}
+
+// Messages of several chunks are reassembled in pooled buffers of
+// msgBufSize (a larger message outgrows its buffer, which then is not
+// returned); Channel.Read returns them once copied out.
+const msgBufSize = 64 << 10
+
+var msgBufs = sync.Pool{New: func() any { b := make([]byte, 0, msgBufSize); return &b }}
+
+func getMsgBuf() []byte { return (*msgBufs.Get().(*[]byte))[:0] }
+
+func putMsgBuf(b []byte) {
+	if cap(b) == msgBufSize {
+		b = b[:0]
+		msgBufs.Put(&b)
 	}
 }
