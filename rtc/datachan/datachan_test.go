@@ -124,6 +124,19 @@ func TestTransfer(t *testing.T) {
 		{"reorder", 400, func(ab, ba *link) {
 			ab.delay, ba.delay = normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0)
 		}},
+		{"blackout", 400, func(ab, ba *link) {
+			// Nothing gets through for a second, from 30 ms after the
+			// first DATA: the retransmission timeout, then RACK, recover it.
+			var first time.Time
+			ab.filter = func(b []byte) bool {
+				if first.IsZero() && len(b) > headerSize && b[headerSize] == ctData {
+					first = time.Now()
+				}
+				d := time.Since(first)
+				return first.IsZero() || d < 30*time.Millisecond || d > 1030*time.Millisecond
+			}
+			ab.delay = func(*rand.Rand) time.Duration { return 10 * time.Millisecond }
+		}},
 		{"loss-reorder", 400, func(ab, ba *link) {
 			ab.loss, ab.delay, ba.delay = 0.02, normal(20*time.Millisecond, 6*time.Millisecond), normal(20*time.Millisecond, 0)
 		}},
@@ -153,10 +166,13 @@ func TestTransfer(t *testing.T) {
 			}
 			s := a.Stats()
 			t.Logf("%d bytes in %v; sender %+v", total, time.Since(start).Round(time.Millisecond), s)
-			if tc.impair != nil && tc.name != "reorder" && s.FastRetransmits == 0 {
+			if tc.impair != nil && tc.name != "reorder" && tc.name != "blackout" && s.FastRetransmits == 0 {
 				t.Error("no chunk was declared lost on a lossy link")
 			}
-			if s.Timeouts > 3 {
+			if tc.name == "blackout" && s.Timeouts == 0 {
+				t.Error("no retransmission timeout in a blackout")
+			}
+			if s.Timeouts > 4 {
 				t.Errorf("%d retransmission timeouts", s.Timeouts)
 			}
 			if tc.name == "reorder" && s.Cwnd < 64*1200 {

@@ -49,16 +49,19 @@ type outChunk struct {
 }
 
 type sender struct {
-	a        *Association
-	mtu      int
-	nextTSN  uint32
-	cumAck   uint32                  // the peer's cumulative ack
-	inflight []*outChunk             // TSN cumAck+1 onwards
-	nLost    int                     // chunks of inflight to resend
-	queues   map[uint16]*streamQueue // chunks not sent yet, per stream
-	active   []*streamQueue          // streams with chunks to send, in turn
-	cur      *streamQueue            // the stream whose message is half sent
-	seq      uint64
+	a         *Association
+	mtu       int
+	nextTSN   uint32
+	cumAck    uint32      // the peer's cumulative ack
+	inflight  []*outChunk // TSN cumAck+1 onwards
+	nLost     int         // chunks of inflight to resend
+	probe     bool        // the timeout's retransmission may exceed cwnd
+	afterT3   bool        // until t3Recover is acknowledged
+	t3Recover uint32
+	queues    map[uint16]*streamQueue // chunks not sent yet, per stream
+	active    []*streamQueue          // streams with chunks to send, in turn
+	cur       *streamQueue            // the stream whose message is half sent
+	seq       uint64
 
 	cwnd, ssthresh, flight, rwnd, pba int
 	inRecovery                        bool
@@ -259,7 +262,7 @@ func (s *sender) transmit() {
 	}
 	sent := false
 	// Retransmissions, in TSN order, within cwnd.
-	for i := 0; s.nLost > 0 && i < len(s.inflight) && s.flight < s.cwnd; i++ {
+	for i := 0; s.nLost > 0 && i < len(s.inflight) && (s.flight < s.cwnd || s.probe); i++ {
 		c := s.inflight[i]
 		if !c.lost {
 			continue
@@ -271,6 +274,7 @@ func (s *sender) transmit() {
 		room(dataHeaderSize + len(c.data))
 		s.writeChunk(&w, c, now)
 		s.setLost(c, false)
+		s.probe = false
 		sent = true
 	}
 	// New chunks, within cwnd and the peer's window.
@@ -466,6 +470,9 @@ func (s *sender) handleSack(v []byte) error {
 	if tsnLess(s.cumAck, s.advancedPeerAck) {
 		s.forwardNeeded = true // the last FORWARD-TSN was lost
 	}
+	if s.afterT3 && !tsnLess(s.cumAck, s.t3Recover) {
+		s.afterT3 = false
+	}
 	if s.inRecovery && !tsnLess(s.cumAck, s.recover) {
 		s.inRecovery = false
 	}
@@ -611,7 +618,9 @@ func (s *sender) markLost(c *outChunk) {
 
 // onLoss enters fast recovery once per window of data (RFC 9260 7.2.4).
 func (s *sender) onLoss() {
-	if s.inRecovery {
+	if s.inRecovery || s.afterT3 {
+		// After a timeout the window is already one packet, growing in
+		// slow start while what RACK finds lost is resent.
 		return
 	}
 	s.inRecovery = true
@@ -653,8 +662,8 @@ func (s *sender) stopT3() {
 	}
 }
 
-// onT3 is the retransmission timeout (RFC 9260 6.3.3): everything
-// outstanding is resent from a window of one packet.
+// onT3 is the retransmission timeout (RFC 9260 6.3.3): the window starts
+// again from one packet.
 func (s *sender) onT3() {
 	a := s.a
 	a.mu.Lock()
@@ -665,14 +674,23 @@ func (s *sender) onT3() {
 	}
 	a.stats.Timeouts++
 	s.newEpisode()
+	s.afterT3, s.t3Recover = true, s.nextTSN-1
 	s.rto = min(2*s.rto, rtoMax)
 	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
 	s.cwnd = s.mtu
 	s.pba = 0
 	s.inRecovery = false
+	// Only the earliest chunk is resent (as RACK-TLP and F-RTO do): if the
+	// timeout was spurious, a queue that grew faster than the RTO, its
+	// original is acknowledged or reported duplicate and the reduction is
+	// undone; if it was not, RACK declares the rest lost once the
+	// retransmission is acknowledged, since all of it was sent before.
 	for _, c := range s.inflight {
 		if !c.acked && !c.dropped {
+			s.setLost(c, false)
 			s.markLost(c)
+			s.probe = true // it goes out whatever is still counted in flight
+			break
 		}
 	}
 	if tsnLess(s.cumAck, s.advancedPeerAck) {
