@@ -196,14 +196,7 @@ func dcAnswer(c PeerConfig) (Result, error) {
 // "probe" channel, then keeps the bulk channel's buffer between the
 // watermarks until the receiver says the window is over.
 func dcOffer(c PeerConfig) error {
-	var sig net.Conn
-	var err error
-	for i := 0; i < 50; i++ {
-		if sig, err = net.Dial("tcp4", c.Addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	sig, err := dialRetry(c.Addr)
 	if err != nil {
 		return err
 	}

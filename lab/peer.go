@@ -307,14 +307,7 @@ func tcpRecv(c PeerConfig) (Result, error) {
 }
 
 func tcpSend(c PeerConfig) error {
-	var bulk net.Conn
-	var err error
-	for i := 0; i < 50; i++ { // the receiver may still be starting
-		if bulk, err = net.Dial("tcp4", c.Addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	bulk, err := dialRetry(c.Addr)
 	if err != nil {
 		return err
 	}
@@ -338,6 +331,20 @@ func tcpSend(c PeerConfig) error {
 		}
 	}
 	return nil
+}
+
+// dialRetry connects to host b, trying for 5 s: its peer may still be
+// starting.
+func dialRetry(addr string) (net.Conn, error) {
+	var conn net.Conn
+	var err error
+	for i := 0; i < 50; i++ {
+		if conn, err = net.Dial("tcp4", addr); err == nil {
+			return conn, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, err
 }
 
 // readLine reads one newline-terminated JSON value from a signaling stream.

@@ -35,14 +35,7 @@ import (
 
 // dcOfferPetrel is host a of the petrel stack.
 func dcOfferPetrel(c PeerConfig) error {
-	var sig net.Conn
-	var err error
-	for i := 0; i < 50; i++ {
-		if sig, err = net.Dial("tcp4", c.Addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	sig, err := dialRetry(c.Addr)
 	if err != nil {
 		return err
 	}
