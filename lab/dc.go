@@ -222,7 +222,7 @@ func dcOffer(c PeerConfig) error {
 		}
 		probe.OnOpen(func() { go prober(probe.Send, stop) })
 	}
-	bulk.OnOpen(func() { go sendBulk(bulk, t, stop) })
+	bulk.OnOpen(func() { go sendBulk(pionBulk{bulk}, t, stop) })
 	offer, err := pc.CreateOffer(nil)
 	if err != nil {
 		return err
@@ -250,12 +250,26 @@ func dcOffer(c PeerConfig) error {
 	return nil
 }
 
+// bulkChannel is what sendBulk needs of a data channel: a Pion one
+// (pionBulk) or Petrel's own (petrelBulk, lab/petrel.go).
+type bulkChannel interface {
+	Send([]byte) error
+	BufferedAmount() uint64
+	OnLow(threshold uint64, f func())
+}
+
+type pionBulk struct{ *webrtc.DataChannel }
+
+func (b pionBulk) OnLow(threshold uint64, f func()) {
+	b.SetBufferedAmountLowThreshold(threshold)
+	b.OnBufferedAmountLow(f)
+}
+
 // sendBulk keeps a channel's buffer between the tuning's watermarks until
 // stop or an error.
-func sendBulk(bulk *webrtc.DataChannel, t sctptune.Tuning, stop <-chan struct{}) {
+func sendBulk(bulk bulkChannel, t sctptune.Tuning, stop <-chan struct{}) {
 	ready := make(chan struct{}, 1)
-	bulk.SetBufferedAmountLowThreshold(t.SendLow)
-	bulk.OnBufferedAmountLow(func() {
+	bulk.OnLow(t.SendLow, func() {
 		select {
 		case ready <- struct{}{}:
 		default:
@@ -307,7 +321,7 @@ func dcAnswerSend(c PeerConfig) error {
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
 		switch dc.Label() {
 		case "bulk":
-			whenOpen(dc, func() { sendBulk(dc, t, stop) })
+			whenOpen(dc, func() { sendBulk(pionBulk{dc}, t, stop) })
 		case "probe":
 			whenOpen(dc, func() { prober(dc.Send, stop) })
 		}

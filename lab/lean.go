@@ -81,7 +81,7 @@ func (leanSender) OnClose(_ string)       {}
 func (l leanSender) OnDataChannel(dc *datachan.Channel) {
 	switch dc.Label() {
 	case "bulk":
-		go sendBulkPetrel(dc, l.t, l.stop)
+		go sendBulk(petrelBulk{dc}, l.t, l.stop)
 	case "probe":
 		go prober(func(b []byte) error { return dc.Send(b, false) }, l.stop)
 	}

@@ -160,7 +160,7 @@ func dcOfferPetrel(c PeerConfig) error {
 	// for a long path's window (the probe does not wait behind it: streams
 	// share the window by bytes).
 	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20)
-	go sendBulkPetrel(bulk, t, stop)
+	go sendBulk(petrelBulk{bulk}, t, stop)
 	// The sender's state once a second, for `petrel lab bench -v`.
 	go func() {
 		tick := time.NewTicker(time.Second)
@@ -234,27 +234,8 @@ func probeOptions(mode string) datachan.Options {
 	return datachan.Options{}
 }
 
-// sendBulkPetrel keeps the bulk channel's buffer between the tuning's
-// watermarks until stop or an error.
-func sendBulkPetrel(bulk *datachan.Channel, t sctptune.Tuning, stop <-chan struct{}) {
-	ready := make(chan struct{}, 1)
-	bulk.OnBufferedAmountLow(t.SendLow, func() {
-		select {
-		case ready <- struct{}{}:
-		default:
-		}
-	})
-	buf := make([]byte, t.MessageSize)
-	for {
-		for bulk.BufferedAmount() < t.SendHigh {
-			if err := bulk.Send(buf, false); err != nil {
-				return
-			}
-		}
-		select {
-		case <-ready:
-		case <-stop:
-			return
-		}
-	}
-}
+// petrelBulk is a datachan channel as sendBulk's bulkChannel.
+type petrelBulk struct{ *datachan.Channel }
+
+func (b petrelBulk) Send(p []byte) error              { return b.Channel.Send(p, false) }
+func (b petrelBulk) OnLow(threshold uint64, f func()) { b.OnBufferedAmountLow(threshold, f) }
