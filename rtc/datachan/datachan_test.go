@@ -196,6 +196,24 @@ func TestPartialReliability(t *testing.T) {
 	if o := r.Options(); !o.Unordered || o.MaxRetransmits == nil || *o.MaxRetransmits != 0 {
 		t.Fatalf("options %+v", o)
 	}
+	// A reliable transfer beside it loses nothing: the FORWARD-TSNs skip
+	// its chunks too, which must still be delivered.
+	bulk, err := a.Open("bulk", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := accept(t, b)
+	bulkDone := make(chan error, 1)
+	go func() { bulkDone <- receive(rb, 1000) }()
+	go func() {
+		// Spread over the probes' half second, so their chunks interleave.
+		for i := 0; i < 1000; i++ {
+			if err := bulk.Send(message(i, 3000), false); err != nil {
+				return
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
 	const n = 500
 	got := map[int]bool{}
 	done := make(chan struct{})
@@ -239,6 +257,14 @@ func TestPartialReliability(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
+	}
+	select {
+	case err := <-bulkDone:
+		if err != nil {
+			t.Fatalf("the reliable channel beside: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reliable channel beside did not deliver everything")
 	}
 	s := a.Stats()
 	t.Logf("%d of %d messages arrived; sender %+v", len(got), n, s)

@@ -280,13 +280,17 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 	if to-r.cum > maxAhead {
 		return errors.New("datachan: FORWARD-TSN too far ahead")
 	}
-	if r.partial.active {
-		r.discardPartial()
-	}
+	// What came of the skipped range is taken in order (the sender skips
+	// acknowledged chunks along with abandoned ones); a message that misses
+	// a chunk is discarded.
 	for t := r.cum + 1; tsnLessEq(t, to); t++ {
 		if c, ok := r.ooo[t]; ok {
 			delete(r.ooo, t)
-			r.held -= len(c.data)
+			if err := r.consume(c); err != nil {
+				return err
+			}
+		} else if r.partial.active {
+			r.discardPartial()
 		}
 	}
 	r.advance(to - r.cum)
