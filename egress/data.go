@@ -265,6 +265,22 @@ func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 // 1191) fit the same paths.
 const sctpMTU = 1200
 
+// SCTPStats are the counters of a data session's SCTP association, false
+// before it started.
+func (v *Viewer) SCTPStats() (datachan.Stats, bool) {
+	d := v.data
+	if d == nil {
+		return datachan.Stats{}, false
+	}
+	d.mu.Lock()
+	a := d.assoc
+	d.mu.Unlock()
+	if a == nil {
+		return datachan.Stats{}, false
+	}
+	return a.Stats(), true
+}
+
 // closeData ends the association (an ABORT to the client if it is up).
 func (v *Viewer) closeData() {
 	if d := v.data; d != nil {

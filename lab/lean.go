@@ -94,7 +94,8 @@ func dcAnswerSendLean(c PeerConfig) error {
 	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20) // as dcOfferPetrel
 	h := leanSender{t: t, stop: make(chan struct{})}
 	defer close(h.stop)
-	return leanSession(c, h, func(_ *egress.Viewer, ended <-chan error) error {
+	return leanSession(c, h, func(v *egress.Viewer, ended <-chan error) error {
+		go logStats("petrel data session sender", func() datachan.Stats { s, _ := v.SCTPStats(); return s }, h.stop)
 		<-ended // the browser measures, and says "done"
 		return nil
 	})

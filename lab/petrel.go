@@ -161,22 +161,7 @@ func dcOfferPetrel(c PeerConfig) error {
 	// share the window by bytes).
 	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20)
 	go sendBulk(petrelBulk{bulk}, t, stop)
-	// The sender's state once a second, for `petrel lab bench -v`.
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			s := a.Stats()
-			fmt.Fprintf(os.Stderr, "petrel sender: cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious\n",
-				s.Cwnd, s.Ssthresh, s.Flight, s.PeerWindow, s.SRTT.Round(time.Millisecond/10), s.MinRTT.Round(time.Millisecond/10),
-				s.ReorderWindow.Round(time.Millisecond/10), s.FastRetransmits, s.Timeouts, s.SpuriousRetransmits)
-		}
-	}()
+	go logStats("petrel sender", a.Stats, stop)
 	sig.SetReadDeadline(time.Now().Add(c.Duration + 60*time.Second))
 	var done string
 	readJSON(r, &done)
@@ -239,3 +224,21 @@ type petrelBulk struct{ *datachan.Channel }
 
 func (b petrelBulk) Send(p []byte) error              { return b.Channel.Send(p, false) }
 func (b petrelBulk) OnLow(threshold uint64, f func()) { b.OnBufferedAmountLow(threshold, f) }
+
+// logStats writes an association's state once a second until stop, for
+// `petrel lab bench -v`.
+func logStats(who string, stats func() datachan.Stats, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		s := stats()
+		fmt.Fprintf(os.Stderr, "%s: cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious\n",
+			who, s.Cwnd, s.Ssthresh, s.Flight, s.PeerWindow, s.SRTT.Round(time.Millisecond/10), s.MinRTT.Round(time.Millisecond/10),
+			s.ReorderWindow.Round(time.Millisecond/10), s.FastRetransmits, s.Timeouts, s.SpuriousRetransmits)
+	}
+}

@@ -58,6 +58,13 @@ type sender struct {
 	probe     bool        // the timeout's retransmission may exceed cwnd
 	afterT3   bool        // until t3Recover is acknowledged
 	t3Recover uint32
+	// pacing
+	rate      float64 // bytes per ns
+	tokens    float64
+	burst     int
+	refilled  int64
+	paceTimer *time.Timer
+	paceArmed bool
 	queues    map[uint16]*streamQueue // chunks not sent yet, per stream
 	active    []*streamQueue          // streams with chunks to send, in turn
 	cur       *streamQueue            // the stream whose message is half sent
@@ -119,6 +126,9 @@ func (s *sender) stop() {
 	}
 	if s.rackTimer != nil {
 		s.rackTimer.Stop()
+	}
+	if s.paceTimer != nil {
+		s.paceTimer.Stop()
 	}
 }
 
@@ -261,11 +271,15 @@ func (s *sender) transmit() {
 		w.pad()
 	}
 	sent := false
+	s.refill(now)
 	// Retransmissions, in TSN order, within cwnd.
 	for i := 0; s.nLost > 0 && i < len(s.inflight) && (s.flight < s.cwnd || s.probe); i++ {
 		c := s.inflight[i]
 		if !c.lost {
 			continue
+		}
+		if !s.paced(len(c.data), now) {
+			break
 		}
 		if c.msg.maxRtx >= 0 && c.nSent > c.msg.maxRtx || c.msg.deadline != 0 && now > c.msg.deadline {
 			s.abandon(c.msg)
@@ -286,6 +300,9 @@ func (s *sender) transmit() {
 		if len(c.data) > s.rwnd && s.flight > 0 {
 			break // the peer's window is full (one chunk may probe it)
 		}
+		if !s.paced(len(c.data), now) {
+			break
+		}
 		s.rwnd = max(s.rwnd-len(c.data), 0)
 		s.pop()
 		c.tsn = s.nextTSN
@@ -301,6 +318,57 @@ func (s *sender) transmit() {
 	if sent && !s.t3Armed {
 		s.armT3()
 	}
+}
+
+// Pacing: chunks leave at twice cwnd per smoothed RTT in slow start and
+// 1.25 times after (as Linux paces TCP), from a bucket of a millisecond's
+// worth (at least 4 packets), instead of in bursts as SACKs open the
+// window: a burst overflowed a browser's socket buffer on a clean 80 ms
+// path, and a bottleneck's queue in slow start.
+func (s *sender) refill(now int64) {
+	if s.srtt == 0 {
+		return
+	}
+	gain := int64(5) // in quarters
+	if s.cwnd < s.ssthresh {
+		gain = 8
+	}
+	s.rate = float64(int64(s.cwnd)*gain/4) / float64(s.srtt) // bytes per ns
+	s.burst = max(4*s.mtu, int(s.rate*float64(time.Millisecond)))
+	s.tokens = min(float64(s.burst), s.tokens+float64(now-s.refilled)*s.rate)
+	s.refilled = now
+}
+
+// paced takes n bytes from the bucket, or arms the timer for when they are
+// there and says no.
+func (s *sender) paced(n int, now int64) bool {
+	if s.srtt == 0 || s.probe {
+		return true
+	}
+	if s.tokens >= float64(n) || s.tokens >= float64(s.burst) {
+		s.tokens -= float64(n)
+		return true
+	}
+	if !s.paceArmed {
+		s.paceArmed = true
+		d := time.Duration((float64(n) - s.tokens) / s.rate)
+		if s.paceTimer == nil {
+			s.paceTimer = time.AfterFunc(d, s.onPace)
+		} else {
+			s.paceTimer.Reset(d)
+		}
+	}
+	return false
+}
+
+func (s *sender) onPace() {
+	a := s.a
+	a.mu.Lock()
+	s.paceArmed = false
+	if a.state == stateEstablished {
+		s.transmit()
+	}
+	a.unlockAndFlush()
 }
 
 func (s *sender) writeChunk(w *packetWriter, c *outChunk, now int64) {
