@@ -321,9 +321,9 @@ func (s *sender) transmit() {
 }
 
 // Pacing: chunks leave at twice cwnd per smoothed RTT in slow start and
-// 1.25 times after (as Linux paces TCP), from a bucket of a millisecond's
-// worth 4 ms (at least 8 packets; a 1 ms bucket lost a quarter of the lan
-// throughput to late timers), instead of in bursts as SACKs open the
+// 1.25 times after (as Linux paces TCP), from a bucket of 4 ms' worth (at
+// least 8 packets; a 1 ms bucket lost a quarter of the lan throughput to
+// late timers), instead of in bursts as SACKs open the
 // window: a burst overflowed a browser's socket buffer on a clean 80 ms
 // path, and a bottleneck's queue in slow start.
 func (s *sender) refill(now int64) {
