@@ -334,7 +334,14 @@ func (s *sender) refill(now int64) {
 	if s.cwnd < s.ssthresh {
 		gain = 8
 	}
-	s.rate = float64(int64(s.cwnd)*gain/4) / float64(s.srtt) // bytes per ns
+	// The RTT of the last chunk RACK saw delivered follows the path after a
+	// timeout too, when every acknowledged chunk is a retransmission and the
+	// smoothed RTT gets no samples (Karn) and stays at its high.
+	rtt := s.srtt
+	if s.rack.rtt > 0 && s.rack.rtt < rtt {
+		rtt = s.rack.rtt
+	}
+	s.rate = float64(int64(s.cwnd)*gain/4) / float64(rtt) // bytes per ns
 	s.burst = max(8*s.mtu, int(s.rate*float64(4*time.Millisecond)))
 	s.tokens = min(float64(s.burst), s.tokens+float64(now-s.refilled)*s.rate)
 	s.refilled = now
@@ -600,8 +607,8 @@ func (s *sender) reoWnd() int64 {
 // one MTU per window above (RFC 9260 7.2.1, 7.2.2), only while the window
 // is used.
 func (s *sender) grow(acked int) {
-	if s.flight+acked < s.cwnd-2*s.mtu {
-		return // not limited by cwnd
+	if s.flight+acked < s.cwnd-2*s.mtu && !s.paceArmed {
+		return // not limited by cwnd (nor by pacing, whose rate is cwnd's)
 	}
 	if s.cwnd <= s.ssthresh {
 		s.cwnd += acked
