@@ -26,6 +26,16 @@ var Study = map[string]struct{ DC, TCP string }{
 //go:embed notes.md
 var tuningNotes string
 
+// col is a stack in the report's table and bar chart.
+type col struct{ stack, title string }
+
+// extraCols are the stacks after Pion's, shown when they ran.
+var extraCols = []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel", "Petrel → Petrel (own SCTP)"},
+	{"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
+	{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"},
+	{"chromium-lean", "Chromium → Petrel data session"}, {"firefox-lean", "Firefox → Petrel data session"},
+	{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"}}
+
 // Report renders benchmark rows as Markdown with PNG plots.
 type Report struct {
 	Rows     []Row
@@ -133,13 +143,9 @@ func (r *Report) Markdown() (string, error) {
 		}
 	}
 	b.WriteString("\n### Throughput (Mbit/s, % of TCP)\n\n")
-	// Columns: the reference, Pion, and whichever browser directions ran.
-	type col struct{ stack, title string }
+	// Columns: the reference, Pion, and whichever other stacks ran.
 	cols := []col{{"pion", "Pion default"}, {"pion-tuned", "Pion tuned (Petrel)"}}
-	for _, c := range []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel", "Petrel → Petrel (own SCTP)"}, {"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
-		{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"},
-		{"chromium-lean", "Chromium → Petrel data session"}, {"firefox-lean", "Firefox → Petrel data session"},
-		{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"}} {
+	for _, c := range extraCols {
 		if r.hasStack(c.stack) {
 			cols = append(cols, c)
 		}
@@ -278,37 +284,53 @@ plot %s
 		}
 		imgs = append(imgs, img)
 	}
-	// Bar chart: % of TCP per profile.
+	// Bar chart: % of TCP per profile, for the stacks that ran.
+	var bars []col
+	for _, c := range append([]col{{"pion", "Pion default"}, {"pion-tuned", "Pion tuned"}}, extraCols...) {
+		if r.hasStack(c.stack) {
+			bars = append(bars, c)
+		}
+	}
 	var d bytes.Buffer
 	for _, p := range r.profiles() {
 		tcp := r.find(p, "tcp", "ordered")
 		if tcp == nil || tcp.Mbps <= 0 {
 			continue
 		}
-		v := func(st string) float64 {
-			if x := r.find(p, st, "ordered"); x != nil {
-				return 100 * x.Mbps / tcp.Mbps
+		d.WriteString(p)
+		for _, c := range bars {
+			v := 0.0
+			if x := r.find(p, c.stack, "ordered"); x != nil {
+				v = 100 * x.Mbps / tcp.Mbps
 			}
-			return 0
+			fmt.Fprintf(&d, " %.1f", v)
 		}
-		fmt.Fprintf(&d, "%s %.1f %.1f\n", p, v("pion"), v("pion-tuned"))
+		d.WriteString("\n")
 	}
 	f := filepath.Join(tmp, "pct.dat")
 	os.WriteFile(f, d.Bytes(), 0o644)
+	var using []string
+	for i, c := range bars {
+		if i == 0 {
+			using = append(using, fmt.Sprintf("'%s' using 2:xtic(1) title '%s'", f, c.title))
+		} else {
+			using = append(using, fmt.Sprintf("'' using %d title '%s'", i+2, c.title))
+		}
+	}
 	img := "dc-vs-tcp-percent.png"
-	script := fmt.Sprintf(`set terminal pngcairo size 800,400
+	script := fmt.Sprintf(`set terminal pngcairo size 1000,450
 set output '%s'
 set title 'Data-channel goodput as %% of TCP'
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set ylabel '%% of TCP'
-set yrange [0:110]
-set key top left
+set yrange [0:120]
+set key top right font ',9'
 set grid ytics
 set arrow from graph 0, first 90 to graph 1, first 90 nohead dt 2 lw 2
-plot '%s' using 2:xtic(1) title 'Pion default', '' using 3 title 'Pion tuned (Petrel)'
-`, filepath.Join(r.PlotDir, img), f)
+plot %s
+`, filepath.Join(r.PlotDir, img), strings.Join(using, ", "))
 	if err := gnuplot(script); err != nil {
 		return imgs, err
 	}
