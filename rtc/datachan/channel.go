@@ -263,7 +263,7 @@ func (c *Channel) WriteString(s string) (int, error) {
 // says how much waits.
 func (c *Channel) Send(b []byte, isString bool) error {
 	a := c.a
-	if uint64(len(b)) > uint64(a.peerMaxMessage()) {
+	if len(b) > maxSend {
 		return errors.New("datachan: message larger than the peer takes")
 	}
 	ppid := uint32(ppidBinary)
@@ -303,9 +303,9 @@ func (c *Channel) Send(b []byte, isString bool) error {
 	return nil
 }
 
-// peerMaxMessage is the largest message sent; the SDP's a=max-message-size
-// is the caller's to respect.
-func (a *Association) peerMaxMessage() uint32 { return 1 << 30 }
+// maxSend is the largest message sent; the SDP's a=max-message-size is the
+// caller's to respect.
+const maxSend = 1 << 30
 
 // BufferedAmount is the bytes sent on the channel and not yet acknowledged.
 func (c *Channel) BufferedAmount() uint64 {
