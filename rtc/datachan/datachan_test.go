@@ -320,3 +320,55 @@ func TestClose(t *testing.T) {
 		t.Fatalf("reopened %q on %d", r2.Label(), r2.ID())
 	}
 }
+
+// TestUndoLateProof: two reductions of cwnd, both spurious (a few packets
+// held back 120 ms on a link of 20 ms RTT), the second before the first's
+// duplicates come back. Both are undone: the proof of the first must not
+// be lost to the second, or the window is left at a few packets.
+func TestUndoLateProof(t *testing.T) {
+	a, b := pair(t, func(ab, ba *link) {
+		ab.delay = func(*rand.Rand) time.Duration { return 10 * time.Millisecond }
+		ba.delay = ab.delay
+		// The 30th full DATA packet, and the first sent 60 ms after it
+		// (three RTTs: the second reduction comes after two).
+		n, first := 0, time.Time{}
+		ab.hold = func(p []byte) time.Duration {
+			if len(p) < 1000 || p[headerSize] != ctData {
+				return 0
+			}
+			n++
+			if n == 30 || n > 30 && !first.IsZero() && time.Since(first) > 60*time.Millisecond {
+				if n == 30 {
+					first = time.Now()
+				} else {
+					first = time.Time{}
+				}
+				return 120 * time.Millisecond
+			}
+			return 0
+		}
+	})
+	c, err := a.Open("bulk", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := accept(t, b)
+	done := make(chan error, 1)
+	go func() { done <- receive(r, 100) }()
+	send(t, c, 100, 8000)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		s := a.Stats()
+		if s.Ssthresh >= 1<<20 && s.SpuriousRetransmits > 0 {
+			t.Logf("undone: %+v", s)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a spurious reduction was not undone: %+v", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

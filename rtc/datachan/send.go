@@ -20,6 +20,9 @@ const (
 	rtoMax     = 10 * int64(time.Second)
 	rtoInitial = 1 * int64(time.Second)
 	maxReoMult = 16
+	// chainAge: how long a chain of reductions waits for the proofs that
+	// would undo it, at least (8 smoothed RTTs if more).
+	chainAge = 250 * int64(time.Millisecond)
 )
 
 type outMsg struct {
@@ -79,9 +82,10 @@ type sender struct {
 	rtxLog                   map[uint32]uint32 // TSN → episode of its retransmission
 	epMarked, epSpurious     int               // chunks declared lost in the chain, and those proven not
 	chain                    uint32            // the first episode of the chain
-	epStart                  int64
+	chainStart               int64
 	priorCwnd, priorSsthresh int
 	multRaised               int64 // when the reordering multiplier last grew
+	dbgT0                    int64
 
 	srtt, rttvar, rto, minRTT int64
 	rack                      struct {
@@ -513,7 +517,8 @@ func (s *sender) handleSack(v []byte) error {
 		if !ok {
 			continue
 		}
-		delete(s.rtxLog, tsn)
+		// Not forgotten: a chunk resent twice needs two duplicates, as it
+		// counted twice in its chain.
 		a.stats.SpuriousRetransmits++
 		s.rack.reorder = true
 		if s.rack.mult < maxReoMult && now-s.multRaised > s.srtt {
@@ -707,18 +712,19 @@ func (s *sender) onLoss() {
 	s.pba = 0
 }
 
-// newEpisode starts a reduction of cwnd. One that comes within two round
-// trips of the last, before that one's duplicates could prove it spurious,
-// joins its chain: the undo then goes back to before the chain.
+// newEpisode starts a reduction of cwnd. It joins the chain of the last
+// ones while that chain is unresolved (some of what it declared lost is not
+// yet proven spurious) and younger than chainAge: a proof takes a round
+// trip and the reordering delay to come back, and another reduction can
+// come first. Undoing the chain goes back to before its first reduction.
 func (s *sender) newEpisode() {
 	s.episode++
 	now := s.a.now()
-	if s.chain == 0 || now-s.epStart > 2*s.srtt {
-		s.chain = s.episode
+	if s.chain == 0 || s.epMarked == 0 || now-s.chainStart > max(8*s.srtt, chainAge) {
+		s.chain, s.chainStart = s.episode, now
 		s.epMarked, s.epSpurious = 0, 0
 		s.priorCwnd, s.priorSsthresh = s.cwnd, s.ssthresh
 	}
-	s.epStart = now
 }
 
 func (s *sender) armT3() {
