@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -370,5 +372,86 @@ func TestUndoLateProof(t *testing.T) {
 			t.Fatalf("a spurious reduction was not undone: %+v", s)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGapHoldback: a hole goes unreported (the chunks above it are not
+// acknowledged yet) while it is younger than holdInit, then longer once a
+// resent chunk shows that an older hole was only reordering; a SACK goes
+// out when a hidden hole comes of age; and on a link that loses without
+// reordering the hold goes away.
+func TestGapHoldback(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16}, log: slog.New(slog.DiscardHandler)}
+	r := &a.rcv
+	r.init(a)
+	r.start(100)
+	data := func(tsn uint32) {
+		t.Helper()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err := r.handleData(flagBegin|flagEnd, dataValue(tsn, 1, ppidBinary, []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocks := func() []uint16 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		r.sackSize()
+		return slices.Clone(r.blocks)
+	}
+	comesOfAge := func(want []uint16) {
+		t.Helper()
+		a.mu.Lock()
+		armed, hold := r.holdArmed, r.hold
+		a.mu.Unlock()
+		if !armed {
+			t.Fatal("no SACK planned for when the hole comes of age")
+		}
+		time.Sleep(time.Duration(hold))
+		for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+			a.mu.Lock()
+			armed, now := r.holdArmed, r.sackNow
+			a.mu.Unlock()
+			if !armed && now {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the hole came of age and no SACK was due (armed %v, sackNow %v)", armed, now)
+			}
+		}
+		if b := blocks(); !slices.Equal(b, want) {
+			t.Fatalf("an old hole: gap blocks %v, want %v", b, want)
+		}
+	}
+	data(100)
+	opened := time.Now()
+	data(102)
+	if b := blocks(); len(b) != 0 && time.Since(opened) < time.Duration(holdInit) {
+		t.Fatalf("a hole younger than holdInit was reported: gap blocks %v", b)
+	}
+	comesOfAge([]uint16{2, 2})
+	data(101)
+	late := time.Since(opened)
+	data(101) // resent: 101 was late, not lost
+	if time.Duration(r.hold) < min(late, time.Duration(maxHold))-time.Millisecond {
+		t.Fatalf("hold %v after a chunk %v late", time.Duration(r.hold), late)
+	}
+	opened = time.Now()
+	data(104)
+	data(105)
+	if b := blocks(); len(b) != 0 && time.Since(opened) < late {
+		t.Fatalf("a hole younger than the reordering seen was reported: gap blocks %v", b)
+	}
+	comesOfAge([]uint16{2, 3})
+	// Losses: holes filled after they were reported, never a duplicate.
+	data(103)
+	r.hold = 2 * int64(time.Millisecond)
+	for tsn := uint32(106); r.hold > 0; tsn += 2 {
+		if tsn > 200 {
+			t.Fatalf("hold still %v after 50 losses", time.Duration(r.hold))
+		}
+		data(tsn + 1)
+		time.Sleep(3 * time.Millisecond)
+		data(tsn)
 	}
 }

@@ -1,10 +1,12 @@
 package datachan
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,6 +16,14 @@ import (
 // SSN order; a single-chunk unordered message is handed over as soon as it
 // comes. SACKs go out for every second packet, at once on a gap or a
 // duplicate, and otherwise after ackDelay.
+//
+// A gap is reported once it is older than hold. Senders that count miss
+// indications (usrsctp, dcSCTP: three SACKs that report TSNs above a hole)
+// resend a chunk that is only late and halve their window, over and over on
+// a link that reorders; reporting a hole only when it is older than late
+// chunks have been keeps those indications for real losses. hold starts at
+// holdInit, rises to the age of a hole whose chunk came twice (resent while
+// only late) and shrinks with each hole filled after it was reported.
 
 const (
 	ackDelay = 20 * time.Millisecond
@@ -21,7 +31,16 @@ const (
 	maxEarly = 1 << 14 // chunks held past a gap (tiny ones would cost more than their bytes)
 	maxDups  = 16
 	maxGaps  = 64
+	maxHold  = 120 * int64(time.Millisecond) // at most this long a gap goes unreported
+	maxHoles = 4096
+	holdInit = maxHold
 )
+
+// hole records TSNs [start, end) found missing at a time: end came first.
+type hole struct {
+	start, end uint32
+	at         int64
+}
 
 type inChunk struct {
 	flags  byte
@@ -66,6 +85,12 @@ type receiver struct {
 	ackTimer   *time.Timer
 	ackArmed   bool
 	advertised int // the window of the last SACK
+	highest    uint32
+	holes      []hole // recent holes, in TSN order (and so in time order)
+	hold       int64  // how long a hole goes unreported
+	scan       int    // holes before this one are filled or of age
+	holdTimer  *time.Timer
+	holdArmed  bool
 }
 
 func (r *receiver) init(a *Association) {
@@ -73,13 +98,17 @@ func (r *receiver) init(a *Association) {
 	r.window = int(a.cfg.ReceiveWindow)
 	r.ooo = map[uint32]inChunk{}
 	r.streams = map[uint16]*inStream{}
+	r.hold = holdInit
 }
 
-func (r *receiver) start(peerTSN uint32) { r.cum = peerTSN - 1 }
+func (r *receiver) start(peerTSN uint32) { r.cum, r.highest = peerTSN-1, peerTSN-1 }
 
 func (r *receiver) stop() {
 	if r.ackTimer != nil {
 		r.ackTimer.Stop()
+	}
+	if r.holdTimer != nil {
+		r.holdTimer.Stop()
 	}
 }
 
@@ -142,11 +171,20 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 			r.dups = append(r.dups, tsn)
 		}
 		r.urgent = true
+		r.resent(tsn)
 		return nil
 	}
 	if tsn-r.cum > maxAhead {
 		r.a.drop(errors.New("datachan: DATA too far ahead"))
 		return nil
+	}
+	if tsnLess(r.highest, tsn) {
+		if tsn != r.highest+1 {
+			r.opened(tsn)
+		}
+		r.highest = tsn
+	} else if r.hold > 0 {
+		r.filled(tsn)
 	}
 	if tsn != r.cum+1 && (r.held+len(data) > r.window || len(r.ooo) >= maxEarly) {
 		return nil // no room: not acknowledged, so the peer resends it
@@ -322,6 +360,92 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 	return r.pull()
 }
 
+// opened records the hole below tsn, the new highest TSN. Holes are kept
+// while a second copy of one of their chunks could still be told apart
+// (2 maxHold); past maxHoles the older half goes.
+func (r *receiver) opened(tsn uint32) {
+	now := r.a.now()
+	if len(r.holes) >= maxHoles {
+		cut, _ := slices.BinarySearchFunc(r.holes, now-2*maxHold, func(h hole, t int64) int { return cmp.Compare(h.at, t) })
+		cut = max(cut, len(r.holes)/2)
+		r.holes = append(r.holes[:0], r.holes[cut:]...)
+		r.scan = max(r.scan-cut, 0)
+	}
+	r.holes = append(r.holes, hole{r.highest + 1, tsn, now})
+}
+
+// holeOf finds the recorded hole tsn was in.
+func (r *receiver) holeOf(tsn uint32) (hole, bool) {
+	i, ok := slices.BinarySearchFunc(r.holes, tsn, func(h hole, t uint32) int {
+		switch {
+		case tsnLess(t, h.start):
+			return 1
+		case tsnLessEq(h.end, t):
+			return -1
+		}
+		return 0
+	})
+	if !ok {
+		return hole{}, false
+	}
+	return r.holes[i], true
+}
+
+// resent: a second copy of tsn came, so the peer resent it while the first
+// was on its way or already here. If tsn was in a hole, a hole as old as
+// that one was only late: holes go unreported that long.
+func (r *receiver) resent(tsn uint32) {
+	if h, ok := r.holeOf(tsn); ok {
+		if late := r.a.now() - h.at; late > r.hold {
+			r.hold = min(late, maxHold)
+		}
+	}
+}
+
+// filled: tsn came into a hole. If the hole had been reported, the peer
+// may have resent tsn for a real loss: hold shrinks a little, and on a
+// link that loses but does not reorder it goes (a duplicate, if the loss
+// was not real, sets it again).
+func (r *receiver) filled(tsn uint32) {
+	if h, ok := r.holeOf(tsn); ok && r.a.now()-h.at >= r.hold {
+		r.hold -= r.hold / 16
+		if r.hold < int64(time.Millisecond) {
+			r.hold = 0
+		}
+	}
+}
+
+// visible is the offset (from cum+1) below which gaps are reported: the
+// start of the oldest hole younger than hold that is not filled yet; and
+// when that hole comes of age.
+func (r *receiver) visible(now int64) (limit uint32, due int64) {
+	limit = uint32(len(r.seen)) * 64
+	if r.hold == 0 {
+		return limit, 0
+	}
+	i, _ := slices.BinarySearchFunc(r.holes, now-r.hold, func(h hole, t int64) int {
+		if h.at <= t {
+			return -1
+		}
+		return 1
+	})
+	// Holes only fill and age, so those before r.scan need no second look.
+	for r.scan = max(r.scan, i); r.scan < len(r.holes); r.scan++ {
+		h := r.holes[r.scan]
+		if tsnLessEq(h.end, r.cum+1) {
+			continue // filled
+		}
+		var from uint32
+		if tsnLess(r.cum+1, h.start) {
+			from = h.start - r.cum - 1
+		}
+		if off, ok := r.nextBit(from, false); ok && off < h.end-r.cum-1 {
+			return off, h.at + r.hold
+		}
+	}
+	return limit, 0
+}
+
 // afterPacket decides when the packet's DATA is acknowledged.
 func (r *receiver) afterPacket() {
 	r.unacked++
@@ -338,6 +462,32 @@ func (r *receiver) afterPacket() {
 			r.ackTimer.Reset(ackDelay)
 		}
 	}
+}
+
+// armHold makes sure a SACK goes out when a hidden hole comes of age,
+// whether or not more DATA comes.
+func (r *receiver) armHold(due int64) {
+	if r.holdArmed {
+		return
+	}
+	r.holdArmed = true
+	d := time.Duration(max(due-r.a.now(), 0))
+	if r.holdTimer == nil {
+		r.holdTimer = time.AfterFunc(d, r.onHoldTimer)
+	} else {
+		r.holdTimer.Reset(d)
+	}
+}
+
+func (r *receiver) onHoldTimer() {
+	a := r.a
+	a.mu.Lock()
+	r.holdArmed = false
+	r.sackNow = true
+	if a.state == stateEstablished {
+		a.snd.transmit()
+	}
+	a.unlockAndFlush()
 }
 
 func (r *receiver) onAckTimer() {
@@ -364,17 +514,22 @@ func (r *receiver) freed(n int) {
 // sackSize finds the gap blocks and returns the SACK chunk's size.
 func (r *receiver) sackSize() int {
 	r.blocks = r.blocks[:0]
+	limit, due := r.visible(r.a.now())
 	for i := uint32(0); ; {
 		from, ok := r.nextBit(i, true)
-		if !ok {
+		if !ok || from >= limit {
 			break
 		}
 		to, ok := r.nextBit(from, false)
 		if !ok {
 			to = uint32(len(r.seen)) * 64
 		}
+		to = min(to, limit)
 		r.addBlock(from, to-1)
 		i = to
+	}
+	if due > 0 {
+		r.armHold(due)
 	}
 	return chunkHeader + 12 + 2*len(r.blocks) + 4*len(r.dups)
 }
