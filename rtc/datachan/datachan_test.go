@@ -323,29 +323,30 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestUndoLateProof: two reductions of cwnd, both spurious (a few packets
-// held back 120 ms on a link of 20 ms RTT), the second before the first's
-// duplicates come back. Both are undone: the proof of the first must not
+// TestUndoLateProof: two reductions of cwnd, both spurious (two packets
+// held back 400 ms on a link of 20 ms RTT, longer than the receiver hides
+// a hole), the second before the first's duplicates come back. Both are undone: the proof of the first must not
 // be lost to the second, or the window is left at a few packets.
 func TestUndoLateProof(t *testing.T) {
 	a, b := pair(t, func(ab, ba *link) {
 		ab.delay = func(*rand.Rand) time.Duration { return 10 * time.Millisecond }
 		ba.delay = ab.delay
-		// The 30th full DATA packet, and the first sent 60 ms after it
-		// (three RTTs: the second reduction comes after two).
+		// The 30th full DATA packet, and the first sent 200 ms after it:
+		// the second reduction comes well over two RTTs after the first,
+		// and before the first one's proof.
 		n, first := 0, time.Time{}
 		ab.hold = func(p []byte) time.Duration {
 			if len(p) < 1000 || p[headerSize] != ctData {
 				return 0
 			}
 			n++
-			if n == 30 || n > 30 && !first.IsZero() && time.Since(first) > 60*time.Millisecond {
+			if n == 30 || n > 30 && !first.IsZero() && time.Since(first) > 200*time.Millisecond {
 				if n == 30 {
 					first = time.Now()
 				} else {
 					first = time.Time{}
 				}
-				return 120 * time.Millisecond
+				return 400 * time.Millisecond
 			}
 			return 0
 		}

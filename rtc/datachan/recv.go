@@ -332,6 +332,9 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 		}
 	}
 	r.advance(to - r.cum)
+	if tsnLess(r.highest, r.cum) {
+		r.highest = r.cum
+	}
 	for i := 4; i < len(v); i += 4 {
 		stream, ssn := binary.BigEndian.Uint16(v[i:]), binary.BigEndian.Uint16(v[i+2:])
 		st := r.streams[stream]
@@ -404,7 +407,7 @@ func (r *receiver) resent(tsn uint32) {
 
 // filled: tsn came into a hole. If the hole had been reported, the peer
 // may have resent tsn for a real loss: hold shrinks a little, and on a
-// link that loses but does not reorder it goes (a duplicate, if the loss
+// link that loses without reordering it goes (a duplicate, if the loss
 // was not real, sets it again).
 func (r *receiver) filled(tsn uint32) {
 	if h, ok := r.holeOf(tsn); ok && r.a.now()-h.at >= r.hold {

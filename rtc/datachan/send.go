@@ -591,7 +591,9 @@ func (s *sender) rttSample(r int64) {
 	if s.minRTT == 0 || r < s.minRTT {
 		s.minRTT = r
 	}
-	s.rto = min(max(s.srtt+max(4*s.rttvar, int64(10*time.Millisecond)), rtoMin), rtoMax)
+	// A receiver may hold a gap report back for up to maxHold (Petrel's
+	// does, recv.go): the timeout waits that much longer.
+	s.rto = min(max(s.srtt+max(4*s.rttvar, int64(10*time.Millisecond)), rtoMin)+maxHold, rtoMax)
 }
 
 // reoWnd is RACK's reordering window: a quarter of the minimum RTT times a
