@@ -399,9 +399,14 @@ func (a *Association) handleInit(v []byte) {
 	}
 	// In COOKIE-WAIT and COOKIE-ECHOED the INIT-ACK carries our INIT's tag
 	// and TSN (RFC 9260 5.2.1), so both ends' handshakes agree.
+	// A second copy of the same INIT (duplicated, or resent while our
+	// INIT-ACK was on its way) gets the same cookie: the peer echoes the
+	// cookie of the first INIT-ACK it takes and ignores the rest.
+	if a.cookie == nil || a.pending.tag != c.tag {
+		a.cookie = make([]byte, 16)
+		_, _ = rand.Read(a.cookie)
+	}
 	a.pending = c
-	a.cookie = make([]byte, 16)
-	_, _ = rand.Read(a.cookie)
 	ack := a.initChunk()
 	ack.cookie = a.cookie
 	a.control(c.tag, ctInitAck, 0, appendInit(nil, ack))

@@ -456,3 +456,36 @@ func TestGapHoldback(t *testing.T) {
 		data(tsn)
 	}
 }
+
+// TestDuplicateInit: each end's INIT arrives twice (a network that
+// duplicates, or an INIT resent while the INIT-ACK was on its way), the copy
+// up to 30 ms after the original. The association still forms: both
+// INIT-ACKs carry the same cookie. (Each copy got a new cookie before, the
+// peer echoed the first, and both ends resent COOKIE-ECHO forever.)
+func TestDuplicateInit(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
+		la, lb := newLinks()
+		for _, l := range []*link{la, lb} {
+			l.delay = func(*rand.Rand) time.Duration { return time.Millisecond }
+			l.filter = func(p []byte) bool {
+				if len(p) > headerSize && p[headerSize] == ctInit {
+					c := append([]byte(nil), p...)
+					time.AfterFunc(d+time.Millisecond, func() { l.peer.in <- c })
+				}
+				return true
+			}
+		}
+		a := New(Config{Conn: la, Client: true})
+		b := New(Config{Conn: lb})
+		for _, x := range []*Association{a, b} {
+			select {
+			case <-x.Ready():
+			case <-time.After(5 * time.Second):
+				t.Errorf("copy %v later: no association within 5 s", d)
+			}
+		}
+		a.Close()
+		b.Close()
+		la.Close()
+	}
+}
