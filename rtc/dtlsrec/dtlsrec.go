@@ -99,7 +99,7 @@ type Conn struct {
 func New(pc net.PacketConn, raddr net.Addr) *Conn {
 	c := &Conn{pc: pc, raddr: raddr, rbuf: make([]byte, maxDatagram), pending: make(chan []byte, 64),
 		wbuf: make([]byte, 0, maxDatagram+overhead), ready: make(chan struct{}), done: make(chan struct{})}
-	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{})}
+	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	go c.pump()
 	return c
 }
@@ -472,6 +472,10 @@ type shim struct {
 	mu     sync.Mutex
 	err    error
 	failed chan struct{}
+	// A read deadline, as pion/dtls uses one to interrupt its reader and
+	// then waits for it to return.
+	dl     time.Time
+	dlWake chan struct{}
 }
 
 func (s *shim) push(p []byte) {
@@ -491,19 +495,46 @@ func (s *shim) fail(err error) {
 }
 
 func (s *shim) ReadFrom(b []byte) (int, net.Addr, error) {
-	select {
-	case p := <-s.in:
-		return copy(b, p), s.c.raddr, nil
-	case <-s.failed:
+	for {
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		return 0, nil, s.err
+		dl := s.dl
+		s.mu.Unlock()
+		var expire <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return 0, nil, os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			expire = t.C
+		}
+		select {
+		case p := <-s.in:
+			return copy(b, p), s.c.raddr, nil
+		case <-s.failed:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return 0, nil, s.err
+		case <-expire:
+			return 0, nil, os.ErrDeadlineExceeded
+		case <-s.dlWake: // the deadline changed
+		}
 	}
 }
 
 func (s *shim) WriteTo(b []byte, addr net.Addr) (int, error) { return s.c.pc.WriteTo(b, addr) }
 func (s *shim) Close() error                                 { s.fail(net.ErrClosed); return nil }
 func (s *shim) LocalAddr() net.Addr                          { return s.c.pc.LocalAddr() }
-func (s *shim) SetDeadline(time.Time) error                  { return nil }
-func (s *shim) SetReadDeadline(time.Time) error              { return nil }
-func (s *shim) SetWriteDeadline(time.Time) error             { return nil }
+func (s *shim) SetDeadline(t time.Time) error                { return s.SetReadDeadline(t) }
+func (s *shim) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	s.dl = t
+	s.mu.Unlock()
+	select {
+	case s.dlWake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+func (s *shim) SetWriteDeadline(time.Time) error { return nil }
