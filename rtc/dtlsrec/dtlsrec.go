@@ -45,10 +45,11 @@ const (
 	typeAppData  = 23
 	maxDatagram  = 1 << 14
 	replayWindow = 16384 // records this far behind the newest are still taken (a reordering link)
-	// seqOffset puts the sequence numbers of records written here far above
+	// seqOffset puts the sequence numbers of records written here above
 	// pion/dtls's own, which it may still use for an alert: a sequence
-	// number is the AES-GCM nonce, and must never be used twice.
-	seqOffset = 1 << 40
+	// number is the AES-GCM nonce, and must never be used twice. Firefox
+	// (NSS) drops records whose number jumps by 2^40; 2^16 it takes.
+	seqOffset = 1 << 16
 )
 
 // ErrUnsupported: the negotiated cipher suite is not one Conn handles.
