@@ -17,6 +17,7 @@ import (
 	"github.com/pion/srtp/v3"
 	"github.com/pion/stun/v4"
 
+	"github.com/petrel-sfu/petrel/rtc/dtlsrec"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
@@ -303,8 +304,18 @@ func (v *Viewer) handshake() {
 		v.dmu.Unlock()
 		return
 	}
+	// A session with data channels reads and writes its application data
+	// records itself after the handshake (rtc/dtlsrec); pion/dtls runs on
+	// rec's transport and keeps the rest.
+	raddr := net.UDPAddrFromAddrPort(v.remoteAddr())
+	transport := net.PacketConn(v.pc)
+	var rec *dtlsrec.Conn
+	if v.data != nil {
+		rec = dtlsrec.New(v.pc, raddr)
+		transport = rec.Transport()
+	}
 	if client {
-		dc, err = dtls.ClientWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
+		dc, err = dtls.ClientWithOptions(transport, raddr,
 			dtls.WithCertificates(v.s.cert.TLS),
 			dtls.WithInsecureSkipVerify(true), // self-signed: the fingerprint is the check
 			dtls.WithVerifyPeerCertificate(verify),
@@ -313,7 +324,7 @@ func (v *Viewer) handshake() {
 			dtls.WithFlightInterval(500*time.Millisecond),
 			dtls.WithReplayProtectionWindow(replayWindow))
 	} else {
-		dc, err = dtls.ServerWithOptions(v.pc, net.UDPAddrFromAddrPort(v.remoteAddr()),
+		dc, err = dtls.ServerWithOptions(transport, raddr,
 			dtls.WithCertificates(v.s.cert.TLS),
 			dtls.WithClientAuth(dtls.RequireAnyClientCert), // self-signed: the fingerprint is the check
 			dtls.WithVerifyPeerCertificate(verify),
@@ -358,7 +369,13 @@ func (v *Viewer) handshake() {
 		v.ready.Store(true)
 		v.h.OnDTLS()
 		if v.data.mid != "" {
-			v.runSCTP(dc, client)
+			var conn net.Conn = dc
+			if err := rec.Handoff(dc); err != nil {
+				v.s.log.Info("lean egress: DTLS records stay with pion/dtls", "viewer", v.creds.Load().ufrag, "err", err)
+			} else {
+				conn = rec
+			}
+			v.runSCTP(conn, client)
 			return
 		}
 		var buf [256]byte

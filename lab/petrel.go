@@ -23,6 +23,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/rtc/datachan"
+	"github.com/petrel-sfu/petrel/rtc/dtlsrec"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
 )
@@ -120,7 +121,11 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err != nil {
 		return fmt.Errorf("ice: %w", err)
 	}
-	dc, err := dtls.ClientWithOptions(dtlsnet.PacketConnFromConn(conn), conn.RemoteAddr(),
+	// Application data records are Petrel's own after the handshake, as on
+	// the server's side (rtc/dtlsrec).
+	rec := dtlsrec.New(dtlsnet.PacketConnFromConn(conn), conn.RemoteAddr())
+	defer rec.Close()
+	dc, err := dtls.ClientWithOptions(rec.Transport(), conn.RemoteAddr(),
 		dtls.WithCertificates(cert),
 		dtls.WithInsecureSkipVerify(true), // a lab: the server is the one host b started
 		dtls.WithSRTPProtectionProfiles(lean.SRTPProfiles...),
@@ -133,7 +138,10 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err := dc.HandshakeContext(ctx); err != nil {
 		return fmt.Errorf("dtls: %w", err)
 	}
-	a := datachan.New(datachan.Config{Conn: dc, Client: true, MaxMessage: 1 << 20})
+	if err := rec.Handoff(dc); err != nil {
+		return err
+	}
+	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20})
 	defer a.Close()
 	select {
 	case <-a.Ready():
