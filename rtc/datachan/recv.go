@@ -363,9 +363,9 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 	return r.pull()
 }
 
-// opened records the hole below tsn, the new highest TSN. Holes are kept
-// while a second copy of one of their chunks could still be told apart
-// (2 maxHold); past maxHoles the older half goes.
+// opened records the hole below tsn, the new highest TSN. At maxHoles the
+// records go that are older than 2 maxHold (a second copy of one of their
+// chunks no longer tells anything), and at least the older half.
 func (r *receiver) opened(tsn uint32) {
 	now := r.a.now()
 	if len(r.holes) >= maxHoles {

@@ -85,7 +85,6 @@ type sender struct {
 	chainStart               int64
 	priorCwnd, priorSsthresh int
 	multRaised               int64 // when the reordering multiplier last grew
-	dbgT0                    int64
 
 	srtt, rttvar, rto, minRTT int64
 	rack                      struct {
