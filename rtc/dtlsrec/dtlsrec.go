@@ -117,15 +117,13 @@ func (c *Conn) pump() {
 			c.rmu.Unlock()
 			return
 		}
-		n, _, err := c.pc.ReadFrom(buf)
-		if kicked(err) {
-			c.pc.SetReadDeadline(time.Time{})
+		n, again, err := c.readTransport(buf)
+		if again {
 			c.rmu.Unlock()
 			continue
 		}
 		if err != nil {
 			c.rmu.Unlock()
-			c.shim.fail(err)
 			return
 		}
 		if c.k.Load() != nil {
@@ -268,9 +266,20 @@ func (c *Conn) inject(p []byte) {
 	c.pc.SetReadDeadline(time.Unix(1, 0))
 }
 
-func kicked(err error) bool {
+// readTransport reads one datagram; called with rmu held. again: inject's
+// kick ended the read (the deadline is cleared; look at pending, read
+// again). Any other error ends pion/dtls's transport too.
+func (c *Conn) readTransport(buf []byte) (n int, again bool, err error) {
+	n, _, err = c.pc.ReadFrom(buf)
 	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		c.pc.SetReadDeadline(time.Time{})
+		return 0, true, nil
+	}
+	if err != nil {
+		c.shim.fail(err)
+	}
+	return n, false, err
 }
 
 // Read returns the next application data record's content. Before Handoff
@@ -301,15 +310,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return copy(b, p), nil
 		default:
 		}
-		n, _, err := c.pc.ReadFrom(c.rbuf)
-		if kicked(err) {
-			c.pc.SetReadDeadline(time.Time{})
+		n, again, err := c.readTransport(c.rbuf)
+		if again {
 			c.rmu.Unlock()
 			continue
 		}
 		if err != nil {
 			c.rmu.Unlock()
-			c.shim.fail(err)
 			return 0, err
 		}
 		p, ok := c.records(c.rbuf[:n])
@@ -501,26 +508,42 @@ func (s *shim) ReadFrom(b []byte) (int, net.Addr, error) {
 		dl := s.dl
 		s.mu.Unlock()
 		var expire <-chan time.Time
+		var t *time.Timer
 		if !dl.IsZero() {
 			d := time.Until(dl)
 			if d <= 0 {
 				return 0, nil, os.ErrDeadlineExceeded
 			}
-			t := time.NewTimer(d)
-			defer t.Stop()
+			t = time.NewTimer(d)
 			expire = t.C
 		}
-		select {
-		case p := <-s.in:
-			return copy(b, p), s.c.raddr, nil
-		case <-s.failed:
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return 0, nil, s.err
-		case <-expire:
-			return 0, nil, os.ErrDeadlineExceeded
-		case <-s.dlWake: // the deadline changed
+		n, changed, err := s.wait(b, expire)
+		if t != nil {
+			t.Stop()
 		}
+		switch {
+		case err != nil:
+			return 0, nil, err
+		case !changed:
+			return n, s.c.raddr, nil
+		}
+	}
+}
+
+// wait is one ReadFrom until a datagram, failure, the deadline, or a new
+// deadline (changed).
+func (s *shim) wait(b []byte, expire <-chan time.Time) (n int, changed bool, err error) {
+	select {
+	case p := <-s.in:
+		return copy(b, p), false, nil
+	case <-s.failed:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return 0, false, s.err
+	case <-expire:
+		return 0, false, os.ErrDeadlineExceeded
+	case <-s.dlWake:
+		return 0, true, nil
 	}
 }
 
