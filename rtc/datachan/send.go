@@ -494,9 +494,6 @@ func (s *sender) handleSack(v []byte) error {
 			s.release(c)
 		}
 	}
-	if tsnLess(s.advancedPeerAck, s.cumAck) {
-		s.advancedPeerAck = s.cumAck
-	}
 	for i := 0; i < ngap; i++ {
 		start := binary.BigEndian.Uint16(v[12+4*i:])
 		end := binary.BigEndian.Uint16(v[14+4*i:])
@@ -547,6 +544,7 @@ func (s *sender) handleSack(v []byte) error {
 			}
 		}
 	}
+	s.advancePeerAck()
 	if tsnLess(s.cumAck, s.advancedPeerAck) {
 		s.forwardNeeded = true // the last FORWARD-TSN was lost
 	}
@@ -804,21 +802,26 @@ func (s *sender) abandon(m *outMsg) {
 	if q := s.queues[m.stream]; q != nil {
 		s.releaseQueued(m, q.chunks[q.head:])
 	}
-	// The advanced peer ack point (RFC 3758 3.5) moves over abandoned chunks.
+	s.advancePeerAck()
+}
+
+// advancePeerAck moves the advanced peer ack point (RFC 3758 3.5, C1 and
+// C2) over the abandoned chunks, and the acknowledged ones between them,
+// that follow the cumulative ack; a FORWARD-TSN announces it. It runs when
+// a message is abandoned and on each SACK: a message abandoned behind a
+// chunk not yet acknowledged can only be skipped once that chunk is.
+func (s *sender) advancePeerAck() {
+	if tsnLess(s.advancedPeerAck, s.cumAck) {
+		s.advancedPeerAck = s.cumAck
+	}
 	moved := false
-	for i, c := range s.inflight {
-		tsn := s.cumAck + 1 + uint32(i)
-		if !tsnLess(s.advancedPeerAck, tsn) {
-			continue
-		}
+	for i := int(s.advancedPeerAck - s.cumAck); i < len(s.inflight); i++ {
+		c := s.inflight[i]
 		if !c.dropped && !c.acked {
 			break
 		}
-		if c.dropped {
-			s.advancedPeerAck, moved = tsn, true
-		} else if c.acked {
-			s.advancedPeerAck = tsn
-		}
+		s.advancedPeerAck++
+		moved = moved || c.dropped
 	}
 	if moved {
 		s.forwardNeeded = true
