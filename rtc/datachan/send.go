@@ -84,6 +84,8 @@ type sender struct {
 	chain                    uint32            // the first episode of the chain
 	chainStart               int64
 	priorCwnd, priorSsthresh int
+	priorWMax                float64
+	cubic                    cubic
 	multRaised               int64 // when the reordering multiplier last grew
 
 	srtt, rttvar, rto, minRTT int64
@@ -529,6 +531,7 @@ func (s *sender) handleSack(v []byte) error {
 		// Every retransmission of the last reduction was spurious: undo it
 		// (the duplicates may come after the recovery ended).
 		s.cwnd, s.ssthresh = max(s.cwnd, s.priorCwnd), max(s.ssthresh, s.priorSsthresh)
+		s.cubic.wMax, s.cubic.epoch = s.priorWMax, 0
 		s.inRecovery = false
 		s.epMarked, s.epSpurious = 0, 0
 	}
@@ -558,7 +561,7 @@ func (s *sender) handleSack(v []byte) error {
 		// Bytes acknowledged by gap blocks count too (unlike RFC 9260
 		// 7.2.1, which waits for the cumulative ack): on a reordering link
 		// most bytes are acknowledged that way first.
-		s.grow(acked)
+		s.grow(acked, now)
 	}
 	s.detectLoss(now)
 	if advanced {
@@ -607,10 +610,9 @@ func (s *sender) reoWnd() int64 {
 	return max(min(int64(s.rack.mult)*s.minRTT/4, s.srtt), min(s.rack.extent*5/4, 2*s.srtt))
 }
 
-// grow opens cwnd on newly acknowledged bytes: slow start below ssthresh,
-// one MTU per window above (RFC 9260 7.2.1, 7.2.2), only while the window
-// is used.
-func (s *sender) grow(acked int) {
+// grow opens cwnd on newly acknowledged bytes: slow start below ssthresh
+// (RFC 9260 7.2.1), CUBIC above, only while the window is used.
+func (s *sender) grow(acked int, now int64) {
 	if s.flight+acked < s.cwnd-2*s.mtu && !s.paceArmed {
 		return // not limited by cwnd (nor by pacing, whose rate is cwnd's)
 	}
@@ -618,11 +620,7 @@ func (s *sender) grow(acked int) {
 		s.cwnd += acked
 		return
 	}
-	s.pba += acked
-	if s.pba >= s.cwnd {
-		s.pba -= s.cwnd
-		s.cwnd += s.mtu
-	}
+	s.caGrow(acked, now)
 }
 
 // detectLoss marks lost what RACK says is: sent before the chunk acknowledged
@@ -706,9 +704,7 @@ func (s *sender) onLoss() {
 	s.inRecovery = true
 	s.recover = s.nextTSN - 1
 	s.newEpisode()
-	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
-	s.cwnd = s.ssthresh
-	s.pba = 0
+	s.reduce()
 }
 
 // newEpisode starts a reduction of cwnd. It joins the chain of the last
@@ -722,7 +718,7 @@ func (s *sender) newEpisode() {
 	if s.chain == 0 || s.epMarked == 0 || now-s.chainStart > max(8*s.srtt, chainAge) {
 		s.chain, s.chainStart = s.episode, now
 		s.epMarked, s.epSpurious = 0, 0
-		s.priorCwnd, s.priorSsthresh = s.cwnd, s.ssthresh
+		s.priorCwnd, s.priorSsthresh, s.priorWMax = s.cwnd, s.ssthresh, s.cubic.wMax
 	}
 }
 
@@ -757,9 +753,8 @@ func (s *sender) onT3() {
 	s.newEpisode()
 	s.afterT3, s.t3Recover = true, s.nextTSN-1
 	s.rto = min(2*s.rto, rtoMax)
-	s.ssthresh = max(s.cwnd/2, 4*s.mtu)
+	s.reduce()
 	s.cwnd = s.mtu
-	s.pba = 0
 	s.inRecovery = false
 	// Only the earliest chunk is resent (as RACK-TLP and F-RTO do): if the
 	// timeout was spurious, a queue that grew faster than the RTO, its

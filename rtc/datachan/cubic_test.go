@@ -1,0 +1,55 @@
+package datachan
+
+import (
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestCubicRegrowth: after a reduction from 1000 packets on an 80 ms path,
+// with the whole window acknowledged each round trip, cwnd is back at 1000
+// packets after K = cbrt(300/0.4) ≈ 9.1 s (Reno: 300 round trips, 24 s),
+// flat near it halfway (concave), and a second reduction below that point
+// moves it down (fast convergence).
+func TestCubicRegrowth(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
+	s := &a.snd
+	s.init(a)
+	const rtt = 80 * int64(time.Millisecond)
+	s.srtt, s.minRTT = rtt, rtt
+	seg := s.mtu
+	s.cwnd, s.ssthresh = 1000*seg, 1<<30
+	s.reduce()
+	if s.cwnd != 700*seg || s.ssthresh != s.cwnd {
+		t.Fatalf("after a reduction cwnd %d ssthresh %d, want %d", s.cwnd, s.ssthresh, 700*seg)
+	}
+	k := math.Cbrt(300 / cubicC)
+	var now, back int64
+	half := false
+	for now = int64(time.Second); now < 30*int64(time.Second); now += int64(time.Millisecond) {
+		// A window per round trip, in 1 ms slices.
+		s.caGrow(s.cwnd/80, now)
+		el := float64(now-int64(time.Second)) / float64(time.Second)
+		if !half && el >= k/2 {
+			half = true
+			if s.cwnd < 950*seg || s.cwnd > 1000*seg {
+				t.Fatalf("cwnd %d packets halfway to wMax (%.1f s), want 950-1000", s.cwnd/seg, el)
+			}
+		}
+		if s.cwnd >= 1000*seg {
+			back = now - int64(time.Second)
+			break
+		}
+	}
+	if b := time.Duration(back).Seconds(); back == 0 || b < k-0.5 || b > k+0.5 {
+		t.Fatalf("back at wMax after %.2f s, want %.1f ± 0.5 s", b, k)
+	}
+	// A loss before wMax is reached again: wMax becomes 0.85 of cwnd.
+	s.cwnd = 900 * seg
+	s.cubic.wMax = 1000 * float64(seg)
+	s.reduce()
+	if w := s.cubic.wMax / float64(seg); math.Abs(w-900*0.85) > 1 {
+		t.Fatalf("wMax %.0f packets after a loss below it, want 765", w)
+	}
+}
