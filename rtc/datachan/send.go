@@ -76,6 +76,7 @@ type sender struct {
 	cwnd, ssthresh, flight, rwnd, pba int
 	inRecovery                        bool
 	recover                           uint32 // recovery ends when this is acknowledged
+	recoveryAt                        int64  // when it began
 	// A reduction of cwnd is an episode: its retransmissions are logged, and
 	// if the peer reports each as a duplicate, the reduction is undone.
 	episode                  uint32
@@ -649,8 +650,12 @@ func (s *sender) detectLoss(now int64) {
 			}
 			continue
 		}
-		if !lost {
-			s.onLoss()
+		// A loss starts a recovery; so does a retransmission lost after
+		// the last one began (RFC 5681 4.3, RFC 8985 3.4): the reduced
+		// window still overflows the path.
+		again := s.inRecovery && c.nSent > 1 && c.sentAt > s.recoveryAt
+		if !lost || again {
+			s.onLoss(again)
 			lost = true
 		}
 		s.markLost(c)
@@ -694,15 +699,17 @@ func (s *sender) markLost(c *outChunk) {
 	s.unfly(c)
 }
 
-// onLoss enters fast recovery once per window of data (RFC 9260 7.2.4).
-func (s *sender) onLoss() {
-	if s.inRecovery || s.afterT3 {
+// onLoss enters fast recovery once per window of data (RFC 9260 7.2.4),
+// or again when a retransmission sent in it was lost (again).
+func (s *sender) onLoss(again bool) {
+	if s.inRecovery && !again || s.afterT3 {
 		// After a timeout the window is already one packet, growing in
 		// slow start while what RACK finds lost is resent.
 		return
 	}
 	s.inRecovery = true
 	s.recover = s.nextTSN - 1
+	s.recoveryAt = s.a.now()
 	s.newEpisode()
 	s.reduce()
 }
