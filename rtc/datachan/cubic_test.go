@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// TestCubicRegrowth: after a reduction from 1000 packets on an 80 ms path,
+// TestCubicRegrowth: after a reduction from 1000 packets on an 80 ms path
+// (in congestion avoidance),
 // with the whole window acknowledged each round trip, cwnd is back at 1000
 // packets after K = cbrt(300/0.4) ≈ 9.1 s (Reno: 300 round trips, 24 s),
 // flat near it halfway (concave), and a second reduction below that point
@@ -19,7 +20,14 @@ func TestCubicRegrowth(t *testing.T) {
 	const rtt = 80 * int64(time.Millisecond)
 	s.srtt, s.minRTT = rtt, rtt
 	seg := s.mtu
+	// A loss in slow start halves the window (slow start overshoots by up
+	// to twice); one in congestion avoidance keeps 0.7 of it.
 	s.cwnd, s.ssthresh = 1000*seg, 1<<30
+	s.reduce()
+	if s.cwnd != 500*seg || s.cubic.wMax != float64(1000*seg) {
+		t.Fatalf("after a loss in slow start cwnd %d wMax %.0f, want %d and %d", s.cwnd, s.cubic.wMax, 500*seg, 1000*seg)
+	}
+	s.cwnd, s.ssthresh, s.cubic.wMax = 1000*seg, 1000*seg, 0
 	s.reduce()
 	if s.cwnd != 700*seg || s.ssthresh != s.cwnd {
 		t.Fatalf("after a reduction cwnd %d ssthresh %d, want %d", s.cwnd, s.ssthresh, 700*seg)
