@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,6 +245,26 @@ func summarize(profile, stack, probe string, runs []Result) Row {
 		r.Series = runs[best].Series
 	}
 	return r
+}
+
+// MergeRows joins rows of the same profile, stack and probe (from results
+// saved by several runs of the bench) into one with all their runs, in the
+// order the rows first came.
+func MergeRows(rows []Row) []Row {
+	type key struct{ profile, stack, probe string }
+	at := map[key]int{}
+	var out []Row
+	for _, r := range rows {
+		k := key{r.Profile, r.Stack, r.Probe}
+		i, ok := at[k]
+		if !ok {
+			at[k] = len(out)
+			out = append(out, summarize(r.Profile, r.Stack, r.Probe, slices.Clone(r.Runs)))
+			continue
+		}
+		out[i] = summarize(r.Profile, r.Stack, r.Probe, append(out[i].Runs, r.Runs...))
+	}
+	return out
 }
 
 func abs(x float64) float64 {

@@ -60,6 +60,7 @@ func labMain(args []string) int {
 			}
 			saved.Rows = append(saved.Rows, one.Rows...)
 		}
+		saved.Rows = lab.MergeRows(saved.Rows)
 		return labReport(saved, *plots, *out)
 	}
 	cs, err := lab.ParseCases(*cases)

@@ -1,0 +1,31 @@
+package lab
+
+import "testing"
+
+// TestMergeRows: rows of the same profile, stack and probe from two saved
+// benches become one, whose median is over all their runs; other rows keep
+// their order.
+func TestMergeRows(t *testing.T) {
+	runs := func(ms ...float64) []Result {
+		var rs []Result
+		for _, m := range ms {
+			rs = append(rs, Result{Mbps: m})
+		}
+		return rs
+	}
+	a := []Row{summarize("mobile", "tcp", "ordered", runs(200, 95)), summarize("mobile", "petrel", "ordered", runs(160, 186))}
+	b := []Row{summarize("lan", "tcp", "ordered", runs(900)), summarize("mobile", "tcp", "ordered", runs(200, 131, 203))}
+	got := MergeRows(append(a, b...))
+	if len(got) != 3 {
+		t.Fatalf("%d rows, want 3", len(got))
+	}
+	if got[0].Stack != "tcp" || got[0].Profile != "mobile" || len(got[0].Runs) != 5 || got[0].Mbps != 200 {
+		t.Errorf("merged row %s/%s: %d runs, median %v; want 5 runs, median 200", got[0].Profile, got[0].Stack, len(got[0].Runs), got[0].Mbps)
+	}
+	if got[1].Stack != "petrel" || got[1].Mbps != 173 || got[2].Profile != "lan" {
+		t.Errorf("other rows: %+v, %+v", got[1], got[2])
+	}
+	if len(a[0].Runs) != 2 {
+		t.Errorf("merging changed an input row: %d runs", len(a[0].Runs))
+	}
+}
