@@ -700,7 +700,7 @@ func (s *sender) markLost(c *outChunk) {
 }
 
 // onLoss enters fast recovery once per window of data (RFC 9260 7.2.4),
-// or again when a retransmission sent in it was lost (again).
+// and again when a retransmission sent during it is lost.
 func (s *sender) onLoss(again bool) {
 	if s.inRecovery && !again || s.afterT3 {
 		// After a timeout the window is already one packet, growing in
