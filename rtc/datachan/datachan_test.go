@@ -573,3 +573,35 @@ func TestDuplicateInit(t *testing.T) {
 		la.Close()
 	}
 }
+
+// TestSackFillsPacket: after a burst that lost every other chunk, a SACK
+// reports as many gaps as fit in one packet beside its duplicates (with 64,
+// Chromium's sender learned of the first 128 TSNs only and resent one
+// chunk a round trip), and still fits in the MTU.
+func TestSackFillsPacket(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16, MTU: 1200}, log: slog.New(slog.DiscardHandler)}
+	r := &a.rcv
+	r.init(a)
+	r.start(100)
+	r.hold = 0 // report at once
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for tsn := uint32(101); tsn < 101+2*1000; tsn += 2 {
+		if err := r.handleData(flagBegin|flagEnd, dataValue(tsn, 1, ppidBinary, []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < maxDups; i++ {
+		r.handleData(flagBegin|flagEnd, dataValue(101, 1, ppidBinary, []byte("x"))) // duplicates
+	}
+	n := r.sackSize()
+	if got := len(r.blocks) / 2; got < 250 {
+		t.Fatalf("%d gap blocks reported of 1000, want as many as fit (over 250)", got)
+	}
+	var w packetWriter
+	w.start(nil, 1)
+	r.appendSack(&w)
+	if p := w.finish(); len(p) > 1200 || len(p) != headerSize+n {
+		t.Fatalf("SACK packet of %d bytes (chunk said %d), MTU 1200", len(p), n)
+	}
+}
