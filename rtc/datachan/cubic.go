@@ -65,7 +65,7 @@ func (s *sender) caGrow(acked int, now int64) {
 			c.k, c.wMax = 0, cwnd
 		}
 	}
-	rtt := float64(max(s.srtt, s.minRTT)) / float64(time.Second)
+	rtt := float64(s.srtt) / float64(time.Second)
 	t := float64(now-c.epoch)/float64(time.Second) + rtt
 	target := c.wMax + cubicC*seg*(t-c.k)*(t-c.k)*(t-c.k)
 	target = min(max(target, cwnd), 1.5*cwnd)

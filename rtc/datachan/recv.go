@@ -561,9 +561,10 @@ func (r *receiver) nextBit(from uint32, set bool) (uint32, bool) {
 	return 0, false
 }
 
-// addBlock records a run of offsets (0 is cum+1) as a gap block (1-based).
+// addBlock records a run of offsets (0 is cum+1) as a gap block (1-based);
+// sackSize stops at maxGaps.
 func (r *receiver) addBlock(from, to uint32) {
-	if len(r.blocks) < 2*r.maxGaps && to < 0xffff {
+	if to < 0xffff {
 		r.blocks = append(r.blocks, uint16(from+1), uint16(to+1))
 	}
 }
