@@ -61,3 +61,41 @@ func TestCubicRegrowth(t *testing.T) {
 		t.Fatalf("wMax %.0f packets after a loss below it, want 765", w)
 	}
 }
+
+// TestPacingBurst: after a pause, a sender at 1000 packets of cwnd on an
+// 80 ms path releases 1 ms' worth of chunks at once (about 16 packets at
+// 1.25 times cwnd per RTT), not the window the SACK opened: Chromium's
+// socket buffer holds about 55 datagrams.
+func TestPacingBurst(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
+	s := &a.snd
+	s.init(a)
+	const rtt = 80 * int64(time.Millisecond)
+	s.srtt, s.minRTT = rtt, rtt
+	seg := s.mtu
+	s.cwnd, s.ssthresh = 1000*seg, 1000*seg
+	s.paceArmed = true // as if the timer were armed: no timer in this test
+	burst := func(now int64) int {
+		s.refill(now)
+		n := 0
+		for s.paced(seg, now) {
+			n++
+		}
+		return n
+	}
+	burst(0)
+	// 1.25 * 1000 packets / 80 ms = 15.6 packets a millisecond.
+	if n := burst(int64(time.Second)); n < 15 || n > 17 {
+		t.Fatalf("%d packets at once after a pause, want 1 ms' worth (16)", n)
+	}
+	// Paced steadily, the rate is 1.25 cwnd per RTT.
+	total := 0
+	start := 2 * int64(time.Second)
+	burst(start)
+	for now := start; now < start+rtt; now += int64(100 * time.Microsecond) {
+		total += burst(now)
+	}
+	if total < 1200 || total > 1300 {
+		t.Fatalf("%d packets paced in one RTT, want 1250", total)
+	}
+}
