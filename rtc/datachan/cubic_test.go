@@ -99,3 +99,42 @@ func TestPacingBurst(t *testing.T) {
 		t.Fatalf("%d packets paced in one RTT, want 1250", total)
 	}
 }
+
+// TestLossFloor: a loss with no queue on the path (the RTT at its minimum,
+// the delivery rate what cwnd carries in it: a receiver's socket buffer
+// that overflowed) keeps the window; one behind a queue of twice the
+// path's RTT still takes CUBIC's 0.7.
+func TestLossFloor(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
+	s := &a.snd
+	s.init(a)
+	const rtt = 80 * int64(time.Millisecond)
+	seg := s.mtu
+	w := 1000 * seg
+	// A round trip of deliveries at cwnd per RTT: a chunk sent at 0, when
+	// nothing had been delivered, and acknowledged at rtt, when the window
+	// has been.
+	c := &outChunk{deliveredAt: 1}
+	s.delivery.delivered = int64(w)
+	s.delivery.sample(c, rtt+1, rtt)
+	if got := s.delivery.bdp(rtt); got < w-seg || got > w+seg {
+		t.Fatalf("bdp %d, want %d", got, w)
+	}
+	s.srtt, s.minRTT = rtt, rtt
+	s.cwnd, s.ssthresh = w, w
+	s.onLoss(false)
+	if s.cwnd < w-seg {
+		t.Fatalf("cwnd %d packets after a loss without a queue, want 1000", s.cwnd/seg)
+	}
+	// The same rate behind a queue: the RTT is three times its minimum.
+	s.inRecovery = false
+	s.srtt, s.minRTT = 3*rtt, rtt
+	s.delivery = delivery{}
+	s.delivery.delivered = int64(w)
+	s.delivery.sample(c, 3*rtt+1, 3*rtt)
+	s.cwnd, s.ssthresh = w, w
+	s.onLoss(false)
+	if s.cwnd != 700*seg {
+		t.Fatalf("cwnd %d packets after a loss behind a queue, want 700", s.cwnd/seg)
+	}
+}

@@ -49,6 +49,9 @@ type outChunk struct {
 	flying  bool   // counted in flight
 	dropped bool   // abandoned
 	lostEp  uint32 // the episode that declared it lost
+	// what had been delivered when it was last sent, and when (delivery.go)
+	delivered   int64
+	deliveredAt int64
 }
 
 type sender struct {
@@ -68,6 +71,7 @@ type sender struct {
 	refilled  int64
 	paceTimer *time.Timer
 	paceArmed bool
+	delivery  delivery
 	queues    map[uint16]*streamQueue // chunks not sent yet, per stream
 	active    []*streamQueue          // streams with chunks to send, in turn
 	cur       *streamQueue            // the stream whose message is half sent
@@ -407,6 +411,10 @@ func (s *sender) writeChunk(w *packetWriter, c *outChunk, now int64) {
 	}
 	c.nSent++
 	c.sentAt = now
+	c.delivered, c.deliveredAt = s.delivery.delivered, s.delivery.at
+	if c.deliveredAt == 0 {
+		c.deliveredAt = now
+	}
 	s.seq++
 	c.seq = s.seq
 	if !c.flying {
@@ -473,6 +481,7 @@ func (s *sender) handleSack(v []byte) error {
 		s.setLost(c, false)
 		s.unfly(c)
 		acked += len(c.data)
+		s.delivery.delivered += int64(len(c.data))
 		if newest == nil || c.seq > newest.seq {
 			newest = c
 		}
@@ -540,6 +549,7 @@ func (s *sender) handleSack(v []byte) error {
 	}
 	s.rwnd = max(arwnd-s.flight, 0)
 	if newest != nil {
+		s.delivery.sample(newest, now, s.srtt)
 		rtt := now - newest.sentAt
 		if newest.nSent == 1 {
 			s.rttSample(rtt)
@@ -713,7 +723,12 @@ func (s *sender) onLoss(again bool) {
 	s.recover = s.nextTSN - 1
 	s.recoveryAt = s.a.now()
 	s.newEpisode()
+	prior := s.cwnd
 	s.reduce()
+	// Not below what the delivery rate fills without a queue (delivery.go).
+	if w := min(s.delivery.bdp(s.minRTT), prior); w > s.cwnd {
+		s.cwnd, s.ssthresh = w, w
+	}
 }
 
 // newEpisode starts a reduction of cwnd. It joins the chain of the last
