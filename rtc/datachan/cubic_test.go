@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// newTestSender is the sending half of an association that is never
+// connected, for tests of its window and pacing arithmetic.
+func newTestSender() *sender {
+	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
+	a.snd.init(a)
+	return &a.snd
+}
+
 // TestCubicRegrowth: after a reduction from 1000 packets on an 80 ms path
 // (in congestion avoidance),
 // with the whole window acknowledged each round trip, cwnd is back at 1000
@@ -14,9 +22,7 @@ import (
 // flat near it halfway (concave), and a second reduction below that point
 // moves it down (fast convergence).
 func TestCubicRegrowth(t *testing.T) {
-	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
-	s := &a.snd
-	s.init(a)
+	s := newTestSender()
 	const rtt = 80 * int64(time.Millisecond)
 	s.srtt, s.minRTT = rtt, rtt
 	seg := s.mtu
@@ -67,9 +73,7 @@ func TestCubicRegrowth(t *testing.T) {
 // 1.25 times cwnd per RTT), not the window the SACK opened: Chromium's
 // socket buffer holds about 55 datagrams.
 func TestPacingBurst(t *testing.T) {
-	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
-	s := &a.snd
-	s.init(a)
+	s := newTestSender()
 	const rtt = 80 * int64(time.Millisecond)
 	s.srtt, s.minRTT = rtt, rtt
 	seg := s.mtu
@@ -105,9 +109,7 @@ func TestPacingBurst(t *testing.T) {
 // that overflowed) keeps the window; one behind a queue of twice the
 // path's RTT still takes CUBIC's 0.7.
 func TestLossFloor(t *testing.T) {
-	a := &Association{epoch: time.Now(), cfg: Config{MTU: 1200}, log: slog.New(slog.DiscardHandler)}
-	s := &a.snd
-	s.init(a)
+	s := newTestSender()
 	const rtt = 80 * int64(time.Millisecond)
 	seg := s.mtu
 	w := 1000 * seg
