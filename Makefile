@@ -13,7 +13,7 @@ run: build
 
 build: web $(BIN)
 
-$(BIN): $(GOFILES) go.mod go.sum web/dist/index.html
+$(BIN): $(GOFILES) go.mod go.sum web/dist/index.html lab/notes.md
 	$(GO) build -o $(BIN) ./cmd/petrel
 
 web: web/dist/index.html
