@@ -13,6 +13,7 @@ import (
 	"github.com/pion/sdp/v3"
 
 	"github.com/petrel-sfu/petrel/rtc/datachan"
+	"github.com/petrel-sfu/petrel/rtc/dtlsrec"
 )
 
 // A data session is a connection that carries only data channels, which the
@@ -233,7 +234,11 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 // resolves the collision as RFC 9260 5.2.1 says.
 func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 	d := v.data
-	a := datachan.New(datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log})
+	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log}
+	if _, ok := dc.(*dtlsrec.Conn); ok {
+		cfg.MaxMTU = SCTPMaxMTU // its records' overhead is the one SCTPMaxMTU leaves room for
+	}
+	a := datachan.New(cfg)
 	d.mu.Lock()
 	d.assoc = a
 	d.mu.Unlock()
@@ -264,6 +269,13 @@ func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 // within 1280 bytes, so the lean path and a PeerConnection (whose Pion uses
 // 1191) fit the same paths.
 const sctpMTU = 1200
+
+// SCTPMaxMTU is the largest SCTP packet path MTU discovery tries: an
+// Ethernet frame's 1500 bytes less IPv4's and UDP's headers, a TURN
+// ChannelData header (a relayed path still fits) and a DTLS record's
+// overhead, down to a multiple of 4. On such a path a data session sends
+// 1428-byte packets, 16% fewer than at 1200 for the same bytes.
+const SCTPMaxMTU = (1500 - 20 - 8 - 4 - dtlsrec.Overhead) &^ 3
 
 // SCTPStats are the counters of a data session's SCTP association, false
 // before it started.

@@ -22,6 +22,7 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/rtc/datachan"
 	"github.com/petrel-sfu/petrel/rtc/dtlsrec"
 	"github.com/petrel-sfu/petrel/rtc/lean"
@@ -141,7 +142,7 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err := rec.Handoff(dc); err != nil {
 		return err
 	}
-	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20})
+	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20, MaxMTU: egress.SCTPMaxMTU})
 	defer a.Close()
 	select {
 	case <-a.Ready():
@@ -245,8 +246,8 @@ func logStats(who string, stats func() datachan.Stats, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		s := stats()
-		fmt.Fprintf(os.Stderr, "%s: cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious\n",
-			who, s.Cwnd, s.Ssthresh, s.Flight, s.PeerWindow, s.SRTT.Round(time.Millisecond/10), s.MinRTT.Round(time.Millisecond/10),
+		fmt.Fprintf(os.Stderr, "%s: mtu %d cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious\n",
+			who, s.MTU, s.Cwnd, s.Ssthresh, s.Flight, s.PeerWindow, s.SRTT.Round(time.Millisecond/10), s.MinRTT.Round(time.Millisecond/10),
 			s.ReorderWindow.Round(time.Millisecond/10), s.FastRetransmits, s.Timeouts, s.SpuriousRetransmits)
 	}
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// MTU is the SCTP packet size. 0: 1200 (with DTLS's AES-GCM overhead a
 	// datagram stays within 1280 bytes).
 	MTU int
+	// MaxMTU is the largest SCTP packet path MTU discovery tries (pmtu.go);
+	// at most 8192. 0: MTU, no discovery.
+	MaxMTU int
 	// Log gets the association's errors; nil: discarded.
 	Log *slog.Logger
 }
@@ -74,6 +77,7 @@ type Association struct {
 
 	snd sender
 	rcv receiver
+	pm  pmtu
 
 	chans     map[uint16]*Channel
 	accept    chan *Channel
@@ -98,6 +102,7 @@ type Stats struct {
 	Timeouts               uint64 // T3-rtx expiries
 	SpuriousRetransmits    uint64 // duplicates the peer reported
 	Cwnd, Ssthresh, Flight int
+	MTU                    int // the packet size path MTU discovery reached
 	SRTT, MinRTT           time.Duration
 	ReorderWindow          time.Duration
 	PeerWindow             int
@@ -118,6 +123,7 @@ func New(cfg Config) *Association {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1200
 	}
+	cfg.MaxMTU = min(cfg.MaxMTU, maxMTU)
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -132,6 +138,7 @@ func New(cfg Config) *Association {
 	}
 	a.snd.init(a)
 	a.rcv.init(a)
+	a.pm.timeout = probeTimeout
 	a.mu.Lock()
 	a.sendInit()
 	a.unlockAndFlush()
@@ -170,7 +177,7 @@ func (a *Association) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.stats
-	s.Cwnd, s.Ssthresh, s.Flight = a.snd.cwnd, a.snd.ssthresh, a.snd.flight
+	s.Cwnd, s.Ssthresh, s.Flight, s.MTU = a.snd.cwnd, a.snd.ssthresh, a.snd.flight, a.snd.mtu
 	s.SRTT, s.MinRTT = time.Duration(a.snd.srtt), time.Duration(a.snd.minRTT)
 	s.ReorderWindow = time.Duration(a.snd.reoWnd())
 	s.PeerWindow = a.snd.rwnd
@@ -347,6 +354,7 @@ func (a *Association) handlePacket(b []byte) {
 				a.control(a.peerTag, ctHeartbeatAck, 0, v)
 			}
 		case ctHeartbeatAck:
+			a.handleHeartbeatAck(v)
 		case ctAbort:
 			a.closeLocked(errors.New("datachan: the peer aborted the association"))
 			return
@@ -451,6 +459,7 @@ func (a *Association) establish() {
 	a.reconfSeq, a.peerReq = a.myTSN, a.peer.tsn // RFC 6525 5.1
 	a.snd.start(a.peer)
 	a.rcv.start(a.peer.tsn)
+	a.startSearch()
 	close(a.ready)
 }
 
@@ -500,6 +509,7 @@ func (a *Association) closeLocked(err error) {
 	}
 	a.snd.stop()
 	a.rcv.stop()
+	a.pm.stop()
 	for _, c := range a.chans {
 		c.closeLocked()
 	}

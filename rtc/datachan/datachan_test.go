@@ -17,12 +17,26 @@ import (
 // pair starts two associations on an in-memory link.
 func pair(t *testing.T, impair func(ab, ba *link)) (*Association, *Association) {
 	t.Helper()
+	return pairWith(t, Config{}, impair)
+}
+
+// pairWith is pair with both ends configured as cfg (Conn and Client set
+// here) and path MTU probes timing out after 20 ms, not a second.
+func pairWith(t *testing.T, cfg Config, impair func(ab, ba *link)) (*Association, *Association) {
+	t.Helper()
 	la, lb := newLinks()
 	if impair != nil {
 		impair(la, lb)
 	}
-	a := New(Config{Conn: la, Client: true})
-	b := New(Config{Conn: lb})
+	ca, cb := cfg, cfg
+	ca.Conn, ca.Client, cb.Conn = la, true, lb
+	a := New(ca)
+	b := New(cb)
+	for _, x := range []*Association{a, b} {
+		x.mu.Lock()
+		x.pm.timeout = 20 * time.Millisecond
+		x.mu.Unlock()
+	}
 	t.Cleanup(func() { a.Close(); b.Close(); la.Close() })
 	for _, x := range []*Association{a, b} {
 		select {

@@ -88,14 +88,20 @@ func TestHostileInput(t *testing.T) {
 		{"a SACK with a gap block past the flight", packet(tag, ctSack, 0, sackValue(acked, 9, 200))},
 		{"a FORWARD-TSN far ahead", packet(tag, ctForwardTSN, 0, binary.BigEndian.AppendUint32(nil, cum+1<<20))},
 		{"a heartbeat of 4 KB", packet(tag, ctHeartbeat, 0, make([]byte, 4096))},
+		{"an answer to no path MTU probe", packet(tag, ctHeartbeatAck, 0, appendParam(nil, ptHBInfo, []byte("pmtu\x00\x00\x00\x01\x00\x00\x1f\x40")))},
+		{"a truncated heartbeat answer", packet(tag, ctHeartbeatAck, 0, []byte{0, 1, 0, 40, 'p', 'm'})},
 	}
 	for i := range cases {
 		before := b.Stats().Dropped
 		lb.in <- cases[i].pkt
 		roundTrip(cases[i].name)
-		if cases[i].name != "a heartbeat of 4 KB" && b.Stats().Dropped == before {
+		answered := cases[i].name == "a heartbeat of 4 KB" || strings.Contains(cases[i].name, "answer")
+		if !answered && b.Stats().Dropped == before {
 			t.Errorf("%s: not counted as dropped", cases[i].name)
 		}
+	}
+	if m := b.Stats().MTU; m != 1200 {
+		t.Errorf("forged probe answers moved the MTU to %d", m)
 	}
 	select {
 	case <-b.Done():

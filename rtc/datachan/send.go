@@ -183,6 +183,35 @@ func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered b
 	}
 }
 
+// recut cuts the chunks not sent yet to the packet size again, after path
+// MTU discovery lowered it (pmtu.go): they have no TSN yet, so a message's
+// remaining chunks may become more of them. Never per packet.
+func (s *sender) recut() {
+	most := s.maxPayload()
+	for _, q := range s.queues {
+		rest := q.chunks[q.head:]
+		if !slices.ContainsFunc(rest, func(c *outChunk) bool { return len(c.data) > most }) {
+			continue
+		}
+		var cut []*outChunk
+		for _, c := range rest {
+			for b, first := c.data, true; first || len(b) > 0; first = false {
+				n := min(len(b), most)
+				d := *c
+				d.data, d.flags = b[:n], c.flags&^(flagBegin|flagEnd)
+				if first {
+					d.flags |= c.flags & flagBegin
+				}
+				if b = b[n:]; len(b) == 0 {
+					d.flags |= c.flags & flagEnd
+				}
+				cut = append(cut, &d)
+			}
+		}
+		q.chunks, q.head = cut, 0
+	}
+}
+
 // streamQueue is one stream's chunks waiting to be sent. Streams share the
 // window by bytes, message by message (the chunks of one message have
 // consecutive TSNs): the next message is from the stream that has sent the
@@ -778,6 +807,7 @@ func (s *sender) onT3() {
 	s.afterT3, s.t3Recover = true, s.nextTSN-1
 	s.rto = min(2*s.rto, rtoMax)
 	s.reduce()
+	a.blackHole()
 	s.cwnd = s.mtu
 	s.inRecovery = false
 	// Only the earliest chunk is resent (as RACK-TLP and F-RTO do): if the

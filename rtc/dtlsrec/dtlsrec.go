@@ -41,7 +41,7 @@ const (
 	headerSize   = 13
 	nonceSize    = 8 // the explicit part, carried in the record
 	tagSize      = 16
-	overhead     = headerSize + nonceSize + tagSize
+	overhead     = Overhead
 	typeAppData  = 23
 	maxDatagram  = 1 << 14
 	replayWindow = 16384 // records this far behind the newest are still taken (a reordering link)
@@ -51,6 +51,10 @@ const (
 	// (NSS) drops records whose number jumps by 2^40; 2^16 it takes.
 	seqOffset = 1 << 16
 )
+
+// Overhead is what a record adds to the data it carries (AES-GCM: header,
+// explicit nonce, tag).
+const Overhead = headerSize + nonceSize + tagSize
 
 // ErrUnsupported: the negotiated cipher suite is not one Conn handles.
 var ErrUnsupported = errors.New("dtlsrec: cipher suite not handled")
