@@ -271,11 +271,34 @@ func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 const sctpMTU = 1200
 
 // SCTPMaxMTU is the largest SCTP packet path MTU discovery tries: an
-// Ethernet frame's 1500 bytes less IPv4's and UDP's headers, a TURN
-// ChannelData header (a relayed path still fits) and a DTLS record's
-// overhead, down to a multiple of 4. On such a path a data session sends
-// 1428-byte packets, 16% fewer than at 1200 for the same bytes.
-const SCTPMaxMTU = (1500 - 20 - 8 - 4 - dtlsrec.Overhead) &^ 3
+// Ethernet frame's 1500 bytes (or the smallest MTU of this host's
+// interfaces, if less) less IPv4's and UDP's headers, a TURN ChannelData
+// header (a relayed path still fits) and a DTLS record's overhead, down to
+// a multiple of 4. On an Ethernet path a data session sends 1428-byte
+// packets, 16% fewer than at 1200 for the same bytes.
+//
+// The interfaces bound it because the kernel fragments a UDP datagram
+// larger than its interface's MTU (Linux's default, IP_PMTUDISC_WANT): a
+// probe would pass in fragments on a cloud VM whose interface has 1460, and
+// every packet after it would go in two. The same default is what lets
+// chunks cut for a larger path pass, in fragments, after the path shrank
+// (rtc/datachan/pmtu.go).
+var SCTPMaxMTU = sctpMaxMTU(interfaceMTU())
+
+func sctpMaxMTU(linkMTU int) int { return (min(linkMTU, 1500) - 20 - 8 - 4 - dtlsrec.Overhead) &^ 3 }
+
+// interfaceMTU is the smallest MTU of the host's interfaces that are up,
+// loopback aside; 1500 if it has none.
+func interfaceMTU() int {
+	m := 1500
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if i.Flags&net.FlagUp != 0 && i.Flags&net.FlagLoopback == 0 && i.MTU > 0 {
+			m = min(m, i.MTU)
+		}
+	}
+	return m
+}
 
 // SCTPStats are the counters of a data session's SCTP association, false
 // before it started.

@@ -183,10 +183,21 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 	_, _ = v.s.conn.WriteToUDPAddrPort(resp, from)
 	v.lastCheck.Store(time.Now().UnixNano())
 	v.wmu.Lock()
+	moved := false
 	if !v.remote.IsValid() || (b.UseCandidate && v.remote != from) {
+		moved = v.remote.IsValid()
 		v.remote = from
 	}
 	v.wmu.Unlock()
+	if moved && v.data != nil {
+		// The new path may carry smaller packets than the old.
+		v.data.mu.Lock()
+		a := v.data.assoc
+		v.data.mu.Unlock()
+		if a != nil {
+			a.PathChanged()
+		}
+	}
 	v.iceOnce.Do(func() {
 		v.h.OnICE()
 		go v.handshake()

@@ -24,15 +24,16 @@ import (
 // failed (maxProbes probes unanswered, probeTimeout apart) until they are
 // within probeStep. A search that stopped short of MaxMTU runs again after
 // probeRaise (RFC 8899's PMTU_RAISE_TIMER). A retransmission timeout at a
-// raised size goes back to MTU and searches again (black-hole detection):
-// a path that changed, to a TURN relay say, may no longer carry the larger
+// raised size goes back to MTU and searches again (black-hole detection),
+// and so does PathChanged, which the owner calls when ICE moved the
+// association to another path: the new one may not carry the larger
 // packets. Chunks waiting to be sent are cut again; those in flight keep
 // their size (a TSN cannot be cut), and pass only where the kernel
 // fragments them, which it does once an ICMP message taught it the path's
 // MTU (Linux's default for UDP sockets, IP_PMTUDISC_WANT). The same default
-// lets a probe pass in fragments where the sender's own interface is
-// smaller than MaxMTU: the association then sends fragmented packets,
-// which arrive, at twice the packets.
+// would let a probe pass in fragments where the sender's own interface is
+// smaller than MaxMTU, so the owner keeps MaxMTU within it
+// (egress.SCTPMaxMTU).
 
 const (
 	probeTimeout = time.Second // RFC 8899 PROBE_TIMER's floor
@@ -151,6 +152,17 @@ func (a *Association) handleHeartbeatAck(v []byte) {
 		a.snd.mtu = max(a.snd.mtu, p.size)
 		a.probeNext()
 	})
+}
+
+// PathChanged tells the association that its packets now take another
+// path (ICE nominated another candidate pair): it goes back to MTU and
+// searches again, as after a black hole.
+func (a *Association) PathChanged() {
+	a.mu.Lock()
+	defer a.unlockAndFlush()
+	if a.state == stateEstablished {
+		a.blackHole()
+	}
 }
 
 // blackHole is called on a retransmission timeout: at a raised size, the

@@ -198,3 +198,21 @@ func TestRecut(t *testing.T) {
 		t.Fatalf("%d messages ended, want %d", msg, len(msgs))
 	}
 }
+
+// TestPathChanged: told that the path changed, the association goes back
+// to 1200 at once and finds the new path's size without a timeout.
+func TestPathChanged(t *testing.T) {
+	var lim pathLimit
+	lim.limit.Store(1500)
+	a, b := pairWith(t, Config{MaxMTU: 1428}, func(ab, ba *link) { ab.filter = lim.filter })
+	waitMTU(t, a, func(m int) bool { return m == 1428 })
+	lim.limit.Store(1300)
+	a.PathChanged()
+	if m := waitMTU(t, a, func(m int) bool { return m > 1200 }); m > 1300 || m < 1300-probeStep {
+		t.Errorf("MTU %d on a path of 1300", m)
+	}
+	transfer(t, a, b, "bulk", 200)
+	if n := a.Stats().Timeouts; n != 0 {
+		t.Errorf("%d retransmission timeouts", n)
+	}
+}
