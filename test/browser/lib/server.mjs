@@ -38,7 +38,11 @@ export async function freePort() {
 // share PETREL_API_SECRET).
 export async function startServer(name, { dev = false, args: extraArgs = [], env: extraEnv = {} } = {}) {
   mkdirSync(outDir, { recursive: true });
-  const [http, udp, tcp, turn] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  // Four different numbers: a port just freed can be handed out again by the
+  // next bind to port 0 (a CI run got the same one for HTTP and ICE-TCP).
+  const ports = new Set();
+  while (ports.size < 4) ports.add(await freePort());
+  const [http, udp, tcp, turn] = ports;
   const env = { ...process.env };
   delete env.PETREL_API_KEY;
   delete env.PETREL_API_SECRET;
