@@ -148,38 +148,44 @@ func (s *sender) maxPayload() int { return s.mtu - headerSize - dataHeaderSize }
 // enqueue cuts a message into chunks. The caller holds mu.
 func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered bool, b []byte) {
 	m.stream = stream
-	flags := byte(0)
+	whole := outChunk{msg: m, stream: stream, ssn: ssn, ppid: ppid, flags: flagBegin | flagEnd, data: b}
 	if unordered {
-		flags = flagUnordered
+		whole.flags |= flagUnordered
 	}
-	most := s.maxPayload()
-	for first := true; first || len(b) > 0; first = false {
-		n := min(len(b), most)
-		c := &outChunk{msg: m, stream: stream, ssn: ssn, ppid: ppid, flags: flags, data: b[:n]}
-		if first {
-			c.flags |= flagBegin
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			c.flags |= flagEnd
-		}
-		q := s.queues[stream]
-		if q == nil {
-			q = &streamQueue{}
-			s.queues[stream] = q
-		}
-		if len(q.chunks) == q.head {
-			// Back in the queue: no credit for the time it had nothing to send.
-			q.vtime = 0
-			if len(s.active) > 0 {
-				q.vtime = s.active[0].vtime
-				for _, x := range s.active {
-					q.vtime = min(q.vtime, x.vtime)
-				}
+	q := s.queues[stream]
+	if q == nil {
+		q = &streamQueue{}
+		s.queues[stream] = q
+	}
+	if len(q.chunks) == q.head {
+		// Back in the queue: no credit for the time it had nothing to send.
+		q.vtime = 0
+		if len(s.active) > 0 {
+			q.vtime = s.active[0].vtime
+			for _, x := range s.active {
+				q.vtime = min(q.vtime, x.vtime)
 			}
-			s.active = append(s.active, q)
 		}
-		q.chunks = append(q.chunks, c)
+		s.active = append(s.active, q)
+	}
+	cut(&whole, s.maxPayload(), func(c *outChunk) { q.chunks = append(q.chunks, c) })
+}
+
+// cut splits c (a message, or the part of one a chunk carries) into chunks
+// of at most most bytes; the first keeps c's begin flag, the last its end
+// flag.
+func cut(c *outChunk, most int, each func(*outChunk)) {
+	for b, first := c.data, true; first || len(b) > 0; first = false {
+		n := min(len(b), most)
+		d := *c
+		d.data, d.flags = b[:n], c.flags&^(flagBegin|flagEnd)
+		if first {
+			d.flags |= c.flags & flagBegin
+		}
+		if b = b[n:]; len(b) == 0 {
+			d.flags |= c.flags & flagEnd
+		}
+		each(&d)
 	}
 }
 
@@ -193,22 +199,11 @@ func (s *sender) recut() {
 		if !slices.ContainsFunc(rest, func(c *outChunk) bool { return len(c.data) > most }) {
 			continue
 		}
-		var cut []*outChunk
+		var again []*outChunk
 		for _, c := range rest {
-			for b, first := c.data, true; first || len(b) > 0; first = false {
-				n := min(len(b), most)
-				d := *c
-				d.data, d.flags = b[:n], c.flags&^(flagBegin|flagEnd)
-				if first {
-					d.flags |= c.flags & flagBegin
-				}
-				if b = b[n:]; len(b) == 0 {
-					d.flags |= c.flags & flagEnd
-				}
-				cut = append(cut, &d)
-			}
+			cut(c, most, func(d *outChunk) { again = append(again, d) })
 		}
-		q.chunks, q.head = cut, 0
+		q.chunks, q.head = again, 0
 	}
 }
 
