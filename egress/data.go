@@ -236,7 +236,7 @@ func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 	d := v.data
 	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log}
 	if _, ok := dc.(*dtlsrec.Conn); ok {
-		cfg.MaxMTU = SCTPMaxMTU // its records' overhead is the one SCTPMaxMTU leaves room for
+		cfg.MaxMTU = SCTPMaxMTU() // its records' overhead is the one SCTPMaxMTU leaves room for
 	}
 	a := datachan.New(cfg)
 	d.mu.Lock()
@@ -283,7 +283,9 @@ const sctpMTU = 1200
 // every packet after it would go in two. The same default is what lets
 // chunks cut for a larger path pass, in fragments, after the path shrank
 // (rtc/datachan/pmtu.go).
-var SCTPMaxMTU = sctpMaxMTU(interfaceMTU())
+// It is worked out on first use, not when the package loads: most of the
+// binary's commands never open a data session.
+var SCTPMaxMTU = sync.OnceValue(func() int { return sctpMaxMTU(interfaceMTU()) })
 
 func sctpMaxMTU(linkMTU int) int { return (min(linkMTU, 1500) - 20 - 8 - 4 - dtlsrec.Overhead) &^ 3 }
 
@@ -303,27 +305,27 @@ func interfaceMTU() int {
 // SCTPStats are the counters of a data session's SCTP association, false
 // before it started.
 func (v *Viewer) SCTPStats() (datachan.Stats, bool) {
+	if a := v.association(); a != nil {
+		return a.Stats(), true
+	}
+	return datachan.Stats{}, false
+}
+
+// association is the data session's SCTP association, nil before it
+// started (or on a session without data).
+func (v *Viewer) association() *datachan.Association {
 	d := v.data
 	if d == nil {
-		return datachan.Stats{}, false
+		return nil
 	}
 	d.mu.Lock()
-	a := d.assoc
-	d.mu.Unlock()
-	if a == nil {
-		return datachan.Stats{}, false
-	}
-	return a.Stats(), true
+	defer d.mu.Unlock()
+	return d.assoc
 }
 
 // closeData ends the association (an ABORT to the client if it is up).
 func (v *Viewer) closeData() {
-	if d := v.data; d != nil {
-		d.mu.Lock()
-		a := d.assoc
-		d.mu.Unlock()
-		if a != nil {
-			a.Abort("session closed")
-		}
+	if a := v.association(); a != nil {
+		a.Abort("session closed")
 	}
 }

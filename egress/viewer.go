@@ -189,13 +189,9 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 		v.remote = from
 	}
 	v.wmu.Unlock()
-	if moved && v.data != nil {
-		// The new path may carry smaller packets than the old.
-		v.data.mu.Lock()
-		a := v.data.assoc
-		v.data.mu.Unlock()
-		if a != nil {
-			a.PathChanged()
+	if moved {
+		if a := v.association(); a != nil {
+			a.PathChanged() // the new path may carry smaller packets than the old
 		}
 	}
 	v.iceOnce.Do(func() {

@@ -142,7 +142,7 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err := rec.Handoff(dc); err != nil {
 		return err
 	}
-	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20, MaxMTU: egress.SCTPMaxMTU})
+	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20, MaxMTU: egress.SCTPMaxMTU()})
 	defer a.Close()
 	select {
 	case <-a.Ready():
