@@ -32,6 +32,9 @@ type Stats struct {
 	// LateNs sums how late packets left compared with their due time
 	// (the emulator's own timing error); LateMaxNs is the worst case.
 	LateNs, LateMaxNs uint64
+	// Wakes counts the forwarding thread's passes: under load one per
+	// coalescing tick, not one per packet (router_linux.go).
+	Wakes uint64
 }
 
 // link is the impairment model of one direction, free of I/O and clocks so it

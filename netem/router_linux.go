@@ -14,10 +14,27 @@ import (
 // what is due: it bounds the extra delay a burst can add to due packets.
 const batch = 32
 
+// maxTick bounds coalesce: the longest the forwarding thread lets packets
+// wait in the TUN's queue under load.
+const maxTick = 100 * time.Microsecond
+
+// coalesce is how often the forwarding thread wakes under load: an eighth
+// of the link's delay, at most maxTick, so its timing error stays within a
+// sixteenth of the delay each way. Woken once per packet's arrival and once
+// per packet's due time, it took more CPU than the endpoints it carries
+// (60% of one here for 150 Mbit/s of paced 1.4 KB datagrams, 21% for 280
+// Mbit/s of TCP, whose segments come in bursts), preempting them as a
+// real-time thread; a NIC's interrupt coalescing (ethtool's rx-usecs) is of
+// the same order. A link with no delay (rate or loss only) keeps exact
+// per-packet timing.
+func coalesce(p *Params) int64 { return int64(min(p.Delay/8, maxTick)) }
+
 // direction forwards packets from one TUN to the other through a link model.
 // One goroutine, locked to its thread, owns the link: it reads with ppoll
-// (nanosecond timeouts, unlike the Go netpoller's milliseconds) and wakes
-// exactly when the next packet is due.
+// (nanosecond timeouts, unlike the Go netpoller's milliseconds). Idle, it
+// wakes when a packet arrives or is due; under load, once per coalesce
+// tick, reading what arrived meanwhile (stamped at the middle of the tick)
+// and delivering what is due within half a tick either side.
 type direction struct {
 	name     string
 	in, out  int
@@ -96,9 +113,16 @@ func (d *direction) run() {
 	var drain [8]byte
 	fds := []unix.PollFd{{Fd: int32(d.in), Events: unix.POLLIN}, {Fd: int32(d.wake), Events: unix.POLLIN}}
 	var ts unix.Timespec
+	var woke, slept int64 // the last wake, and when a coalescing sleep began (0: none)
 	for !d.closed.Load() {
 		p := d.params.Load()
-		more := false
+		tick := coalesce(p)
+		l.stats.Wakes++
+		at := d.now()
+		if slept != 0 {
+			at = (slept + at) / 2 // it came during the sleep
+		}
+		busy, more := false, false
 		for i := 0; i < batch; i++ {
 			pkt := l.get()
 			buf := scratch[:]
@@ -112,17 +136,19 @@ func (d *direction) run() {
 				}
 				break
 			}
+			busy = true
 			if pkt == nil {
 				l.stats.In++
 				l.stats.PoolDrop++
 				continue
 			}
 			pkt.n = n
-			l.enqueue(pkt, d.now(), p)
+			l.enqueue(pkt, at, p)
 			more = i == batch-1
 		}
 		now := d.now()
-		for pkt := l.popDue(now); pkt != nil; pkt = l.popDue(now) {
+		for pkt := l.popDue(now + tick/2); pkt != nil; pkt = l.popDue(now + tick/2) {
+			busy = true
 			if _, err := unix.Write(d.out, pkt.buf[:pkt.n]); err != nil {
 				l.stats.WriteErr++
 			} else {
@@ -141,17 +167,33 @@ func (d *direction) run() {
 		if more {
 			continue
 		}
+		slept = 0
+		poll := fds
 		tsp := (*unix.Timespec)(nil)
 		if due, ok := l.nextDue(); ok {
-			wait := due - d.now()
+			wait := due - tick/2 - d.now()
 			if wait <= 0 {
 				continue
 			}
 			ts = unix.NsecToTimespec(wait)
 			tsp = &ts
 		}
-		fds[0].Revents, fds[1].Revents = 0, 0
-		_, err := unix.Ppoll(fds, tsp, nil)
+		if tick > 0 && busy {
+			// Under load: the next pass is a tick after this one, and
+			// what arrives meanwhile waits in the TUN's queue.
+			now = d.now()
+			if woke+tick <= now {
+				woke = now
+				continue
+			}
+			ts = unix.NsecToTimespec(woke + tick - now)
+			tsp, poll, slept = &ts, fds[1:], now
+		}
+		for i := range poll {
+			poll[i].Revents = 0
+		}
+		_, err := unix.Ppoll(poll, tsp, nil)
+		woke = d.now()
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			// A broken TUN (the lab is being torn down) ends the direction.
 			return
