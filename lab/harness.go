@@ -43,15 +43,16 @@ func IsBrowser(stack string) bool {
 }
 
 // IsToBrowser reports whether a stack is Petrel sending to a browser
-// ("to-chromium", "to-firefox").
+// ("to-chromium", "to-firefox"), or with "-ws" TCP sending to it, the
+// reference for those (lab/ws.go).
 func IsToBrowser(stack string) bool {
-	b := strings.TrimSuffix(stack, "-lean")
+	b := strings.TrimSuffix(strings.TrimSuffix(stack, "-lean"), "-ws")
 	return b == "to-chromium" || b == "to-firefox"
 }
 
 // RunSpec is one measurement.
 type RunSpec struct {
-	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), petrel (Petrel's own data channels both ends), chromium, firefox (browser → Petrel), to-chromium, to-firefox
+	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), petrel (Petrel's own data channels both ends), chromium, firefox (browser → Petrel), to-chromium, to-firefox, to-chromium-ws, to-firefox-ws (TCP → browser)
 	Probe    string // ordered, unordered, partial, none
 	Duration time.Duration
 	MsgSize  int // 0: the tuning's default
@@ -94,7 +95,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
 		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || IsBrowser(stack) || IsToBrowser(stack))}
-	browser := strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean")
+	browser := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean"), "-ws")
 	if tune != "" {
 		common = append(common, "-tune", strings.ReplaceAll(tune, "+", ","))
 	}
@@ -134,15 +135,18 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	}
 	if IsToBrowser(stack) {
 		// Petrel in b sends; the browser in a measures and prints the Result.
-		role := "dc-answer-send"
-		if strings.HasSuffix(stack, "-lean") {
+		role, transport := "dc-answer-send", "dc"
+		switch {
+		case strings.HasSuffix(stack, "-lean"):
 			role = "dc-answer-send-lean" // lab/lean.go
+		case strings.HasSuffix(stack, "-ws"):
+			role, transport = "ws-send", "ws" // lab/ws.go
 		}
 		send := start(l.B, role)
 		if err := send.Start(); err != nil {
 			return Result{}, err
 		}
-		recv := browserCmd(browser, "--reverse", "true")
+		recv := browserCmd(browser, "--reverse", "true", "--transport", transport)
 		var out bytes.Buffer
 		recv.Stdout = &out
 		if err := recv.Start(); err != nil {
@@ -347,7 +351,7 @@ func ParseCases(s string) ([][2]string, error) {
 		case "tcp", "pion", "pion-tuned", "petrel-lean", "petrel":
 		default:
 			if !IsBrowser(base) && !IsToBrowser(base) {
-				return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox, and the browser ones with -lean)", st)
+				return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox, the browser ones with -lean, and to-chromium-ws, to-firefox-ws)", st)
 			}
 		}
 		switch pr {

@@ -139,7 +139,10 @@ func TestParseCasesAndTuning(t *testing.T) {
 	if cs, err := ParseCases("pion-tuned:detach=1+procs=1/ordered"); err != nil || cs[0][0] != "pion-tuned:detach=1+procs=1" {
 		t.Errorf("ParseCases(variant) = %v, %v", cs, err)
 	}
-	for _, bad := range []string{"quic", "tcp/sometimes", "quic:detach=1"} {
+	if cs, err := ParseCases("to-firefox-ws,to-chromium-lean"); err != nil || len(cs) != 2 || !IsToBrowser(cs[0][0]) {
+		t.Errorf("ParseCases(to-browser) = %v, %v", cs, err)
+	}
+	for _, bad := range []string{"quic", "tcp/sometimes", "quic:detach=1", "to-opera-ws", "chromium-ws"} {
 		if _, err := ParseCases(bad); err == nil {
 			t.Errorf("ParseCases(%q) succeeded", bad)
 		}
@@ -165,8 +168,10 @@ func TestMedian(t *testing.T) {
 }
 
 // TestBrowserToPetrel sends from headless Chromium and Firefox ESR to
-// Petrel's tuned receiver over the long profile. It needs node and the
-// drivers the browser tests install (test/browser/node_modules).
+// Petrel's tuned receiver over the long profile, then the other way: from
+// a lean data session, and over TCP (a WebSocket, the reference for that
+// direction) to the browser, which measures. It needs node and the drivers
+// the browser tests install (test/browser/node_modules).
 func TestBrowserToPetrel(t *testing.T) {
 	if err := netem.Available(); err != nil {
 		t.Skipf("skipping: %v", err)
@@ -200,16 +205,18 @@ func TestBrowserToPetrel(t *testing.T) {
 			if testing.Verbose() {
 				h.Stderr = os.Stderr
 			}
-			res, err := h.Run(context.Background(), l, RunSpec{Stack: b.name, Probe: "ordered", Duration: 3 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s → Petrel on long: %.1f Mbit/s, probe p50 %.1f ms (%d/%d)", b.name, res.Mbps, res.P50Ms, res.ProbeGot, res.ProbeSent)
-			if res.Mbps < 1 {
-				t.Errorf("%.2f Mbit/s from %s", res.Mbps, b.name)
-			}
-			if res.ProbeGot < 50 || res.P50Ms < 36 {
-				t.Errorf("probes: %d arrived, p50 %.1f ms (the link alone takes 40 ms)", res.ProbeGot, res.P50Ms)
+			for _, stack := range []string{b.name, "to-" + b.name + "-lean", "to-" + b.name + "-ws"} {
+				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s on long: %.1f Mbit/s, probe p50 %.1f ms (%d/%d)", stack, res.Mbps, res.P50Ms, res.ProbeGot, res.ProbeSent)
+				if res.Mbps < 1 {
+					t.Errorf("%s: %.2f Mbit/s", stack, res.Mbps)
+				}
+				if res.ProbeGot < 50 || res.P50Ms < 36 {
+					t.Errorf("%s: probes: %d arrived, p50 %.1f ms (the link alone takes 40 ms)", stack, res.ProbeGot, res.P50Ms)
+				}
 			}
 		})
 	}

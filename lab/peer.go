@@ -176,7 +176,7 @@ type PeerConfig struct {
 func PeerMain(args []string) int {
 	fs := flag.NewFlagSet("lab peer", flag.ContinueOnError)
 	var c PeerConfig
-	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer, dc-offer-petrel, dc-answer-send or dc-answer-send-lean")
+	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer, dc-offer-petrel, dc-answer-send, dc-answer-send-lean or ws-send")
 	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "receiver's listen address")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
@@ -236,6 +236,8 @@ func PeerMain(args []string) int {
 		err = dcAnswerSend(c)
 	case "dc-answer-send-lean":
 		err = dcAnswerSendLean(c)
+	case "ws-send":
+		err = wsSend(c)
 	default:
 		err = fmt.Errorf("unknown role %q", c.Role)
 	}

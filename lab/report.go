@@ -34,7 +34,8 @@ var extraCols = []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel"
 	{"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
 	{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"},
 	{"chromium-lean", "Chromium → Petrel data session"}, {"firefox-lean", "Firefox → Petrel data session"},
-	{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"}}
+	{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"},
+	{"to-chromium-ws", "TCP → Chromium (WebSocket)"}, {"to-firefox-ws", "TCP → Firefox (WebSocket)"}}
 
 // Report renders benchmark rows as Markdown with PNG plots.
 type Report struct {
@@ -148,7 +149,8 @@ func (r *Report) Markdown() (string, error) {
 		"(`rtc/datachan`) at both ends, a lean data session in b and a client of it (Pion's ICE agent, a DTLS "+
 		"client, datachan) in a; `petrel-lean` is the tuned Pion PeerConnection sending to a data session; "+
 		"`chromium-lean`/`firefox-lean` are the browser sending to a data session, `to-chromium-lean`/"+
-		"`to-firefox-lean` a data session sending to the browser (which measures). Goodput is payload bytes at "+
+		"`to-firefox-lean` a data session sending to the browser (which measures), and `to-chromium-ws`/"+
+		"`to-firefox-ws` TCP sending to the same page over a WebSocket, the browser's own reference. Goodput is payload bytes at "+
 		"the receiver.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, ncpu, cc, r.Duration, r.runCount(), cmp.Or(r.Pion, PionVersions()))
 	b.WriteString("Profiles:\n\n")
@@ -265,8 +267,8 @@ func (r *Report) plots() ([]string, error) {
 	var imgs []string
 	for _, p := range r.profiles() {
 		var plots []string
-		for _, st := range []string{"tcp", "pion", "pion-tuned", "petrel-lean", "petrel", "chromium", "firefox", "to-chromium", "to-firefox",
-			"chromium-lean", "firefox-lean", "to-chromium-lean", "to-firefox-lean"} {
+		for _, c := range append([]col{{stack: "tcp"}, {stack: "pion"}, {stack: "pion-tuned"}}, extraCols...) {
+			st := c.stack
 			x := r.find(p, st, "ordered")
 			if x == nil || len(x.Series) == 0 {
 				continue

@@ -26,6 +26,8 @@ const durationS = Number(args.duration || 10);
 const timeoutMs = (durationS + 90) * 1000;
 // --reverse: Petrel sends, the browser measures and prints the Result JSON.
 const reverse = args.reverse === 'true';
+// --transport ws (with --reverse): TCP into the page, over WebSockets.
+const transport = args.transport || 'dc';
 
 // The browser test harness installs the drivers (make test / test/browser).
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -87,7 +89,62 @@ async function connect() {
 
 const timer = setTimeout(() => { console.error('dcpeer: timeout'); process.exit(1); }, timeoutMs);
 const { page, close } = await launch();
+// measure runs in the page when the browser receives (--reverse): it counts
+// the bulk channel's bytes for durationS from the first message and the
+// probe channel's one-way delays, on data channels (answer) or, with
+// --transport ws, on two WebSockets to the same address (TCP, the
+// reference for the data channels).
+const measure = async ({ answer, durationS, probeMode, ws }) => {
+  const step = 0.25;
+  const series = new Array(Math.round(durationS / step)).fill(0);
+  const delays = [];
+  let bytes = 0; let start = 0; let maxSeq = 0; let got = 0;
+  const nowNs = () => (performance.timeOrigin + performance.now()) * 1e6;
+  let finish;
+  const finished = new Promise((r) => { finish = r; });
+  const onBulk = (e) => {
+    const t = performance.now();
+    if (!start) { start = t; setTimeout(finish, durationS * 1000); }
+    const el = (t - start) / 1000;
+    if (el >= durationS) return;
+    bytes += e.data.byteLength;
+    series[Math.floor(el / step)] += e.data.byteLength;
+  };
+  const onProbe = (e) => {
+    if (!start || (performance.now() - start) / 1000 >= durationS) return;
+    const v = new DataView(e.data);
+    const seq = Number(v.getBigUint64(0));
+    delays.push((nowNs() - Number(v.getBigUint64(8))) / 1e6);
+    got++; maxSeq = Math.max(maxSeq, seq + 1);
+  };
+  if (ws) {
+    window.bulk = new WebSocket(`${ws}/bulk`);
+    window.probe = new WebSocket(`${ws}/probe`);
+  }
+  for (const [ch, on] of [[window.bulk, onBulk], [window.probe, onProbe]]) {
+    ch.binaryType = 'arraybuffer';
+    ch.onmessage = on;
+  }
+  if (!ws) await window.pc.setRemoteDescription(answer);
+  await finished;
+  if (ws) window.bulk.close();
+  delays.sort((a, b) => a - b);
+  return {
+    probe: probeMode, bytes, seconds: durationS, mbps: bytes * 8 / 1e6 / durationS,
+    series: series.map((b) => b * 8 / 1e6 / step), series_step: step,
+    probe_sent: maxSeq, probe_got: got,
+    p50_ms: delays.length ? delays[Math.floor(delays.length / 2)] : 0,
+    p99_ms: delays.length ? delays[Math.min(delays.length - 1, Math.floor(delays.length * 0.99))] : 0,
+  };
+};
+
 async function run() {
+  if (reverse && transport === 'ws') {
+    (await connect()).destroy(); // the sender is listening
+    const result = await page.evaluate(measure, { durationS, probeMode, ws: `ws://${host}:${port}` });
+    process.stdout.write(JSON.stringify(result) + '\n');
+    return;
+  }
   const offer = await page.evaluate(async ({ probeMode }) => {
     const pc = new RTCPeerConnection();
     window.pc = pc;
@@ -107,42 +164,7 @@ async function run() {
   sock.write(JSON.stringify(offer) + '\n');
   const answer = JSON.parse(await next());
   if (reverse) {
-    const result = await page.evaluate(async ({ answer, durationS, probeMode }) => {
-      const step = 0.25;
-      const series = new Array(Math.round(durationS / step)).fill(0);
-      const delays = [];
-      let bytes = 0; let start = 0; let maxSeq = 0; let got = 0;
-      const nowNs = () => (performance.timeOrigin + performance.now()) * 1e6;
-      let finish;
-      const finished = new Promise((r) => { finish = r; });
-      window.bulk.binaryType = 'arraybuffer';
-      window.bulk.onmessage = (e) => {
-        const t = performance.now();
-        if (!start) { start = t; setTimeout(finish, durationS * 1000); }
-        const el = (t - start) / 1000;
-        if (el >= durationS) return;
-        bytes += e.data.byteLength;
-        series[Math.floor(el / step)] += e.data.byteLength;
-      };
-      window.probe.binaryType = 'arraybuffer';
-      window.probe.onmessage = (e) => {
-        if (!start || (performance.now() - start) / 1000 >= durationS) return;
-        const v = new DataView(e.data);
-        const seq = Number(v.getBigUint64(0));
-        delays.push((nowNs() - Number(v.getBigUint64(8))) / 1e6);
-        got++; maxSeq = Math.max(maxSeq, seq + 1);
-      };
-      await window.pc.setRemoteDescription(answer);
-      await finished;
-      delays.sort((a, b) => a - b);
-      return {
-        probe: probeMode, bytes, seconds: durationS, mbps: bytes * 8 / 1e6 / durationS,
-        series: series.map((b) => b * 8 / 1e6 / step), series_step: step,
-        probe_sent: maxSeq, probe_got: got,
-        p50_ms: delays.length ? delays[Math.floor(delays.length / 2)] : 0,
-        p99_ms: delays.length ? delays[Math.min(delays.length - 1, Math.floor(delays.length * 0.99))] : 0,
-      };
-    }, { answer, durationS, probeMode });
+    const result = await page.evaluate(measure, { answer, durationS, probeMode });
     process.stdout.write(JSON.stringify(result) + '\n');
     sock.write('"done"\n');
     sock.destroy();
