@@ -101,6 +101,7 @@ type Stats struct {
 	FastRetransmits        uint64 // chunks RACK declared lost
 	Timeouts               uint64 // T3-rtx expiries
 	SpuriousRetransmits    uint64 // duplicates the peer reported
+	LossesKept             uint64 // losses that found no queue and kept the window (send.go, noCongestion)
 	Cwnd, Ssthresh, Flight int
 	MTU                    int // the packet size path MTU discovery reached
 	SRTT, MinRTT           time.Duration

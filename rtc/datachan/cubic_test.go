@@ -122,15 +122,40 @@ func TestLossFloor(t *testing.T) {
 	if got := s.delivery.bdp(rtt); got < w-seg || got > w+seg {
 		t.Fatalf("bdp %d, want %d", got, w)
 	}
-	s.srtt, s.minRTT = rtt, rtt
+	s.srtt, s.minRTT, s.rack.rtt = rtt, rtt, rtt
 	s.cwnd, s.ssthresh = w, w
+	s.cubic.epoch = 7
 	s.onLoss(false)
-	if s.cwnd < w-seg {
-		t.Fatalf("cwnd %d packets after a loss without a queue, want 1000", s.cwnd/seg)
+	if s.cwnd != w || s.inRecovery || s.cubic.epoch != 7 || s.a.stats.LossesKept != 1 {
+		t.Fatalf("after a loss without a queue: cwnd %d packets, in recovery %v, CUBIC's epoch %d, %d losses kept; want the window, the curve and no recovery",
+			s.cwnd/seg, s.inRecovery, s.cubic.epoch, s.a.stats.LossesKept)
+	}
+	// The RTT of the last delivery a quarter above its minimum: a queue
+	// of 20 ms. The reduction comes, and the floor holds it at what the
+	// delivery rate carries.
+	s.rack.rtt = rtt * 5 / 4
+	s.onLoss(false)
+	if !s.inRecovery || s.cwnd < w-seg || s.a.stats.LossesKept != 1 {
+		t.Fatalf("after a loss behind a 20 ms queue: in recovery %v, cwnd %d packets, want a recovery and the floor's 1000", s.inRecovery, s.cwnd/seg)
+	}
+	// In slow start the delivery rate trails the window by half: the loss
+	// is kept while that rate still grows by a quarter a round trip, and
+	// halves the window once it has stopped (the pipe is full).
+	for _, grew := range []bool{true, false} {
+		s.inRecovery = false
+		s.rack.rtt = rtt
+		s.cwnd, s.ssthresh = w, 1<<30
+		s.delivery = delivery{delivered: int64(w / 2)}
+		s.delivery.sample(c, rtt+1, rtt)
+		s.delivery.grew = grew
+		s.onLoss(false)
+		if want := map[bool]int{true: w, false: w / 2}[grew]; s.cwnd != want {
+			t.Fatalf("slow start, delivery rate growing %v: cwnd %d packets after a loss, want %d", grew, s.cwnd/seg, want/seg)
+		}
 	}
 	// The same rate behind a queue: the RTT is three times its minimum.
 	s.inRecovery = false
-	s.srtt, s.minRTT = 3*rtt, rtt
+	s.srtt, s.minRTT, s.rack.rtt = 3*rtt, rtt, 3*rtt
 	s.delivery = delivery{}
 	s.delivery.delivered = int64(w)
 	s.delivery.sample(c, 3*rtt+1, 3*rtt)

@@ -21,6 +21,7 @@ type delivery struct {
 	// the largest sample of this window of a smoothed RTT, and of the last
 	cur, prev float64 // bytes per ns
 	start     int64
+	grew      bool // the last window's sample was a quarter above the one before
 }
 
 // sample takes the rate the newest acknowledged chunk saw, as its SACK came
@@ -28,6 +29,7 @@ type delivery struct {
 func (d *delivery) sample(c *outChunk, now, srtt int64) {
 	d.at = now
 	if now-d.start > srtt {
+		d.grew = d.cur >= 1.25*d.prev
 		d.prev, d.cur, d.start = d.cur, 0, now
 	}
 	if el := now - c.deliveredAt; el > 0 {
