@@ -3,6 +3,8 @@ package datachan
 import (
 	"log/slog"
 	"math"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -163,5 +165,56 @@ func TestLossFloor(t *testing.T) {
 	s.onLoss(false)
 	if s.cwnd != 700*seg {
 		t.Fatalf("cwnd %d packets after a loss behind a queue, want 700", s.cwnd/seg)
+	}
+}
+
+// TestTimeoutHoldsSsthresh: a blackout of 1.5 s after 2 MB have grown the
+// window brings several retransmission timeouts; the first takes ssthresh
+// to half the window, and the later ones, which come before the first's
+// data is acknowledged and whose window is one packet, hold it there
+// (RFC 5681 3.1) rather than halve that packet again to the 4-packet
+// floor, where the transfer would then crawl in congestion avoidance.
+func TestTimeoutHoldsSsthresh(t *testing.T) {
+	var cut atomic.Bool
+	fixed := func(*rand.Rand) time.Duration { return 5 * time.Millisecond }
+	a, b := pair(t, func(ab, ba *link) {
+		ab.delay, ba.delay = fixed, fixed
+		ab.filter = func([]byte) bool { return !cut.Load() }
+	})
+	c, err := a.Open("bulk", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := accept(t, b)
+	done := make(chan error, 1)
+	go func() { done <- receive(r, 250) }()
+	send(t, c, 250, 8000)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for a.Stats().Flight > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { done <- receive(r, 50) }()
+	cut.Store(true)
+	send(t, c, 50, 8000)
+	var ss []int
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s := a.Stats(); int(s.Timeouts) > len(ss) {
+			ss = append(ss, s.Ssthresh)
+		}
+	}
+	cut.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ssthresh after each timeout: %v", ss)
+	if len(ss) < 2 {
+		t.Fatalf("%d timeouts in the blackout, want 2 or more", len(ss))
+	}
+	for _, x := range ss[1:] {
+		if x != ss[0] || x <= 4*1200 {
+			t.Fatalf("ssthresh after each timeout %v, want the first's, above 4 packets, held", ss)
+		}
 	}
 }

@@ -828,9 +828,16 @@ func (s *sender) onT3() {
 	}
 	a.stats.Timeouts++
 	s.newEpisode()
+	again := s.afterT3
 	s.afterT3, s.t3Recover = true, s.nextTSN-1
 	s.rto = min(2*s.rto, rtoMax)
-	s.reduce()
+	if !again {
+		s.reduce()
+	}
+	// else a timeout again before the last one's data was acknowledged:
+	// ssthresh is held (RFC 5681 3.1), where halving the one-packet
+	// window again left it at 4 packets for the rest of the transfer
+	// (Petrel → Chromium behind mobile-20mbit: 7.8 Mbit/s, 16.5 without).
 	a.blackHole()
 	s.cwnd = s.mtu
 	s.inRecovery = false
