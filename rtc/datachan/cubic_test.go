@@ -181,33 +181,21 @@ func TestTimeoutHoldsSsthresh(t *testing.T) {
 		ab.delay, ba.delay = fixed, fixed
 		ab.filter = func([]byte) bool { return !cut.Load() }
 	})
-	c, err := a.Open("bulk", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := accept(t, b)
-	done := make(chan error, 1)
-	go func() { done <- receive(r, 250) }()
-	send(t, c, 250, 8000)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	transfer(t, a, b, 250, func(c *Channel) { send(t, c, 250, 8000) })
 	for a.Stats().Flight > 0 {
 		time.Sleep(time.Millisecond)
 	}
-	go func() { done <- receive(r, 50) }()
-	cut.Store(true)
-	send(t, c, 50, 8000)
 	var ss []int
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if s := a.Stats(); int(s.Timeouts) > len(ss) {
-			ss = append(ss, s.Ssthresh)
+	transfer(t, a, b, 50, func(c *Channel) {
+		cut.Store(true)
+		send(t, c, 50, 8000)
+		for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if s := a.Stats(); int(s.Timeouts) > len(ss) {
+				ss = append(ss, s.Ssthresh)
+			}
 		}
-	}
-	cut.Store(false)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		cut.Store(false)
+	})
 	t.Logf("ssthresh after each timeout: %v", ss)
 	if len(ss) < 2 {
 		t.Fatalf("%d timeouts in the blackout, want 2 or more", len(ss))

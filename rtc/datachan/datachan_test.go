@@ -48,6 +48,28 @@ func pairWith(t *testing.T, cfg Config, impair func(ab, ba *link)) (*Association
 	return a, b
 }
 
+// transfer opens a channel from a to b, has sendAll send n messages on it
+// and checks they all come.
+func transfer(t *testing.T, a, b *Association, n int, sendAll func(*Channel)) {
+	t.Helper()
+	ca, err := a.Open("bulk", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := accept(t, b)
+	done := make(chan error, 1)
+	go func() { done <- receive(cb, n) }()
+	sendAll(ca)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the transfer did not finish within 20 s")
+	}
+}
+
 // message i of a transfer: its number, then a pattern derived from it.
 func message(i int, size int) []byte {
 	b := make([]byte, max(size, 4))

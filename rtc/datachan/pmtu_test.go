@@ -45,28 +45,6 @@ func waitMTU(t *testing.T, a *Association, ok func(int) bool) int {
 	}
 }
 
-// transfer opens a channel from a to b, has sendAll send n messages on it
-// and checks they all come.
-func transfer(t *testing.T, a, b *Association, n int, sendAll func(*Channel)) {
-	t.Helper()
-	ca, err := a.Open("bulk", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb := accept(t, b)
-	done := make(chan error, 1)
-	go func() { done <- receive(cb, n) }()
-	sendAll(ca)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the transfer did not finish within 20 s")
-	}
-}
-
 // TestPathMTU: on a path that carries 1500-byte packets the association
 // goes from 1200 to MaxMTU with its first probe; on one that carries 1300
 // the search ends within probeStep below it; data flows in packets of the
