@@ -92,7 +92,16 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	case "chromium-lean", "firefox-lean":
 		recvRole = "dc-answer-lean"
 	}
-	common := []string{"-addr", netem.AddrB.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
+	// The bulk data goes from host a to host b, as TCP's does: the sender
+	// of a to-browser stack listens in a, and the browser measures in b.
+	// (Until session 18 Petrel sent from b, so on the mobile profile, whose
+	// jitter is a → b, a browser received on the path that does not
+	// reorder.)
+	listen, browserHost := netem.AddrB, l.A
+	if IsToBrowser(stack) {
+		listen, browserHost = netem.AddrA, l.B
+	}
+	common := []string{"-addr", listen.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
 		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || IsBrowser(stack) || IsToBrowser(stack))}
 	browser := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean"), "-ws")
@@ -126,15 +135,15 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		if abs, err := filepath.Abs(script); err == nil {
 			script = abs
 		}
-		args := append([]string{script, "--browser", browser, "--addr", netem.AddrB.String() + ":7000",
+		args := append([]string{script, "--browser", browser, "--addr", listen.String() + ":7000",
 			"--probe", rs.Probe, "--duration", strconv.Itoa(int(rs.Duration.Seconds())),
 			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10)}, extra...)
-		cmd := l.A.Command(ctx, "node", args...)
+		cmd := browserHost.Command(ctx, "node", args...)
 		cmd.Stderr = stderr
 		return &execCmd{cmd}
 	}
 	if IsToBrowser(stack) {
-		// Petrel in b sends; the browser in a measures and prints the Result.
+		// Petrel in a sends; the browser in b measures and prints the Result.
 		role, transport := "dc-answer-send", "dc"
 		switch {
 		case strings.HasSuffix(stack, "-lean"):
@@ -142,7 +151,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 		case strings.HasSuffix(stack, "-ws"):
 			role, transport = "ws-send", "ws" // lab/ws.go
 		}
-		send := start(l.B, role)
+		send := start(l.A, role)
 		if err := send.Start(); err != nil {
 			return Result{}, err
 		}

@@ -177,7 +177,7 @@ func PeerMain(args []string) int {
 	fs := flag.NewFlagSet("lab peer", flag.ContinueOnError)
 	var c PeerConfig
 	fs.StringVar(&c.Role, "role", "", "tcp-recv, tcp-send, dc-answer, dc-answer-lean, dc-offer, dc-offer-petrel, dc-answer-send, dc-answer-send-lean or ws-send")
-	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "receiver's listen address")
+	fs.StringVar(&c.Addr, "addr", "10.201.0.2:7000", "the listening peer's address (the receiver's; the sender's for a browser)")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "measuring window")
 	fs.StringVar(&c.Probe, "probe", "ordered", "latency probe channel: ordered, unordered, partial, none")
 	fs.BoolVar(&c.Tuned, "tuned", false, "apply Petrel's SCTP tuning")
