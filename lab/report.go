@@ -335,15 +335,20 @@ plot %s
 		}
 	}
 	img := "dc-vs-tcp-percent.png"
-	script := fmt.Sprintf(`set terminal pngcairo size 1000,450
+	// gnuplot has 8 colours before they repeat; the stacks can be 12.
+	script := fmt.Sprintf(`set terminal pngcairo size 1300,450
 set output '%s'
 set title 'Data-channel goodput as %% of TCP'
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set ylabel '%% of TCP'
-set yrange [0:120]
-set key top right font ',9'
+set yrange [0:*]
+set key outside right top font ',9'
+set linetype 9 lc rgb '#8c564b'
+set linetype 10 lc rgb '#17becf'
+set linetype 11 lc rgb '#7f7f7f'
+set linetype 12 lc rgb '#bcbd22'
 set grid ytics
 set arrow from graph 0, first 90 to graph 1, first 90 nohead dt 2 lw 2
 plot %s
