@@ -11,9 +11,9 @@ import (
 )
 
 // The to-chromium-ws and to-firefox-ws stacks: TCP into the same browser,
-// the reference for Petrel → browser. Host b serves two WebSockets, "bulk"
+// the reference for Petrel → browser. Host a serves two WebSockets, "bulk"
 // (messages of the tuning's size, as fast as TCP takes them) and "probe"
-// (stamped small messages); the browser in host a measures them exactly as
+// (stamped small messages); the browser in host b measures them exactly as
 // it measures the data channels, so the difference between the two rows is
 // the browser's data channel path (its SCTP, DTLS and UDP socket) against
 // its TCP path, with the same page, process and CPUs.
