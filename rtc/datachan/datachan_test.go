@@ -471,17 +471,7 @@ func TestUndoLateProof(t *testing.T) {
 			return 0
 		}
 	})
-	c, err := a.Open("bulk", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := accept(t, b)
-	done := make(chan error, 1)
-	go func() { done <- receive(r, 100) }()
-	send(t, c, 100, 8000)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	transfer(t, a, b, 100, func(c *Channel) { send(t, c, 100, 8000) })
 	deadline := time.Now().Add(time.Second)
 	for {
 		s := a.Stats()
