@@ -246,8 +246,8 @@ func logStats(who string, stats func() datachan.Stats, stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		s := stats()
-		fmt.Fprintf(os.Stderr, "%s: mtu %d cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious, %d losses kept\n",
+		fmt.Fprintf(os.Stderr, "%s: mtu %d cwnd %d ssthresh %d flight %d peer window %d srtt %v minrtt %v reorder window %v, %d fast retransmits, %d timeouts, %d spurious, %d losses kept, %d presumed\n",
 			who, s.MTU, s.Cwnd, s.Ssthresh, s.Flight, s.PeerWindow, s.SRTT.Round(time.Millisecond/10), s.MinRTT.Round(time.Millisecond/10),
-			s.ReorderWindow.Round(time.Millisecond/10), s.FastRetransmits, s.Timeouts, s.SpuriousRetransmits, s.LossesKept)
+			s.ReorderWindow.Round(time.Millisecond/10), s.FastRetransmits, s.Timeouts, s.SpuriousRetransmits, s.LossesKept, s.Presumed)
 	}
 }

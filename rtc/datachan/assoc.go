@@ -102,6 +102,7 @@ type Stats struct {
 	Timeouts               uint64 // T3-rtx expiries
 	SpuriousRetransmits    uint64 // duplicates the peer reported
 	LossesKept             uint64 // losses that found no queue and kept the window (send.go, noCongestion)
+	Presumed               uint64 // chunks past a truncated SACK taken out of the flight (send.go, presume)
 	Cwnd, Ssthresh, Flight int
 	MTU                    int // the packet size path MTU discovery reached
 	SRTT, MinRTT           time.Duration

@@ -23,6 +23,12 @@ const (
 	// chainAge: how long a chain of reductions waits for the proofs that
 	// would undo it, at least (8 smoothed RTTs if more).
 	chainAge = 250 * int64(time.Millisecond)
+	// maybeTruncated: a SACK with this many gap blocks may have left some
+	// out. dcSCTP (Chromium) reports the first 20 and no more
+	// (kMaxGapAckBlocksReported), so on a link that reorders much, most of
+	// what it has received goes unreported until the holes below fill; the
+	// others report as many as fit in a packet.
+	maybeTruncated = 16
 )
 
 type outMsg struct {
@@ -61,7 +67,7 @@ type sender struct {
 	cumAck    uint32      // the peer's cumulative ack
 	inflight  []*outChunk // TSN cumAck+1 onwards
 	nLost     int         // chunks of inflight to resend
-	probe     bool        // the timeout's retransmission may exceed cwnd
+	probe     bool        // the next retransmission may exceed cwnd: a timeout's, or a fast recovery's first
 	afterT3   bool        // until t3Recover is acknowledged
 	t3Recover uint32
 	// pacing
@@ -108,6 +114,11 @@ type sender struct {
 
 	advancedPeerAck uint32 // PR-SCTP: what FORWARD-TSN announces
 	forwardNeeded   bool
+	// The last SACK may have left out gap blocks (truncated): the chunks
+	// after the last one it reported are neither known received nor lost.
+	truncated  bool
+	reportedTo uint32 // the last TSN the last SACK covered
+	peerGaps   int    // the most gap blocks a SACK has had
 }
 
 func (s *sender) init(a *Association) {
@@ -494,6 +505,7 @@ func (s *sender) handleSack(v []byte) error {
 	acked := 0
 	var newest *outChunk // the newly acknowledged chunk sent last
 	prevMax := s.rack.maxSeqIn
+	wasTruncated, wasTo := s.truncated, s.reportedTo
 	ack := func(c *outChunk) {
 		if c.acked {
 			return
@@ -509,9 +521,11 @@ func (s *sender) handleSack(v []byte) error {
 		if newest == nil || c.seq > newest.seq {
 			newest = c
 		}
-		if c.nSent == 1 && c.seq < prevMax {
+		if c.nSent == 1 && c.seq < prevMax && !(wasTruncated && tsnLess(wasTo, c.tsn)) {
 			// Delivered after one sent later: reordering, by how much
-			// more than the round trip it came late.
+			// more than the round trip it came late. (Not a chunk the
+			// last SACK may have left out: that it comes now says
+			// nothing of when it arrived.)
 			s.rack.reorder = true
 			if late := now - c.sentAt - s.rack.rtt; late > s.rack.extent {
 				s.rack.extent = late
@@ -532,11 +546,17 @@ func (s *sender) handleSack(v []byte) error {
 			s.release(c)
 		}
 	}
+	// Fewer blocks than the peer has sent before: it left none out.
+	s.peerGaps = max(s.peerGaps, ngap)
+	s.truncated, s.reportedTo = ngap >= maybeTruncated && ngap == s.peerGaps, cum
 	for i := 0; i < ngap; i++ {
 		start := binary.BigEndian.Uint16(v[12+4*i:])
 		end := binary.BigEndian.Uint16(v[14+4*i:])
 		if start == 0 || end < start || int(end) > len(s.inflight) {
 			return errMalformed
+		}
+		if to := cum + uint32(end); tsnLess(s.reportedTo, to) {
+			s.reportedTo = to
 		}
 		for off := start; off <= end; off++ {
 			if c := s.inflight[off-1]; !c.dropped {
@@ -670,7 +690,11 @@ func (s *sender) detectLoss(now int64) {
 	reo := s.reoWnd()
 	var wait int64
 	lost := false
-	for _, c := range s.inflight {
+	known := s.inflight
+	if s.truncated {
+		known = known[:min(int(s.reportedTo-s.cumAck), len(known))]
+	}
+	for _, c := range known {
 		if c.seq >= s.rack.seq {
 			if c.nSent == 1 {
 				break
@@ -697,11 +721,39 @@ func (s *sender) detectLoss(now int64) {
 		s.markLost(c)
 		s.a.stats.FastRetransmits++
 	}
+	if s.truncated {
+		s.presume(now, reo)
+	}
 	if wait > 0 {
 		if s.rackTimer == nil {
 			s.rackTimer = time.AfterFunc(time.Duration(wait), s.onRackTimer)
 		} else {
 			s.rackTimer.Reset(time.Duration(wait))
+		}
+	}
+}
+
+// presume takes out of the flight the chunks past a truncated report that
+// were sent an RTT and the reordering window ago: had the report gone on,
+// RACK would have judged them by now. They have most likely arrived (the
+// holes below them are few, or the report would not stop there), and
+// counted in flight they held the window shut: a chunk RACK found lost
+// waited for it, as the window halved, until the timeout took it to one
+// packet (Petrel → Chromium on mobile). When a report reaches them, they are
+// acknowledged, or RACK finds them lost and they are resent. Chunks in TSN
+// order were sent in order too, but for the resent ones, so the scan stops
+// at the first new chunk too young.
+func (s *sender) presume(now, reo int64) {
+	for _, c := range s.inflight[min(int(s.reportedTo-s.cumAck), len(s.inflight)):] {
+		if now-c.sentAt < s.rack.rtt+reo {
+			if c.nSent == 1 {
+				break
+			}
+			continue
+		}
+		if c.flying && !c.acked && !c.lost {
+			s.unfly(c)
+			s.a.stats.Presumed++
 		}
 	}
 }
@@ -753,6 +805,11 @@ func (s *sender) onLoss(again bool) {
 	s.newEpisode()
 	prior := s.cwnd
 	s.reduce()
+	// The first retransmission goes out whatever the window (RFC 9260
+	// 7.2.4, 3): with the window halved below what is in flight, it
+	// waited for that to drain, and where a peer's truncated SACKs kept
+	// it from draining, for the timeout (Petrel → Chromium on mobile).
+	s.probe = true
 	// Not below what the delivery rate fills without a queue (delivery.go).
 	if w := min(s.delivery.bdp(s.minRTT), prior); w > s.cwnd {
 		s.cwnd, s.ssthresh = w, w
