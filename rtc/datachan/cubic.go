@@ -48,6 +48,7 @@ func (s *sender) reduce() {
 	s.ssthresh = max(int(float64(s.cwnd)*beta), 4*s.mtu)
 	s.cwnd = s.ssthresh
 	s.pba = 0
+	s.hs = hystart{}
 }
 
 // caGrow opens cwnd in congestion avoidance on acked newly acknowledged

@@ -97,6 +97,7 @@ type sender struct {
 	priorCwnd, priorSsthresh int
 	priorWMax                float64
 	cubic                    cubic
+	hs                       hystart
 	multRaised               int64 // when the reordering multiplier last grew
 
 	srtt, rttvar, rto, minRTT int64
@@ -598,6 +599,13 @@ func (s *sender) handleSack(v []byte) error {
 		if newest.nSent == 1 {
 			s.rttSample(rtt)
 		}
+		if s.cwnd < s.ssthresh {
+			sample := rtt
+			if newest.nSent > 1 {
+				sample = 0
+			}
+			s.hs.ack(s, newest, sample)
+		}
 		if newest.nSent == 1 || rtt >= s.minRTT {
 			if newest.seq > s.rack.seq {
 				s.rack.seq, s.rack.sentAt, s.rack.rtt = newest.seq, newest.sentAt, rtt
@@ -673,8 +681,8 @@ func (s *sender) grow(acked int, now int64) {
 	if s.flight+acked < s.cwnd-2*s.mtu && !s.paceArmed {
 		return // not limited by cwnd (nor by pacing, whose rate is cwnd's)
 	}
-	if s.cwnd <= s.ssthresh {
-		s.cwnd += acked
+	if s.cwnd < s.ssthresh {
+		s.cwnd += s.hs.growth(acked)
 		return
 	}
 	s.caGrow(acked, now)
