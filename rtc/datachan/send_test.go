@@ -20,10 +20,10 @@ func sackOf(cum uint32, blocks ...[2]uint16) []byte {
 	return v
 }
 
-// flying300 gives a sender 300 chunks of 1000 bytes in flight, TSNs 1001
-// to 1300, sent 300 ms ago in TSN order, but for the first, resent 85 ms
+// flying gives a sender n chunks of 1000 bytes in flight, TSNs 1001 to
+// 1000+n, sent 300 ms ago in TSN order, but for the first, resent 85 ms
 // ago (and so sent last).
-func flying300(t *testing.T) *sender {
+func flying(t testing.TB, n int) *sender {
 	s := newTestSender()
 	t.Cleanup(s.stop)
 	ms := int64(time.Millisecond)
@@ -31,15 +31,15 @@ func flying300(t *testing.T) *sender {
 	s.a.epoch = s.a.epoch.Add(-1000 * time.Millisecond)
 	s.srtt, s.minRTT, s.rttvar, s.rto = 80*ms, 80*ms, 5*ms, 300*ms
 	s.cwnd, s.ssthresh, s.rwnd = 1<<20, 1<<20, 1<<24
-	s.cumAck, s.nextTSN = 1000, 1301
+	s.cumAck, s.nextTSN = 1000, 1001+uint32(n)
 	m := &outMsg{maxRtx: -1}
-	for i := range 300 {
+	for i := range n {
 		c := &outChunk{msg: m, tsn: 1001 + uint32(i), data: make([]byte, 1000), sentAt: now - 300*ms, seq: uint64(i + 1), nSent: 1, flying: true}
 		s.inflight = append(s.inflight, c)
 		s.flight += 1000
 	}
-	s.inflight[0].seq, s.inflight[0].nSent, s.inflight[0].sentAt = 301, 2, now-85*ms
-	s.seq = 301
+	s.inflight[0].seq, s.inflight[0].nSent, s.inflight[0].sentAt = uint64(n+1), 2, now-85*ms
+	s.seq = uint64(n + 1)
 	return s
 }
 
@@ -62,7 +62,7 @@ func everyOther(n int) [][2]uint16 {
 // acknowledges them that is no reordering. A report with fewer blocks
 // than the peer has sent is whole, and RACK finds the chunks past it lost.
 func TestTruncatedSack(t *testing.T) {
-	s := flying300(t)
+	s := flying(t, 300)
 	// Chunk 1001 (resent) acknowledged; 1002, 1004, ..., 1040 missing,
 	// 1003, ..., 1041 received, in 20 blocks; 1042-1300 not reported.
 	s.peerGaps = 20
@@ -93,7 +93,7 @@ func TestTruncatedSack(t *testing.T) {
 	}
 
 	// A whole report: the peer has sent 40 blocks before.
-	s = flying300(t)
+	s = flying(t, 300)
 	s.peerGaps = 40
 	if err := s.handleSack(sackOf(1001, everyOther(20)...)); err != nil {
 		t.Fatal(err)
@@ -106,5 +106,21 @@ func TestTruncatedSack(t *testing.T) {
 	}
 	if lost != 279 || s.a.stats.Presumed != 0 {
 		t.Fatalf("after a whole SACK: %d chunks lost, %d presumed; want 279 (the holes and all past the report) and 0", lost, s.a.stats.Presumed)
+	}
+}
+
+// BenchmarkPresume: the loss scan on a SACK that leaves 3000 chunks
+// unreported, all of them already presumed (the scan passes over them
+// each time).
+func BenchmarkPresume(b *testing.B) {
+	s := flying(b, 3020)
+	s.peerGaps = 20
+	if err := s.handleSack(sackOf(1001, everyOther(20)...)); err != nil {
+		b.Fatal(err)
+	}
+	now := s.a.now()
+	b.ResetTimer()
+	for range b.N {
+		s.detectLoss(now)
 	}
 }
