@@ -33,8 +33,8 @@ func rounds(s *sender, n int, rtt func(k int) int64) (css, end int) {
 // TestHyStart: slow start on an 80 ms path goes on while the RTT stays at
 // its minimum, turns conservative (a quarter of the growth) in the round
 // where the smallest RTT rose by 20 ms, a queue building, and ends five
-// rounds later; an RTT that comes back down resumes it; and a link whose
-// every packet takes 60–110 ms (mobile's jitter) never looks like a queue.
+// rounds later; an RTT that comes back down resumes it, so on a link whose
+// every packet takes 60–110 ms (mobile's jitter) slow start never ends.
 func TestHyStart(t *testing.T) {
 	ms := int64(time.Millisecond)
 	fresh := func() *sender {

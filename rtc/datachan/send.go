@@ -730,7 +730,7 @@ func (s *sender) detectLoss(now int64) {
 		s.a.stats.FastRetransmits++
 	}
 	if s.truncated {
-		s.presume(now, reo)
+		s.presume(s.inflight[len(known):], now, reo)
 	}
 	if wait > 0 {
 		if s.rackTimer == nil {
@@ -751,8 +751,8 @@ func (s *sender) detectLoss(now int64) {
 // acknowledged, or RACK finds them lost and they are resent. Chunks in TSN
 // order were sent in order too, but for the resent ones, so the scan stops
 // at the first new chunk too young.
-func (s *sender) presume(now, reo int64) {
-	for _, c := range s.inflight[min(int(s.reportedTo-s.cumAck), len(s.inflight)):] {
+func (s *sender) presume(unreported []*outChunk, now, reo int64) {
+	for _, c := range unreported {
 		if now-c.sentAt < s.rack.rtt+reo {
 			if c.nSent == 1 {
 				break
