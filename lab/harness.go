@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -33,6 +34,16 @@ type Harness struct {
 	// directory, i.e. the repository root).
 	BrowserScript string
 }
+
+// PeerProcs is the GOMAXPROCS of a Go peer (TCP's, Pion's, Petrel's; a
+// variant's procs=N overrides it): its host's share of the machine's CPUs,
+// which the two hosts and the emulator between them share. With a P for
+// every CPU, a peer that hands each packet from one goroutine to another
+// woke an idle thread to run it: on 2 CPUs, 66 000 context switches a
+// second between the two Petrel peers on lan, and 510 Mbit/s where one P
+// each moved 820 (TCP, Pion and a Pion sender to Petrel within the noise
+// either way; lab/notes.md, session 20). The browsers run as they are.
+func PeerProcs() int { return max(1, runtime.NumCPU()/2) }
 
 // IsBrowser reports whether a stack is a browser sending to Petrel.
 // A "-lean" suffix ("chromium-lean") has Petrel's end be a lean data
@@ -71,6 +82,18 @@ func (h *Harness) argv() ([]string, error) {
 
 // Run measures one RunSpec between host a (sender) and host b (receiver).
 func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, error) {
+	res, err := h.run(ctx, l, rs)
+	res.Procs = PeerProcs()
+	_, tune, _ := strings.Cut(rs.Stack, ":")
+	for _, kv := range strings.Split(tune, "+") {
+		if n, err := strconv.Atoi(strings.TrimPrefix(kv, "procs=")); err == nil && strings.HasPrefix(kv, "procs=") && n > 0 {
+			res.Procs = n
+		}
+	}
+	return res, err
+}
+
+func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, error) {
 	argv, err := h.argv()
 	if err != nil {
 		return Result{}, err
@@ -123,6 +146,7 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	start := func(host *netem.Host, role string) *execCmd {
 		args := append(append([]string{}, argv[1:]...), append([]string{"-role", role}, common...)...)
 		cmd := host.Command(ctx, argv[0], args...)
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(PeerProcs()))
 		cmd.Env = append(cmd.Env, h.Env...)
 		cmd.Stderr = stderr
 		return &execCmd{cmd}

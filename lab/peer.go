@@ -41,6 +41,9 @@ type Result struct {
 	P99Ms      float64   `json:"p99_ms"`
 	SetupMs    float64   `json:"setup_ms"` // connect to first bulk byte
 	Error      string    `json:"error,omitempty"`
+	// Procs is the Go peers' GOMAXPROCS (set by the harness; 0 in results
+	// saved before it was: a P per CPU).
+	Procs int `json:"procs,omitempty"`
 }
 
 const (

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,6 +135,20 @@ func (r *Report) runCount() string {
 	return fmt.Sprintf("%d runs (%s)", r.Repeat, strings.Join(more, ", "))
 }
 
+// allCPUStacks lists the stacks with runs saved before the harness set the
+// peers' GOMAXPROCS.
+func (r *Report) allCPUStacks() []string {
+	var out []string
+	for _, row := range r.Rows {
+		for _, x := range row.Runs {
+			if x.Procs == 0 && !slices.Contains(out, "`"+row.Stack+"`") {
+				out = append(out, "`"+row.Stack+"`")
+			}
+		}
+	}
+	return out
+}
+
 // Markdown renders the section body (without its heading). Plot errors
 // are returned after the text is complete.
 func (r *Report) Markdown() (string, error) {
@@ -153,6 +168,12 @@ func (r *Report) Markdown() (string, error) {
 		"`to-firefox-ws` TCP sending to the same page over a WebSocket, the browser's own reference. Goodput is payload bytes at "+
 		"the receiver.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, ncpu, cc, r.Duration, r.runCount(), cmp.Or(r.Pion, PionVersions()))
+	fmt.Fprintf(&b, "Go peers (TCP's, Pion's, Petrel's) run with GOMAXPROCS=%d, their host's share of the CPUs the two hosts "+
+		"and the emulator share (`lab.PeerProcs`)", PeerProcs())
+	if old := r.allCPUStacks(); len(old) > 0 {
+		fmt.Fprintf(&b, "; the rows of %s come from runs before that, with a P per CPU", strings.Join(old, ", "))
+	}
+	b.WriteString(".\n\n")
 	b.WriteString("Profiles:\n\n")
 	for _, p := range r.profiles() {
 		if pr, err := netem.LookupProfile(p); err == nil {
