@@ -92,6 +92,7 @@ type Association struct {
 	out       [][]byte
 	callbacks []func()
 	wmu       sync.Mutex
+	spare     [][]byte // (wmu) the other of two slices out alternates with
 }
 
 // Stats are an association's counters.
@@ -204,11 +205,12 @@ func (a *Association) readLoop() {
 // runs the callbacks that became due (buffered-amount-low).
 func (a *Association) unlockAndFlush() {
 	out, cbs := a.out, a.callbacks
-	a.out, a.callbacks = nil, nil
+	a.callbacks = nil
 	if len(out) == 0 {
 		a.mu.Unlock()
 	} else {
 		a.wmu.Lock()
+		a.out, a.spare = a.spare, nil
 		a.mu.Unlock()
 		for _, p := range out {
 			if _, err := a.cfg.Conn.Write(p); err != nil {
@@ -216,6 +218,8 @@ func (a *Association) unlockAndFlush() {
 			}
 			putBuf(p)
 		}
+		clear(out)
+		a.spare = out[:0]
 		a.wmu.Unlock()
 	}
 	for _, f := range cbs {
@@ -223,10 +227,17 @@ func (a *Association) unlockAndFlush() {
 	}
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1500); return &b }}
+// bufPool holds packet buffers as array pointers: putting a *[]byte made
+// one allocation a packet (the slice header escaped).
+var bufPool = sync.Pool{New: func() any { return new([1500]byte) }}
 
-func getBuf() []byte  { return (*bufPool.Get().(*[]byte))[:0] }
-func putBuf(b []byte) { b = b[:0]; bufPool.Put(&b) }
+func getBuf() []byte { return bufPool.Get().(*[1500]byte)[:0] }
+
+func putBuf(b []byte) {
+	if cap(b) >= 1500 {
+		bufPool.Put((*[1500]byte)(b[:1500]))
+	}
+}
 
 // queue adds a finished packet to the ones unlockAndFlush writes.
 func (a *Association) queue(w *packetWriter) {

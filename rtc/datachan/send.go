@@ -185,19 +185,22 @@ func (s *sender) enqueue(m *outMsg, stream, ssn uint16, ppid uint32, unordered b
 
 // cut splits c (a message, or the part of one a chunk carries) into chunks
 // of at most most bytes; the first keeps c's begin flag, the last its end
-// flag.
+// flag. The chunks share one allocation.
 func cut(c *outChunk, most int, each func(*outChunk)) {
-	for b, first := c.data, true; first || len(b) > 0; first = false {
+	all := make([]outChunk, max(1, (len(c.data)+most-1)/most))
+	b := c.data
+	for i := range all {
 		n := min(len(b), most)
-		d := *c
+		d := &all[i]
+		*d = *c
 		d.data, d.flags = b[:n], c.flags&^(flagBegin|flagEnd)
-		if first {
+		if i == 0 {
 			d.flags |= c.flags & flagBegin
 		}
 		if b = b[n:]; len(b) == 0 {
 			d.flags |= c.flags & flagEnd
 		}
-		each(&d)
+		each(d)
 	}
 }
 

@@ -82,6 +82,8 @@ type Conn struct {
 	rmu     sync.Mutex // one reader of pc at a time: the pump, then Read
 	k       atomic.Pointer[keys]
 	rbuf    []byte
+	rnonce  [12]byte    // open's nonce and additional data: a local array
+	raad    [13]byte    // passed to the AEAD interface escapes, 2 allocations a record
 	pending chan []byte // application data not read from pc by Read
 	replay  struct {
 		top  uint64
@@ -89,9 +91,11 @@ type Conn struct {
 	}
 	stats struct{ forged, replayed, other atomic.Uint64 }
 
-	wmu  sync.Mutex
-	wseq uint64
-	wbuf []byte
+	wmu    sync.Mutex
+	wseq   uint64
+	wbuf   []byte
+	wnonce [12]byte // Write's, as rnonce and raad
+	waad   [13]byte
 
 	ready     chan struct{} // closed by Handoff
 	done      chan struct{}
@@ -275,6 +279,9 @@ func (c *Conn) inject(p []byte) {
 // again). Any other error ends pion/dtls's transport too.
 func (c *Conn) readTransport(buf []byte) (n int, again bool, err error) {
 	n, _, err = c.pc.ReadFrom(buf)
+	if err == nil {
+		return n, false, nil
+	}
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 		c.pc.SetReadDeadline(time.Time{})
@@ -377,10 +384,9 @@ func (c *Conn) open(k *keys, rec []byte) ([]byte, bool) {
 		c.stats.replayed.Add(1)
 		return nil, false
 	}
-	var nonce [12]byte
+	nonce, aad := &c.rnonce, &c.raad
 	copy(nonce[:4], k.openIV[:])
 	copy(nonce[4:], rec[headerSize:headerSize+nonceSize])
-	var aad [13]byte
 	copy(aad[:8], rec[3:11]) // epoch and sequence number
 	aad[8], aad[9], aad[10] = rec[0], rec[1], rec[2]
 	binary.BigEndian.PutUint16(aad[11:], uint16(len(rec)-overhead))
@@ -445,10 +451,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	binary.BigEndian.PutUint64(w[3:11], uint64(k.epoch)<<48|seq)
 	binary.BigEndian.PutUint16(w[11:], uint16(nonceSize+len(b)+tagSize))
 	copy(w[headerSize:], w[3:11]) // the explicit nonce: epoch and sequence number
-	var nonce [12]byte
+	nonce, aad := &c.wnonce, &c.waad
 	copy(nonce[:4], k.sealIV[:])
 	copy(nonce[4:], w[3:11])
-	var aad [13]byte
 	copy(aad[:8], w[3:11])
 	aad[8], aad[9], aad[10] = w[0], w[1], w[2]
 	binary.BigEndian.PutUint16(aad[11:], uint16(len(b)))
