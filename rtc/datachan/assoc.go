@@ -189,6 +189,7 @@ func (a *Association) Stats() Stats {
 
 func (a *Association) readLoop() {
 	buf := make([]byte, 8192)
+	queued, _ := a.cfg.Conn.(interface{ Queued() int })
 	for {
 		n, err := a.cfg.Conn.Read(buf)
 		if err != nil {
@@ -197,6 +198,7 @@ func (a *Association) readLoop() {
 			a.unlockAndFlush()
 			return
 		}
+		a.rcv.behind = queued != nil && queued.Queued() > 0
 		a.handlePacket(buf[:n])
 	}
 }

@@ -567,6 +567,51 @@ func TestGapHoldback(t *testing.T) {
 	}
 }
 
+// TestStretchSack: a receiver that keeps up acknowledges every second
+// packet, one with packets waiting to be read every stretch packets, and a
+// hole is reported at once either way.
+func TestStretchSack(t *testing.T) {
+	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16}, log: slog.New(slog.DiscardHandler)}
+	r := &a.rcv
+	r.init(a)
+	r.start(100)
+	r.hold = 0
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer r.stop()
+	tsn := uint32(100)
+	// packets reads n packets of one chunk each (skipping skip TSNs first)
+	// and returns after how many a SACK was due, 0 if none was.
+	packets := func(n int, behind bool, skip uint32) int {
+		t.Helper()
+		tsn += skip
+		for i := 1; i <= n; i++ {
+			r.behind = behind && i < n
+			if err := r.handleData(flagBegin|flagEnd, dataValue(tsn, 1, ppidBinary, []byte("x"))); err != nil {
+				t.Fatal(err)
+			}
+			tsn++
+			r.afterPacket()
+			if r.sackNow {
+				var w packetWriter
+				w.start(nil, 1)
+				r.appendSack(&w)
+				return i
+			}
+		}
+		return 0
+	}
+	if got := packets(10, false, 0); got != 2 {
+		t.Fatalf("keeping up: a SACK after %d packets, want 2", got)
+	}
+	if got := packets(40, true, 0); got != stretch {
+		t.Fatalf("behind by 39 packets: a SACK after %d, want %d", got, stretch)
+	}
+	if got := packets(40, true, 1); got != 1 {
+		t.Fatalf("behind, after a hole: a SACK after %d packets, want 1", got)
+	}
+}
+
 // TestDuplicateInit: each end's INIT arrives twice (a network that
 // duplicates, or an INIT resent while the INIT-ACK was on its way), the copy
 // up to 30 ms after the original. The association still forms: both

@@ -59,6 +59,10 @@ func newLinks() (*link, *link) {
 	return a, b
 }
 
+// Queued is how many packets wait for Read, as dtlsrec.Conn tells the
+// association on the server.
+func (l *link) Queued() int { return len(l.in) }
+
 func (l *link) Read(b []byte) (int, error) {
 	select {
 	case p := <-l.in:

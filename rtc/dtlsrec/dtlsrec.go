@@ -113,6 +113,16 @@ func New(pc net.PacketConn, raddr net.Addr) *Conn {
 	return c
 }
 
+// Queued is how many datagrams wait for Read, if the transport tells
+// (lean.PacketConn does), or 0.
+func (c *Conn) Queued() int {
+	n := len(c.pending)
+	if q, ok := c.pc.(interface{ Queued() int }); ok {
+		n += q.Queued()
+	}
+	return n
+}
+
 // Transport is the PacketConn pion/dtls runs on.
 func (c *Conn) Transport() net.PacketConn { return &c.shim }
 

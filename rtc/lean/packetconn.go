@@ -51,6 +51,9 @@ func (c *PacketConn) Push(b []byte) bool {
 	return err == nil
 }
 
+// Queued is how many records wait for ReadFrom.
+func (c *PacketConn) Queued() int { return c.in.Count() }
+
 // Shutdown releases a blocked ReadFrom for good: the DTLS connection's Close
 // waits for its reader, so the owner calls Shutdown before Close.
 func (c *PacketConn) Shutdown() { c.in.Close() }
