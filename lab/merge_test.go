@@ -29,3 +29,16 @@ func TestMergeRows(t *testing.T) {
 		t.Errorf("merging changed an input row: %d runs", len(a[0].Runs))
 	}
 }
+
+// TestReportProcs: the report says what GOMAXPROCS the peers of the runs
+// had, and names the stacks whose runs were saved before it was recorded.
+func TestReportProcs(t *testing.T) {
+	r := Report{Rows: []Row{
+		summarize("lan", "petrel", "ordered", []Result{{Mbps: 800, Procs: 1}, {Mbps: 820, Procs: 1}}),
+		summarize("lan", "pion", "ordered", []Result{{Mbps: 250}}),
+	}}
+	procs, old := r.procs()
+	if procs != "1" || len(old) != 1 || old[0] != "`pion`" {
+		t.Fatalf("procs %q, stacks before %q; want \"1\" and [`pion`]", procs, old)
+	}
+}

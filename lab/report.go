@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,18 +136,22 @@ func (r *Report) runCount() string {
 	return fmt.Sprintf("%d runs (%s)", r.Repeat, strings.Join(more, ", "))
 }
 
-// allCPUStacks lists the stacks with runs saved before the harness set the
-// peers' GOMAXPROCS.
-func (r *Report) allCPUStacks() []string {
-	var out []string
+// procs says what GOMAXPROCS the Go peers of the runs had (a list if they
+// differ), and lists the stacks with runs saved before the harness set it.
+func (r *Report) procs() (procs string, allCPU []string) {
+	var ps []string
 	for _, row := range r.Rows {
 		for _, x := range row.Runs {
-			if x.Procs == 0 && !slices.Contains(out, "`"+row.Stack+"`") {
-				out = append(out, "`"+row.Stack+"`")
+			if x.Procs == 0 {
+				if s := "`" + row.Stack + "`"; !slices.Contains(allCPU, s) {
+					allCPU = append(allCPU, s)
+				}
+			} else if s := strconv.Itoa(x.Procs); !slices.Contains(ps, s) {
+				ps = append(ps, s)
 			}
 		}
 	}
-	return out
+	return strings.Join(ps, " or "), allCPU
 }
 
 // Markdown renders the section body (without its heading). Plot errors
@@ -168,12 +173,14 @@ func (r *Report) Markdown() (string, error) {
 		"`to-firefox-ws` TCP sending to the same page over a WebSocket, the browser's own reference. Goodput is payload bytes at "+
 		"the receiver.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, ncpu, cc, r.Duration, r.runCount(), cmp.Or(r.Pion, PionVersions()))
-	fmt.Fprintf(&b, "Go peers (TCP's, Pion's, Petrel's) run with GOMAXPROCS=%d, their host's share of the CPUs the two hosts "+
-		"and the emulator share (`lab.PeerProcs`)", PeerProcs())
-	if old := r.allCPUStacks(); len(old) > 0 {
-		fmt.Fprintf(&b, "; the rows of %s come from runs before that, with a P per CPU", strings.Join(old, ", "))
+	if procs, allCPU := r.procs(); procs != "" {
+		fmt.Fprintf(&b, "Go peers (TCP's, Pion's, Petrel's) ran with GOMAXPROCS=%s, their host's share of the CPUs the two "+
+			"hosts and the emulator share (`lab.PeerProcs`)", procs)
+		if len(allCPU) > 0 {
+			fmt.Fprintf(&b, "; the rows of %s come from runs before that, with a P per CPU", strings.Join(allCPU, ", "))
+		}
+		b.WriteString(".\n\n")
 	}
-	b.WriteString(".\n\n")
 	b.WriteString("Profiles:\n\n")
 	for _, p := range r.profiles() {
 		if pr, err := netem.LookupProfile(p); err == nil {
