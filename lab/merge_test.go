@@ -42,3 +42,15 @@ func TestReportProcs(t *testing.T) {
 		t.Fatalf("procs %q, stacks before %q; want \"1\" and [`pion`]", procs, old)
 	}
 }
+
+// TestRunCount: rows merged from files with another number of runs are
+// named, by stack where all of the stack's rows have that number.
+func TestRunCount(t *testing.T) {
+	row := func(profile, stack string, n int) Row {
+		return summarize(profile, stack, "ordered", make([]Result, n))
+	}
+	r := Report{Repeat: 3, Rows: []Row{row("lan", "tcp", 3), row("lan", "pion", 2), row("long", "pion", 2), row("lan", "petrel", 2), row("long", "petrel", 3)}}
+	if got, want := r.runCount(), "3 runs (2 for pion; 2 for petrel in lan)"; got != want {
+		t.Fatalf("runCount %q, want %q", got, want)
+	}
+}

@@ -121,19 +121,39 @@ func mbps(x *Row) string {
 	return fmt.Sprintf("%.1f", x.Mbps)
 }
 
-// runCount says how many runs each median is of: Repeat, or where rows
-// merged from several files have more, which.
+// runCount says how many runs each median is of: Repeat, or, where rows
+// merged from several files have another count, which (by stack where all
+// of a stack's rows have it).
 func (r *Report) runCount() string {
-	var more []string
+	type key struct {
+		stack string
+		n     int
+	}
+	var keys []key
+	profiles := map[key][]string{}
+	rows := map[string]int{}
 	for _, row := range r.Rows {
-		if len(row.Runs) > r.Repeat {
-			more = append(more, fmt.Sprintf("%d for %s in %s", len(row.Runs), row.Stack, row.Profile))
+		rows[row.Stack]++
+		if n := len(row.Runs); n != r.Repeat {
+			k := key{row.Stack, n}
+			if profiles[k] == nil {
+				keys = append(keys, k)
+			}
+			profiles[k] = append(profiles[k], row.Profile)
 		}
 	}
-	if len(more) == 0 {
+	if len(keys) == 0 {
 		return fmt.Sprintf("%d runs", r.Repeat)
 	}
-	return fmt.Sprintf("%d runs (%s)", r.Repeat, strings.Join(more, ", "))
+	var other []string
+	for _, k := range keys {
+		if len(profiles[k]) == rows[k.stack] {
+			other = append(other, fmt.Sprintf("%d for %s", k.n, k.stack))
+		} else {
+			other = append(other, fmt.Sprintf("%d for %s in %s", k.n, k.stack, strings.Join(profiles[k], ", ")))
+		}
+	}
+	return fmt.Sprintf("%d runs (%s)", r.Repeat, strings.Join(other, "; "))
 }
 
 // procs says what GOMAXPROCS the Go peers of the runs had (a list if they
