@@ -41,8 +41,8 @@ type Harness struct {
 // every CPU, a peer that hands each packet from one goroutine to another
 // woke an idle thread to run it: on 2 CPUs, 66 000 context switches a
 // second between the two Petrel peers on lan, and 510 Mbit/s where one P
-// each moved 820 (TCP, Pion and a Pion sender to Petrel within the noise
-// either way; lab/notes.md, session 20). The browsers run as they are.
+// each moved 820 (TCP and Pion did not gain; lab/notes.md, session 20).
+// The browsers run as they are.
 func PeerProcs() int { return max(1, runtime.NumCPU()/2) }
 
 // IsBrowser reports whether a stack is a browser sending to Petrel.
@@ -86,8 +86,10 @@ func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	res.Procs = PeerProcs()
 	_, tune, _ := strings.Cut(rs.Stack, ":")
 	for _, kv := range strings.Split(tune, "+") {
-		if n, err := strconv.Atoi(strings.TrimPrefix(kv, "procs=")); err == nil && strings.HasPrefix(kv, "procs=") && n > 0 {
-			res.Procs = n
+		if v, ok := strings.CutPrefix(kv, "procs="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				res.Procs = n
+			}
 		}
 	}
 	return res, err
