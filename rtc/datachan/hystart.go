@@ -30,10 +30,10 @@ type hystart struct {
 }
 
 // ack runs on each SACK that acknowledged something new in slow start:
-// newest is the chunk acknowledged that was sent last, rtt its RTT sample
-// (0 if it was a retransmission).
+// newest is the chunk acknowledged that was sent last, rtt the time since
+// it was sent (an RTT sample unless it was a retransmission).
 func (h *hystart) ack(s *sender, newest *outChunk, rtt int64) {
-	if rtt > 0 {
+	if newest.nSent == 1 && rtt > 0 {
 		if h.curMin == 0 || rtt < h.curMin {
 			h.curMin = rtt
 		}

@@ -603,11 +603,7 @@ func (s *sender) handleSack(v []byte) error {
 			s.rttSample(rtt)
 		}
 		if s.cwnd < s.ssthresh {
-			sample := rtt
-			if newest.nSent > 1 {
-				sample = 0
-			}
-			s.hs.ack(s, newest, sample)
+			s.hs.ack(s, newest, rtt)
 		}
 		if newest.nSent == 1 || rtt >= s.minRTT {
 			if newest.seq > s.rack.seq {
