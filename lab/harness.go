@@ -81,21 +81,20 @@ func (h *Harness) argv() ([]string, error) {
 }
 
 // Run measures one RunSpec between host a (sender) and host b (receiver).
+// Its Go peers run with GOMAXPROCS PeerProcs, or what a variant's procs=N
+// says, and the result records which.
 func (h *Harness) Run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, error) {
-	res, err := h.run(ctx, l, rs)
-	res.Procs = PeerProcs()
 	_, tune, _ := strings.Cut(rs.Stack, ":")
-	for _, kv := range strings.Split(tune, "+") {
-		if v, ok := strings.CutPrefix(kv, "procs="); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 {
-				res.Procs = n
-			}
-		}
+	procs := PeerProcs()
+	if n := tuneProcs(strings.ReplaceAll(tune, "+", ",")); n > 0 {
+		procs = n
 	}
+	res, err := h.run(ctx, l, rs, procs)
+	res.Procs = procs
 	return res, err
 }
 
-func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, error) {
+func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) (Result, error) {
 	argv, err := h.argv()
 	if err != nil {
 		return Result{}, err
@@ -148,7 +147,7 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec) (Result, er
 	start := func(host *netem.Host, role string) *execCmd {
 		args := append(append([]string{}, argv[1:]...), append([]string{"-role", role}, common...)...)
 		cmd := host.Command(ctx, argv[0], args...)
-		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(PeerProcs()))
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(procs))
 		cmd.Env = append(cmd.Env, h.Env...)
 		cmd.Stderr = stderr
 		return &execCmd{cmd}

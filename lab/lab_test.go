@@ -154,6 +154,11 @@ func TestParseCasesAndTuning(t *testing.T) {
 	if err := tu.Set("bogus=1"); err == nil {
 		t.Error("Set accepted an unknown knob")
 	}
+	for tune, want := range map[string]int{"": 0, "detach=1,procs=2": 2, "procs=0": 0, "procs=x": 0} {
+		if got := tuneProcs(tune); got != want {
+			t.Errorf("tuneProcs(%q) = %d, want %d", tune, got, want)
+		}
+	}
 }
 
 func TestMedian(t *testing.T) {

@@ -201,12 +201,10 @@ func PeerMain(args []string) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	if n := tuneProcs(c.Tune); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	for _, kv := range strings.Split(c.Tune, ",") {
-		if v, ok := strings.CutPrefix(kv, "procs="); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 {
-				runtime.GOMAXPROCS(n)
-			}
-		}
 		// env.NAME=VALUE: for experiments with a patched library (a
 		// `replace` in a scratch go.mod) that reads its knobs from the
 		// environment, or PIONS_LOG_TRACE, per case of one bench.
@@ -372,4 +370,17 @@ func dumpStacks(name string) {
 		}
 	}
 	pprof.Lookup("goroutine").WriteTo(w, 2)
+}
+
+// tuneProcs is the GOMAXPROCS a -tune string asks for (procs=N), 0 if none.
+func tuneProcs(tune string) int {
+	n := 0
+	for _, kv := range strings.Split(tune, ",") {
+		if v, ok := strings.CutPrefix(kv, "procs="); ok {
+			if p, err := strconv.Atoi(v); err == nil && p > 0 {
+				n = p
+			}
+		}
+	}
+	return n
 }
