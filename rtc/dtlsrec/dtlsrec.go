@@ -75,9 +75,10 @@ type keys struct {
 // Conn is one DTLS connection's transport and, after Handoff, its
 // application data path.
 type Conn struct {
-	pc    net.PacketConn
-	raddr net.Addr
-	shim  shim
+	pc     net.PacketConn
+	queued interface{ Queued() int } // pc, if it tells (Queued, once a packet)
+	raddr  net.Addr
+	shim   shim
 
 	rmu     sync.Mutex // one reader of pc at a time: the pump, then Read
 	k       atomic.Pointer[keys]
@@ -108,6 +109,7 @@ type Conn struct {
 func New(pc net.PacketConn, raddr net.Addr) *Conn {
 	c := &Conn{pc: pc, raddr: raddr, rbuf: make([]byte, maxDatagram), pending: make(chan []byte, 64),
 		wbuf: make([]byte, 0, maxDatagram+overhead), ready: make(chan struct{}), done: make(chan struct{})}
+	c.queued, _ = pc.(interface{ Queued() int })
 	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	go c.pump()
 	return c
@@ -117,8 +119,8 @@ func New(pc net.PacketConn, raddr net.Addr) *Conn {
 // (lean.PacketConn does), or 0.
 func (c *Conn) Queued() int {
 	n := len(c.pending)
-	if q, ok := c.pc.(interface{ Queued() int }); ok {
-		n += q.Queued()
+	if c.queued != nil {
+		n += c.queued.Queued()
 	}
 	return n
 }
