@@ -279,6 +279,11 @@ func sendBulk(bulk bulkChannel, t sctptune.Tuning, stop <-chan struct{}) {
 	for {
 		for bulk.BufferedAmount() < t.SendHigh {
 			if err := bulk.Send(buf); err != nil {
+				select {
+				case <-stop:
+				default:
+					fmt.Fprintf(os.Stderr, "lab peer: bulk send: %v\n", err)
+				}
 				return
 			}
 		}
@@ -321,7 +326,15 @@ func dcAnswerSend(c PeerConfig) error {
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
 		switch dc.Label() {
 		case "bulk":
-			whenOpen(dc, func() { sendBulk(pionBulk{dc}, t, stop) })
+			whenOpen(dc, func() {
+				// Not above what the peer takes: webrtcbin's offer has no
+				// max-message-size, and Pion then allows 65535 bytes.
+				t := t
+				if m := int(pc.SCTP().GetCapabilities().MaxMessageSize); m > 0 && m < t.MessageSize {
+					t.MessageSize = m
+				}
+				sendBulk(pionBulk{dc}, t, stop)
+			})
 		case "probe":
 			whenOpen(dc, func() { prober(dc.Send, stop) })
 		}

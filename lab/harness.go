@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,19 @@ type Harness struct {
 	// and firefox stacks (run with node; default: found from the working
 	// directory, i.e. the repository root).
 	BrowserScript string
+	// PeerScripts is the directory of the aiortc and gstreamer stacks'
+	// peers (default: lab/peers from the working directory).
+	PeerScripts string
+}
+
+// scriptPeers are the stacks whose other end is another WebRTC
+// implementation in Python, sending to Petrel or (to-) receiving from it:
+// the interpreter (an environment variable overrides it, as for
+// test/interop) and the script in lab/peers. aiortc runs under the Python
+// that has it, webrtcbin under Debian's, which has its GObject bindings.
+var scriptPeers = map[string]struct{ env, python, script string }{
+	"aiortc":    {"PYTHON", "python3", "aiortc_dc.py"},
+	"gstreamer": {"GST_PYTHON", "/usr/bin/python3", "gst_dc.py"},
 }
 
 // PeerProcs is the GOMAXPROCS of a Go peer (TCP's, Pion's, Petrel's; a
@@ -53,17 +67,28 @@ func IsBrowser(stack string) bool {
 	return b == "chromium" || b == "firefox"
 }
 
+// isOther reports whether a stack is another implementation sending to
+// Petrel: a browser, aiortc or GStreamer's webrtcbin (with "-lean" too).
+func isOther(stack string) bool {
+	_, script := scriptPeers[strings.TrimSuffix(stack, "-lean")]
+	return script || IsBrowser(stack)
+}
+
 // IsToBrowser reports whether a stack is Petrel sending to a browser
 // ("to-chromium", "to-firefox"), or with "-ws" TCP sending to it, the
-// reference for those (lab/ws.go).
+// reference for those (lab/ws.go); or sending to aiortc or webrtcbin
+// ("to-aiortc", "to-gstreamer"), which measure as the browser does.
 func IsToBrowser(stack string) bool {
-	b := strings.TrimSuffix(strings.TrimSuffix(stack, "-lean"), "-ws")
+	if b, ok := strings.CutPrefix(strings.TrimSuffix(stack, "-lean"), "to-"); ok && isOther(b) {
+		return true
+	}
+	b := strings.TrimSuffix(stack, "-ws")
 	return b == "to-chromium" || b == "to-firefox"
 }
 
 // RunSpec is one measurement.
 type RunSpec struct {
-	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), petrel (Petrel's own data channels both ends), chromium, firefox (browser → Petrel), to-chromium, to-firefox, to-chromium-ws, to-firefox-ws (TCP → browser)
+	Stack    string // tcp, pion, pion-tuned, petrel-lean (Pion → a lean data session), petrel (Petrel's own data channels both ends), chromium, firefox (browser → Petrel), aiortc, gstreamer (webrtcbin → Petrel), to-chromium, to-firefox, to-chromium-ws, to-firefox-ws (TCP → browser)
 	Probe    string // ordered, unordered, partial, none
 	Duration time.Duration
 	MsgSize  int // 0: the tuning's default
@@ -113,7 +138,8 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		recvRole = "dc-answer-lean" // lab/lean.go
 	case "petrel":
 		recvRole, sendRole = "dc-answer-lean", "dc-offer-petrel" // lab/petrel.go
-	case "chromium-lean", "firefox-lean":
+	}
+	if isOther(stack) && strings.HasSuffix(stack, "-lean") {
 		recvRole = "dc-answer-lean"
 	}
 	// The bulk data goes from host a to host b, as TCP's does: the sender
@@ -127,8 +153,8 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 	}
 	common := []string{"-addr", listen.String() + ":7000", "-duration", rs.Duration.String(), "-probe", rs.Probe,
 		// Petrel (tuned Pion) also receives what a browser sends.
-		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || IsBrowser(stack) || IsToBrowser(stack))}
-	browser := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean"), "-ws")
+		"-tuned=" + strconv.FormatBool(stack == "pion-tuned" || stack == "petrel-lean" || stack == "petrel" || isOther(stack) || IsToBrowser(stack))}
+	impl := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(stack, "to-"), "-lean"), "-ws")
 	if tune != "" {
 		common = append(common, "-tune", strings.ReplaceAll(tune, "+", ","))
 	}
@@ -152,18 +178,23 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		cmd.Stderr = stderr
 		return &execCmd{cmd}
 	}
-	browserCmd := func(browser string, extra ...string) *execCmd {
-		script := h.BrowserScript
-		if script == "" {
-			script = "lab/browser/dcpeer.mjs"
+	// otherCmd starts another implementation's peer in browserHost: a
+	// browser through lab/browser/dcpeer.mjs, or a script of lab/peers.
+	otherCmd := func(impl string, extra ...string) *execCmd {
+		var line []string
+		if ss, ok := scriptPeers[impl]; ok {
+			dir := cmp.Or(h.PeerScripts, "lab/peers")
+			line = []string{cmp.Or(os.Getenv(ss.env), ss.python), filepath.Join(dir, ss.script)}
+		} else {
+			line = []string{"node", cmp.Or(h.BrowserScript, "lab/browser/dcpeer.mjs"), "--browser", impl}
 		}
-		if abs, err := filepath.Abs(script); err == nil {
-			script = abs
+		if abs, err := filepath.Abs(line[1]); err == nil {
+			line[1] = abs
 		}
-		args := append([]string{script, "--browser", browser, "--addr", listen.String() + ":7000",
+		args := append(append(line[1:len(line):len(line)], "--addr", listen.String()+":7000",
 			"--probe", rs.Probe, "--duration", strconv.Itoa(int(rs.Duration.Seconds())),
-			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10)}, extra...)
-		cmd := browserHost.Command(ctx, "node", args...)
+			"--high", strconv.FormatUint(sctptune.Petrel.SendHigh, 10), "--low", strconv.FormatUint(sctptune.Petrel.SendLow, 10)), extra...)
+		cmd := browserHost.Command(ctx, line[0], args...)
 		cmd.Stderr = stderr
 		return &execCmd{cmd}
 	}
@@ -180,7 +211,11 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		if err := send.Start(); err != nil {
 			return Result{}, err
 		}
-		recv := browserCmd(browser, "--reverse", "true", "--transport", transport)
+		extra := []string{"--reverse", "true"}
+		if transport != "dc" {
+			extra = append(extra, "--transport", transport)
+		}
+		recv := otherCmd(impl, extra...)
 		var out bytes.Buffer
 		recv.Stdout = &out
 		if err := recv.Start(); err != nil {
@@ -209,8 +244,8 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		return Result{}, err
 	}
 	var send *execCmd
-	if IsBrowser(stack) {
-		send = browserCmd(browser)
+	if isOther(stack) {
+		send = otherCmd(impl)
 	} else {
 		send = start(l.A, sendRole)
 	}
@@ -384,8 +419,8 @@ func ParseCases(s string) ([][2]string, error) {
 		switch base {
 		case "tcp", "pion", "pion-tuned", "petrel-lean", "petrel":
 		default:
-			if !IsBrowser(base) && !IsToBrowser(base) {
-				return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, to-chromium, to-firefox, the browser ones with -lean, and to-chromium-ws, to-firefox-ws)", st)
+			if !isOther(base) && !IsToBrowser(base) {
+				return nil, fmt.Errorf("unknown stack %q (tcp, pion, pion-tuned, petrel-lean, petrel, chromium, firefox, aiortc, gstreamer, to-chromium, to-firefox, to-aiortc, to-gstreamer, all of those but the first five with -lean, and to-chromium-ws, to-firefox-ws)", st)
 			}
 		}
 		switch pr {

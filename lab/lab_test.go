@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -142,7 +143,11 @@ func TestParseCasesAndTuning(t *testing.T) {
 	if cs, err := ParseCases("to-firefox-ws,to-chromium-lean"); err != nil || len(cs) != 2 || !IsToBrowser(cs[0][0]) {
 		t.Errorf("ParseCases(to-browser) = %v, %v", cs, err)
 	}
-	for _, bad := range []string{"quic", "tcp/sometimes", "quic:detach=1", "to-opera-ws", "chromium-ws"} {
+	if cs, err := ParseCases("aiortc,gstreamer-lean,to-aiortc,to-gstreamer-lean"); err != nil || len(cs) != 4 ||
+		!isOther(cs[1][0]) || IsToBrowser(cs[0][0]) || !IsToBrowser(cs[2][0]) || !IsToBrowser(cs[3][0]) {
+		t.Errorf("ParseCases(aiortc, webrtcbin) = %v, %v", cs, err)
+	}
+	for _, bad := range []string{"quic", "tcp/sometimes", "quic:detach=1", "to-opera-ws", "chromium-ws", "to-aiortc-ws", "to-tcp", "to-to-chromium"} {
 		if _, err := ParseCases(bad); err == nil {
 			t.Errorf("ParseCases(%q) succeeded", bad)
 		}
@@ -211,6 +216,54 @@ func TestBrowserToPetrel(t *testing.T) {
 				h.Stderr = os.Stderr
 			}
 			for _, stack := range []string{b.name, "to-" + b.name + "-lean", "to-" + b.name + "-ws"} {
+				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s on long: %.1f Mbit/s, probe p50 %.1f ms (%d/%d)", stack, res.Mbps, res.P50Ms, res.ProbeGot, res.ProbeSent)
+				if res.Mbps < 1 {
+					t.Errorf("%s: %.2f Mbit/s", stack, res.Mbps)
+				}
+				if res.ProbeGot < 50 || res.P50Ms < 36 {
+					t.Errorf("%s: probes: %d arrived, p50 %.1f ms (the link alone takes 40 ms)", stack, res.ProbeGot, res.P50Ms)
+				}
+			}
+		})
+	}
+}
+
+// TestOtherStacksToPetrel sends from aiortc and from GStreamer's webrtcbin
+// (lab/peers) to Petrel's tuned receiver and to a lean data session over
+// the long profile, then from a data session to them. It needs what
+// test/interop/install.sh installs, and skips without it.
+func TestOtherStacksToPetrel(t *testing.T) {
+	if err := netem.Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	root, _ := filepath.Abs("..")
+	for _, tc := range []struct{ stack, check string }{
+		{"aiortc", "import aiortc"},
+		{"gstreamer", "import gi; gi.require_version('GstWebRTC', '1.0'); from gi.repository import GstWebRTC"},
+	} {
+		t.Run(tc.stack, func(t *testing.T) {
+			ss := scriptPeers[tc.stack]
+			python := cmp.Or(os.Getenv(ss.env), ss.python)
+			if out, err := exec.Command(python, "-c", tc.check).CombinedOutput(); err != nil {
+				t.Skipf("skipping: %s cannot %q (run test/interop/install.sh): %v %s", python, tc.check, err, out)
+			}
+			release := exclusive(t)
+			defer release()
+			p, _ := netem.LookupProfile("long")
+			l, err := netem.NewLab(netem.Options{Spec: p.Spec})
+			if err != nil {
+				t.Skipf("skipping: cannot create network namespaces here: %v", err)
+			}
+			defer l.Close()
+			h := &Harness{Argv: []string{os.Args[0]}, Env: []string{"PETREL_LAB_PEER=1"}, PeerScripts: filepath.Join(root, "lab/peers")}
+			if testing.Verbose() {
+				h.Stderr = os.Stderr
+			}
+			for _, stack := range []string{tc.stack, tc.stack + "-lean", "to-" + tc.stack + "-lean"} {
 				res, err := h.Run(context.Background(), l, RunSpec{Stack: stack, Probe: "ordered", Duration: 3 * time.Second})
 				if err != nil {
 					t.Fatal(err)
