@@ -34,9 +34,13 @@ type col struct{ stack, title string }
 // extraCols are the stacks after Pion's, shown when they ran.
 var extraCols = []col{{"petrel-lean", "Pion → Petrel data session"}, {"petrel", "Petrel → Petrel (own SCTP)"},
 	{"chromium", "Chromium → Petrel"}, {"firefox", "Firefox → Petrel"},
+	{"aiortc", "aiortc → Petrel"}, {"gstreamer", "GStreamer webrtcbin → Petrel"},
 	{"to-chromium", "Petrel → Chromium"}, {"to-firefox", "Petrel → Firefox"},
 	{"chromium-lean", "Chromium → Petrel data session"}, {"firefox-lean", "Firefox → Petrel data session"},
+	{"aiortc-lean", "aiortc → Petrel data session"}, {"gstreamer-lean", "GStreamer webrtcbin → Petrel data session"},
 	{"to-chromium-lean", "Petrel data session → Chromium"}, {"to-firefox-lean", "Petrel data session → Firefox"},
+	{"to-aiortc", "Petrel → aiortc"}, {"to-gstreamer", "Petrel → GStreamer webrtcbin"},
+	{"to-aiortc-lean", "Petrel data session → aiortc"}, {"to-gstreamer-lean", "Petrel data session → GStreamer webrtcbin"},
 	{"to-chromium-ws", "TCP → Chromium (WebSocket)"}, {"to-firefox-ws", "TCP → Firefox (WebSocket)"}}
 
 // Report renders benchmark rows as Markdown with PNG plots.
@@ -188,7 +192,9 @@ func (r *Report) Markdown() (string, error) {
 		"`pion` and `pion-tuned` are Pion (%s) PeerConnections at both ends; `petrel` is Petrel's own SCTP "+
 		"(`rtc/datachan`) at both ends, a lean data session in b and a client of it (Pion's ICE agent, a DTLS "+
 		"client, datachan) in a; `petrel-lean` is the tuned Pion PeerConnection sending to a data session; "+
-		"`chromium-lean`/`firefox-lean` are the browser sending to a data session, `to-chromium-lean`/"+
+		"`chromium`/`firefox` are the browser sending to the tuned Pion PeerConnection, `aiortc` and `gstreamer` "+
+		"aiortc and GStreamer's `webrtcbin` (usrsctp, the study's stack) sending to it (`lab/peers`), each with "+
+		"`-lean` sending to a data session instead (`to-aiortc`, `to-gstreamer`: the other way); `to-chromium-lean`/"+
 		"`to-firefox-lean` a data session sending to the browser (which measures), and `to-chromium-ws`/"+
 		"`to-firefox-ws` TCP sending to the same page over a WebSocket, the browser's own reference. Goodput is payload bytes at "+
 		"the receiver.\n\n",
@@ -334,13 +340,13 @@ func (r *Report) plots() ([]string, error) {
 			continue
 		}
 		img := "dc-vs-tcp-" + p + ".png"
-		script := fmt.Sprintf(`set terminal pngcairo size 800,400
+		script := fmt.Sprintf(palette+`set terminal pngcairo size 1100,450
 set output '%s'
 set title 'Goodput over time, profile %s (run closest to the median)'
 set xlabel 'seconds since first byte'
 set ylabel 'Mbit/s'
 set yrange [0:*]
-set key bottom right
+set key outside right top font ',9'
 set grid
 plot %s
 `, filepath.Join(r.PlotDir, img), p, strings.Join(plots, ", "))
@@ -383,8 +389,7 @@ plot %s
 		}
 	}
 	img := "dc-vs-tcp-percent.png"
-	// gnuplot has 8 colours before they repeat; the stacks can be 12.
-	script := fmt.Sprintf(`set terminal pngcairo size 1300,450
+	script := fmt.Sprintf(palette+`set terminal pngcairo size 1300,450
 set output '%s'
 set title 'Data-channel goodput as %% of TCP'
 set style data histograms
@@ -393,10 +398,6 @@ set style fill solid 0.8 border -1
 set ylabel '%% of TCP'
 set yrange [0:*]
 set key outside right top font ',9'
-set linetype 9 lc rgb '#8c564b'
-set linetype 10 lc rgb '#17becf'
-set linetype 11 lc rgb '#7f7f7f'
-set linetype 12 lc rgb '#bcbd22'
 set grid ytics
 set arrow from graph 0, first 90 to graph 1, first 90 nohead dt 2 lw 2
 plot %s
@@ -406,6 +407,18 @@ plot %s
 	}
 	return append(imgs, img), nil
 }
+
+// palette gives the plots 20 colours (gnuplot's own repeat after 8, and a
+// report can have 20 stacks), in the order of extraCols.
+var palette = func() string {
+	var b strings.Builder
+	for i, c := range []string{"#9400d3", "#009e73", "#56b4e9", "#e69f00", "#f0e442", "#0072b2", "#e51e10", "#000000",
+		"#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#ff7f0e", "#2ca02c", "#d62728", "#aec7e8",
+		"#ff9896", "#c5b0d5", "#393b79", "#637939"} {
+		fmt.Fprintf(&b, "set linetype %d lc rgb '%s'\n", i+1, c)
+	}
+	return b.String()
+}()
 
 func gnuplot(script string) error {
 	cmd := exec.Command("gnuplot")
