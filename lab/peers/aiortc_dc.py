@@ -6,7 +6,7 @@ lab/browser/dcpeer.mjs), sends bulk messages while bufferedAmount is under
 --high (again when it falls to --low), a stamped 64-byte probe every 10 ms,
 and stops when the receiver writes "done" or closes. With --reverse true
 (the `to-aiortc` stack) Petrel sends on those channels and this measures
-(meter.py) and prints the Result JSON.
+(labpeer.py) and prints the Result JSON.
 
   python3 aiortc_dc.py --addr 10.201.0.2:7000 --probe ordered
       [--msgsize 65536 --high 2097152 --low 1048576 --duration 10 --reverse true]
@@ -14,18 +14,15 @@ and stops when the receiver writes "done" or closes. With --reverse true
 aiortc's SCTP is its own, in Python (aiortc/rtcsctptransport.py).
 """
 
-import argparse
 import asyncio
 import json
 import os
-import struct
 import sys
-import time
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meter import Meter  # noqa: E402
+from labpeer import Meter, parse_args, probe_message  # noqa: E402
 
 
 def log(*a):
@@ -96,10 +93,7 @@ async def run(args):
             await asyncio.sleep(0.01)
             if probe.readyState != "open":
                 continue
-            msg = bytearray(64)
-            # Wall-clock ns, the clock the Go receiver compares with.
-            struct.pack_into(">QQ", msg, 0, seq, time.time_ns())
-            probe.send(bytes(msg))
+            probe.send(probe_message(seq))
             seq += 1
 
     task = asyncio.ensure_future(probes()) if probe else None
@@ -111,15 +105,7 @@ async def run(args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--addr", default="10.201.0.2:7000")
-    p.add_argument("--probe", default="ordered")
-    p.add_argument("--msgsize", type=int, default=65536)
-    p.add_argument("--high", type=int, default=2 * 1024 * 1024)
-    p.add_argument("--low", type=int, default=1024 * 1024)
-    p.add_argument("--duration", type=int, default=10)
-    p.add_argument("--reverse", default="false")
-    args = p.parse_args()
+    args = parse_args()
     try:
         asyncio.run(asyncio.wait_for(run(args), args.duration + 90))
     except Exception as e:

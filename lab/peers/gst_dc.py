@@ -7,7 +7,7 @@ lab/browser/dcpeer.mjs), sends bulk messages while buffered-amount is under
 --high (again when it falls to --low), a stamped 64-byte probe every 10 ms,
 and stops when the receiver writes "done" or closes. With --reverse true
 (the `to-gstreamer` stack) Petrel sends on those channels and this
-measures (meter.py) and prints the Result JSON.
+measures (labpeer.py) and prints the Result JSON.
 
   /usr/bin/python3 gst_dc.py --addr 10.201.0.2:7000 --probe ordered
       [--msgsize 65536 --high 2097152 --low 1048576 --duration 10 --reverse true]
@@ -16,11 +16,9 @@ Runs under the system Python (Debian's python3-gi), as test/interop's
 GStreamer peers do.
 """
 
-import argparse
 import json
 import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -33,7 +31,7 @@ gi.require_version("GstWebRTC", "1.0")
 from gi.repository import GLib, Gst, GstSdp, GstWebRTC  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from meter import Meter  # noqa: E402
+from labpeer import Meter, parse_args, probe_message  # noqa: E402
 
 PROBE_INIT = {
     "ordered": "application/data-channel, ordered=(boolean)true",
@@ -160,10 +158,7 @@ def run(args):
         while not stop.wait(0.01):
             if probe.get_property("ready-state") != GstWebRTC.WebRTCDataChannelState.OPEN:
                 continue
-            msg = bytearray(64)
-            # Wall-clock ns, the clock the Go receiver compares with.
-            struct.pack_into(">QQ", msg, 0, seq, time.time_ns())
-            probe.emit("send-data", GLib.Bytes.new(bytes(msg)))
+            probe.emit("send-data", GLib.Bytes.new(probe_message(seq)))
             seq += 1
 
     threads = [threading.Thread(target=send_bulk, daemon=True)]
@@ -180,15 +175,7 @@ def run(args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--addr", default="10.201.0.2:7000")
-    p.add_argument("--probe", default="ordered")
-    p.add_argument("--msgsize", type=int, default=65536)
-    p.add_argument("--high", type=int, default=2 * 1024 * 1024)
-    p.add_argument("--low", type=int, default=1024 * 1024)
-    p.add_argument("--duration", type=int, default=10)
-    p.add_argument("--reverse", default="false")
-    args = p.parse_args()
+    args = parse_args()
     timer = threading.Timer(args.duration + 90, lambda: (log("timeout"), os._exit(1)))
     timer.daemon = True
     timer.start()

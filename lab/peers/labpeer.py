@@ -1,10 +1,8 @@
-"""What a `petrel lab` receiver measures (lab/peer.go's Result, as
-lab/browser/dcpeer.mjs's measure does in the page): the bulk channel's
-payload bytes for --duration seconds from its first message, in 0.25 s
-steps, and the one-way delay of the stamped probes that arrive in that
-window. Shared by the aiortc and GStreamer peers; thread-safe, since
-webrtcbin calls back from its own threads."""
+"""What the aiortc and GStreamer peers of `petrel lab` share: their flags
+(those lab/browser/dcpeer.mjs takes), the stamped probe, and Meter, what a
+receiver measures."""
 
+import argparse
 import struct
 import threading
 import time
@@ -12,7 +10,33 @@ import time
 STEP = 0.25
 
 
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--addr", default="10.201.0.2:7000")
+    p.add_argument("--probe", default="ordered")
+    p.add_argument("--msgsize", type=int, default=65536)
+    p.add_argument("--high", type=int, default=2 * 1024 * 1024)
+    p.add_argument("--low", type=int, default=1024 * 1024)
+    p.add_argument("--duration", type=int, default=10)
+    p.add_argument("--reverse", default="false")
+    return p.parse_args()
+
+
+def probe_message(seq):
+    """A 64-byte probe: its sequence number and the wall-clock ns it was
+    sent at, the clock the receiver compares with (lab/peer.go)."""
+    msg = bytearray(64)
+    struct.pack_into(">QQ", msg, 0, seq, time.time_ns())
+    return bytes(msg)
+
+
 class Meter:
+    """What a receiver measures (lab/peer.go's Result, as dcpeer.mjs's
+    measure does in the page): the bulk channel's payload bytes for
+    duration seconds from its first message, in 0.25 s steps, and the
+    one-way delay of the stamped probes that arrive in that window.
+    Thread-safe: webrtcbin calls back from its own threads."""
+
     def __init__(self, duration, probe_mode):
         self.duration = duration
         self.probe_mode = probe_mode
