@@ -44,10 +44,15 @@ type Harness struct {
 // the interpreter (an environment variable overrides it, as for
 // test/interop) and the script in lab/peers. aiortc runs under the Python
 // that has it, webrtcbin under Debian's, which has its GObject bindings.
-var scriptPeers = map[string]struct{ env, python, script string }{
+var scriptPeers = map[string]scriptPeer{
 	"aiortc":    {"PYTHON", "python3", "aiortc_dc.py"},
 	"gstreamer": {"GST_PYTHON", "/usr/bin/python3", "gst_dc.py"},
 }
+
+type scriptPeer struct{ env, python, script string }
+
+// interpreter is the Python that runs the script.
+func (p scriptPeer) interpreter() string { return cmp.Or(os.Getenv(p.env), p.python) }
 
 // PeerProcs is the GOMAXPROCS of a Go peer (TCP's, Pion's, Petrel's; a
 // variant's procs=N overrides it): its host's share of the machine's CPUs,
@@ -184,7 +189,7 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		var line []string
 		if ss, ok := scriptPeers[impl]; ok {
 			dir := cmp.Or(h.PeerScripts, "lab/peers")
-			line = []string{cmp.Or(os.Getenv(ss.env), ss.python), filepath.Join(dir, ss.script)}
+			line = []string{ss.interpreter(), filepath.Join(dir, ss.script)}
 		} else {
 			line = []string{"node", cmp.Or(h.BrowserScript, "lab/browser/dcpeer.mjs"), "--browser", impl}
 		}

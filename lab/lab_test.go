@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -227,8 +226,7 @@ func TestOtherStacksToPetrel(t *testing.T) {
 		{"gstreamer", "import gi; gi.require_version('GstWebRTC', '1.0'); from gi.repository import GstWebRTC", 5},
 	} {
 		t.Run(tc.stack, func(t *testing.T) {
-			ss := scriptPeers[tc.stack]
-			python := cmp.Or(os.Getenv(ss.env), ss.python)
+			python := scriptPeers[tc.stack].interpreter()
 			if out, err := exec.Command(python, "-c", tc.check).CombinedOutput(); err != nil {
 				t.Skipf("skipping: %s cannot %q (run test/interop/install.sh): %v %s", python, tc.check, err, out)
 			}

@@ -408,8 +408,9 @@ plot %s
 	return append(imgs, img), nil
 }
 
-// palette gives the plots 20 colours (gnuplot's own repeat after 8, and a
-// report can have 20 stacks), in the order of extraCols.
+// palette gives the plots' lines and bars 20 colours, in the order they
+// are plotted (gnuplot's own repeat after 8, and a report can have 20
+// stacks).
 var palette = func() string {
 	var b strings.Builder
 	for i, c := range []string{"#9400d3", "#009e73", "#56b4e9", "#e69f00", "#f0e442", "#0072b2", "#e51e10", "#000000",

@@ -61,12 +61,14 @@ async def run(args):
     if not line:
         raise RuntimeError("signaling closed before the answer")
     answer = json.loads(line)
+    meter = None
     if args.reverse == "true":
         meter = Meter(args.duration, args.probe)
         bulk.on("message", lambda m: meter.bulk(len(m)))
         if probe:
             probe.on("message", meter.probe)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+    if meter is not None:
         while not meter.done.is_set():
             await asyncio.sleep(0.05)
         print(json.dumps(meter.result()), flush=True)
@@ -75,7 +77,6 @@ async def run(args):
         writer.close()
         await pc.close()
         return
-    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
 
     chunk = bytes(args.msgsize)
 

@@ -30,8 +30,14 @@ gi.require_version("GstSdp", "1.0")
 gi.require_version("GstWebRTC", "1.0")
 from gi.repository import GLib, Gst, GstSdp, GstWebRTC  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
 from labpeer import Meter, parse_args, probe_message  # noqa: E402
+
+# The interop tests' webrtcbin peers put gathered candidates into a
+# non-trickle offer; this one does it the same way.
+sys.path.insert(0, os.path.join(here, "..", "..", "test", "interop"))
+from gst_viewer import add_candidates  # noqa: E402
 
 PROBE_INIT = {
     "ordered": "application/data-channel, ordered=(boolean)true",
@@ -51,21 +57,6 @@ def promised(webrtc, signal, *args):
     webrtc.emit(signal, *args, p)
     p.wait()
     return p
-
-
-def with_candidates(sdp, cands):
-    """Puts gathered candidates into their m-sections when webrtcbin's local
-    description does not carry them itself (non-trickle signaling)."""
-    if "a=candidate:" in sdp:
-        return sdp
-    out, mline = [], -1
-    for line in sdp.replace("\r\n", "\n").rstrip("\n").split("\n"):
-        if line.startswith("m="):
-            mline += 1
-        out.append(line)
-        if line.startswith("m="):
-            out.extend(c if c.startswith("a=") else "a=" + c for m, c in cands if m == mline)
-    return "\r\n".join(out) + "\r\n"
 
 
 def connect(host, port):
@@ -114,7 +105,7 @@ def run(args):
         if time.monotonic() > deadline:
             raise TimeoutError("ICE gathering did not complete")
         time.sleep(0.02)
-    sdp = with_candidates(webrtc.get_property("local-description").sdp.as_text(), cands)
+    sdp = add_candidates(webrtc.get_property("local-description").sdp.as_text(), cands)
 
     sock = connect(host, int(port))
     rf = sock.makefile("r")
