@@ -82,8 +82,7 @@ type LKParticipant struct {
 	pub, sub  *webrtc.PeerConnection
 	published map[string]chan string // cid → track sid
 	answers   chan *lkResponse
-	subSids   []string
-	retries   int
+	retries   map[string]int // per track sid
 
 	// Used by the reader goroutine only.
 	pending [2][]webrtc.ICECandidateInit // per target, until its remote description is set
@@ -374,23 +373,23 @@ func (lp *LKParticipant) Subscribe(sids []string) error {
 	if len(sids) == 0 {
 		return nil
 	}
-	lp.mu.Lock()
-	lp.subSids = append(lp.subSids, sids...)
-	lp.mu.Unlock()
 	if err := lp.send(lkReqSubscription, lkUpdateSubscription(sids, true)); err != nil {
 		return err
 	}
 	return lp.send(lkReqTrackSetting, lkUpdateTrackSettings(sids, lkQualityHigh, 640, 360))
 }
 
-// lkMaxResubscribe bounds retries of a subscription the server could not
-// resolve yet (a track is found once its media has arrived).
+// lkMaxResubscribe bounds the retries of a track's subscription that the
+// server could not resolve yet (a track is found once its media has arrived).
 const lkMaxResubscribe = 25
 
 func (lp *LKParticipant) resubscribe(r *lkResponse) {
 	lp.mu.Lock()
-	lp.retries++
-	n := lp.retries
+	if lp.retries == nil {
+		lp.retries = map[string]int{}
+	}
+	lp.retries[r.trackSid]++
+	n := lp.retries[r.trackSid]
 	lp.mu.Unlock()
 	if r.subErr != 2 || n > lkMaxResubscribe { // SE_TRACK_NOTFOUND
 		lp.Peer.Fail(fmt.Errorf("livekit: subscription to %s failed (error %d)", r.trackSid, r.subErr))
@@ -476,11 +475,15 @@ func (r *Runner) runLiveKit(ctx context.Context) error {
 	return fmt.Errorf("target livekit supports the room and stream scenarios, not %q", c.Scenario)
 }
 
-// LiveKitBinary is the livekit-server to run: $PETREL_LIVEKIT_BIN, else
-// shared/peers/livekit/livekit-server in the folder that holds the checkout
-// (found by walking up from the working directory to go.mod). "" if absent.
+// LiveKitBinary is the livekit-server to run: $PETREL_LIVEKIT_BIN when set,
+// else shared/peers/livekit/livekit-server in the folder that holds the
+// checkout (found by walking up from the working directory to go.mod). ""
+// if that file is absent.
 func LiveKitBinary() string {
 	if b := os.Getenv("PETREL_LIVEKIT_BIN"); b != "" {
+		if _, err := os.Stat(b); err != nil {
+			return ""
+		}
 		return b
 	}
 	dir, err := os.Getwd()
