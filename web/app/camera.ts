@@ -220,12 +220,6 @@ export type Way = 'webrtc' | 'http';
 
 const WAY_NAME: Record<Way, string> = { webrtc: 'WebRTC', http: 'HTTP live' };
 
-/** A short codec name for messages: "video/H264" → "H.264". */
-function codecName(mime: string): string {
-  const c = mime.replace(/^video\//i, '').toUpperCase();
-  return c === 'H264' ? 'H.264' : c === 'H265' ? 'H.265' : c;
-}
-
 /** How long without a first frame before the page says so (the session may still come). */
 const SLOW_START_MS = 8000;
 
@@ -372,17 +366,14 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   };
   if (way === 'http') return playLive();
 
-  // The page knows before it asks: a browser without H.264 for WebRTC (Firefox
-  // without its OpenH264 plugin) looks up the camera's codec first; one with it
-  // does not wait (an H.265 camera is then refused by the server's answer).
-  const servers = iceServers(room, token).catch(() => []);
+  // The page knows before it asks: every camera sends H.264 or H.265, so a
+  // browser without H.264 for WebRTC (Firefox without its OpenH264 plugin)
+  // plays HTTP live at once. An H.265 camera is refused by the server's answer.
   if (!receivesOverWebRTC('video/H264')) {
-    const codec = (await statusNow)?.video;
-    if (codec && !receivesOverWebRTC(codec)) {
-      useWay('http', `this browser cannot receive ${codecName(codec)} over WebRTC`);
-      return playLive();
-    }
+    useWay('http', 'this browser cannot receive H.264 over WebRTC');
+    return playLive();
   }
+  const servers = iceServers(room, token).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
   const fallBack = (why: string) => {
@@ -490,7 +481,9 @@ async function playHTTP(video: HTMLVideoElement, url: string, token: string, onR
   // has no video yet (503): ask again, a while.
   const ask = async () => {
     for (let i = 0; ; i++) {
-      const r = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+      // no-store: Firefox otherwise holds a second request for the same URL
+      // (another tab of the camera) behind the first's cache entry, for ~20 s.
+      const r = await fetch(url, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
       if (r.status !== 503 || i >= LIVE_RETRIES) return r;
       onNote(`Waiting for the camera's video (${(await r.text().catch(() => '')).includes('no video') ? 'it has none yet' : 'server busy'})…`);
       await new Promise((w) => setTimeout(w, 1000));
