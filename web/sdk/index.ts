@@ -16,6 +16,7 @@ export {
   type TrackSettings,
 } from './room.js';
 export type { ConnectionQuality, StatsSummary, TrackStats, CandidatePairStats } from './stats.js';
+export { qualityOf } from './stats.js';
 export { encodeData, decodeData, type DataHeader } from './data.js';
 // Direct sessions with WebRTC cameras, falling back to the SFU: docs/cameras.md#direct-sessions.
 export { viewCamera, type CameraView, type CameraPath, type ViewCameraOptions, type DirectStep } from './direct.js';
