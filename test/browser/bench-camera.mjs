@@ -5,7 +5,10 @@
 // painted, in ms since the viewer started (after the page's script and token)
 // and since navigation started, and how the page played (WebRTC / HTTP live).
 //
-//   node bench-camera.mjs [LOADS] [chromium|firefox ...]     (default 7, both)
+//   node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
+//
+// A VIEWER is chromium or firefox, with page parameters after '&':
+// 'chromium&trickle=0' has the offer wait for ICE gathering (as before).
 //
 // Needs bin/petrel (node build.mjs, or go build -o bin/petrel ./cmd/petrel).
 import { spawn, execFileSync } from 'node:child_process';
@@ -37,14 +40,21 @@ try {
   const token = await server.token('camera/door', 'viewer', ['--subscribe']);
   // Warm: the RTSP session is open and a GOP is cached before the first load.
   await new Promise((r) => setTimeout(r, 2500));
+  // A viewer is a browser and optional page parameters: chromium&trickle=0 is
+  // Chromium with the offer waiting for ICE gathering, as the page did before.
+  const launched = {};
   const browsers = [];
-  for (const name of which) browsers.push(name === 'firefox' ? await launchFirefox() : await launchChromium());
+  for (const name of which) {
+    const [kind, ...q] = name.split('&');
+    launched[kind] ??= kind === 'firefox' ? await launchFirefox() : await launchChromium();
+    browsers.push({ name, q: q.length ? `&${q.join('&')}` : '', newPage: () => launched[kind].newPage() });
+  }
   const runs = Object.fromEntries(which.map((n) => [n, []]));
   const probeRuns = [];
   const load = async (browser) => {
     const page = await browser.newPage();
     try {
-      await page.goto(`${server.base}/?camera=door&token=${token}`);
+      await page.goto(`${server.base}/?camera=door&token=${token}${browser.q}`);
       const r = await waitFor(page, 'the first frame', () => {
         const c = window.petrelCamera;
         const err = c?.error;
@@ -73,7 +83,7 @@ try {
       if (i > 0 && first.result?.firstFrame) probeRuns.push(Math.round(first.result.firstFrame / 1e5) / 10);
     }
   } finally {
-    for (const b of browsers) await b.close();
+    for (const b of Object.values(launched)) await b.close();
   }
   const pick = (v, q) => {
     v = v.filter((x) => x !== undefined).sort((a, b) => a - b);

@@ -300,6 +300,9 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     overlay.textContent =
       `${mode} time-to-stream\n` + rows.map(([k, v]) => `${k.padEnd(18)}${v === undefined ? pending : `${v} ms`}`).join('\n');
     if (way === 'webrtc' && t.gatheringComplete !== undefined && !direct) overlay.textContent += `\n${'(ICE gathered'.padEnd(18)}${t.gatheringComplete} ms)`;
+    // The steps count from the viewer's start; this from navigation (the page's own load included).
+    const nav = window.petrelCamera?.navFirstFrame;
+    if (nav !== undefined) overlay.textContent += `\n${'(since page load'.padEnd(18)}${nav} ms)`;
     overlay.dataset.firstFrame = t.firstFrame === undefined ? '' : String(t.firstFrame);
   };
   const mark = (k: keyof Timings, ms?: number) => {
@@ -390,6 +393,9 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
       token,
       iceServers: servers,
       iceTransportPolicy: relay ? 'relay' : 'all',
+      // &trickle=0: the offer waits for gathering, as the page did before (for comparison).
+      trickle: params.get('trickle') !== '0',
+      prepared: window.petrelEarly,
       onStep: (s) => s !== 'firstTrack' && mark(s),
       onTrack: (track) => {
         if (track.kind !== 'video') return;

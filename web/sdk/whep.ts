@@ -4,6 +4,7 @@
 // ICE-lite answer (the lean egress) needs no candidates at all, and to a full-ICE
 // server the viewer's candidates follow as PATCHes (trickle-ice-sdpfrag).
 import { PetrelError } from './protocol.js';
+import { gathered } from './room.js';
 
 export type WhepStep = 'pcCreated' | 'offerSent' | 'answerArrived' | 'iceConnected' | 'dtlsConnected' | 'firstTrack' | 'gatheringComplete';
 
@@ -20,6 +21,18 @@ export interface WhepOptions {
   onStep?: (step: WhepStep, ms: number) => void;
   /** Each remote track as it arrives (video and audio). */
   onTrack?: (track: MediaStreamTrack) => void;
+  /**
+   * Trickle (default true): the offer goes before gathering completes. false
+   * waits for every candidate first (bounded, 2 s), for a WHEP server that is
+   * neither ICE-lite nor takes PATCHes.
+   */
+  trickle?: boolean;
+  /**
+   * A connection made earlier with its offer on the way (recvonly video then
+   * audio transceivers, no ICE servers yet), for a page that starts it before
+   * its script has loaded; whepPlay takes it over.
+   */
+  prepared?: { pc: RTCPeerConnection; offer: Promise<RTCSessionDescriptionInit> };
   /** The connection failed after the answer (ICE or DTLS). */
   onFailed?: (why: string) => void;
 }
@@ -110,10 +123,19 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   const auth = { Authorization: `Bearer ${opts.token}` };
   const policy = opts.iceTransportPolicy ?? 'all';
   const servers = opts.iceServers instanceof Promise ? undefined : opts.iceServers;
-  const pc = new RTCPeerConnection({ iceServers: servers ?? [], iceTransportPolicy: policy, bundlePolicy: 'max-bundle' });
+  let pc: RTCPeerConnection;
+  let offered: Promise<RTCSessionDescriptionInit>;
+  if (opts.prepared && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
+    ({ pc, offer: offered } = opts.prepared);
+    if (servers?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: servers });
+  } else {
+    opts.prepared?.pc.close();
+    pc = new RTCPeerConnection({ iceServers: servers ?? [], iceTransportPolicy: policy, bundlePolicy: 'max-bundle' });
+    pc.addTransceiver('video', { direction: 'recvonly' });
+    pc.addTransceiver('audio', { direction: 'recvonly' });
+    offered = pc.createOffer();
+  }
   mark('pcCreated');
-  pc.addTransceiver('video', { direction: 'recvonly' });
-  pc.addTransceiver('audio', { direction: 'recvonly' });
   let failed = false;
   pc.oniceconnectionstatechange = () => {
     if (pc.iceConnectionState === 'connected' || pc.iceConnectionState === 'completed') mark('iceConnected');
@@ -135,7 +157,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   let sendCandidates: ((c: string[]) => void) | null = null;
   let mid = '0';
   pc.onicecandidate = (ev) => {
-    if (!ev.candidate) return;
+    if (!ev.candidate || opts.trickle === false) return;
     if (ev.candidate.sdpMid) mid = ev.candidate.sdpMid;
     if (!ev.candidate.candidate) return;
     if (sendCandidates) sendCandidates([ev.candidate.candidate]);
@@ -148,9 +170,10 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   let gatheringAtOffer: RTCIceGatheringState;
   try {
     // The offer (a certificate, in a fresh page) is made while the servers come.
-    const [offer, later] = await Promise.all([pc.createOffer(), opts.iceServers instanceof Promise ? opts.iceServers : undefined]);
+    const [offer, later] = await Promise.all([offered, opts.iceServers instanceof Promise ? opts.iceServers : undefined]);
     if (later?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: later });
     await pc.setLocalDescription(offer);
+    if (opts.trickle === false) await gathered(pc, 2000);
     gatheringAtOffer = pc.iceGatheringState;
     mark('offerSent');
     res = await fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/sdp', ...auth }, body: pc.localDescription?.sdp });
