@@ -64,6 +64,20 @@ test('Chromium: the camera page offers before ICE gathering completes, plays ove
     assert.equal(s.header, 'playing · WebRTC');
     await expectGrowth('frames of the camera', () => frames(viewer.page), { frames: 10 });
 
+    // Relay only: the TURN servers (OPTIONS) are set while the offer is made, before gathering.
+    const relayed = watch(new Participant('relay', await chromium.newPage()));
+    await relayed.page.goto(`${server.base}/?camera=door&relay=1&token=${token}`);
+    const sr = await settled(relayed.page);
+    assert.equal(sr.error, '');
+    assert.equal(sr.mode, 'webrtc');
+    const pair = await relayed.page.evaluate(async () => {
+      let local;
+      const r = await window.petrelCamera.pc.getStats();
+      r.forEach((s) => s.type === 'transport' && s.selectedCandidatePairId && (local = r.get(r.get(s.selectedCandidatePairId).localCandidateId)?.candidateType));
+      return local;
+    });
+    assert.equal(pair, 'relay');
+
     // Errors: a refused token, over WebRTC and over HTTP live.
     const bad = watch(new Participant('bad-token', await chromium.newPage()));
     await expectError(bad.page, `${server.base}/?camera=door&token=not-a-token`, /^WHEP 401: /);
