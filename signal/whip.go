@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -158,7 +159,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 		delete(s.sessions, sess.id)
 		s.mu.Unlock()
 	})
-	loc := "/" + kind + "/" + r.PathValue("room") + "/" + sess.id
+	// Escaped: a room name may hold a slash (camera/<id>), and the session's
+	// PATCH and DELETE must reach the {room}/{session} route.
+	loc := "/" + kind + "/" + url.PathEscape(c.Room) + "/" + url.PathEscape(sess.id)
 	w.Header().Set("Location", loc)
 	w.Header().Set("ETag", sess.etag)
 	w.Header().Set("Content-Type", "application/sdp")
