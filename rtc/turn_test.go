@@ -180,3 +180,46 @@ func (p peerAddress) AddTo(m *stun.Message) error {
 	a := &stun.XORMappedAddress{IP: p.IP, Port: p.Port}
 	return a.AddToAs(m, stun.AttrXORPeerAddress)
 }
+
+// TestTURNRelayToRelay: two clients that both need a relay (a direct session
+// to a camera) reach each other through their relayed addresses; a relayed
+// address that no longer exists is refused again.
+func TestTURNRelayToRelay(t *testing.T) {
+	_, mediaPort := udpListener(t)
+	s := startTestTURN(t, mediaPort, 0, 0)
+	a, relayA, err := turnClient(t, s.Port, "viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, relayB, err := turnClient(t, s.Port, "camera")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreatePermission(relayA.LocalAddr()); err != nil {
+		t.Fatalf("camera permits the viewer's relay: %v", err)
+	}
+	if _, err := relayA.WriteTo([]byte("hello camera"), relayB.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	_ = relayB.SetReadDeadline(time.Now().Add(3 * time.Second))
+	n, _, err := relayB.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "hello camera" {
+		t.Fatalf("relay to relay: %q, %v", buf[:n], err)
+	}
+	gone := relayB.LocalAddr()
+	if err := relayB.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := a.CreatePermission(&net.UDPAddr{IP: gone.(*net.UDPAddr).IP, Port: gone.(*net.UDPAddr).Port})
+		if isForbidden(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed allocation's relayed address: %v, want 403 Forbidden", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/stun/v3"
@@ -22,6 +23,12 @@ import (
 // Send indication names a port of its own).
 type turnGuard struct {
 	peers   []net.UDPAddr
+	relayIP net.IP
+	// relays are the live allocations' relayed addresses: two clients that
+	// both need a relay (a direct session to a camera) reach each other
+	// through them. Copied on write: allocations are rare, packets are not.
+	relays  atomic.Pointer[map[netip.AddrPort]bool]
+	relayMu sync.Mutex
 	key     func(user, realm string) ([]byte, bool)
 	quota   *turnQuota
 	log     *slog.Logger
@@ -29,7 +36,8 @@ type turnGuard struct {
 }
 
 func newTURNGuard(o TURNOptions) *turnGuard {
-	g := &turnGuard{log: o.Log, refused: newLogLimit(10 * time.Second)}
+	g := &turnGuard{log: o.Log, refused: newLogLimit(10 * time.Second), relayIP: o.RelayIP}
+	g.relays.Store(&map[netip.AddrPort]bool{})
 	for _, p := range o.Peers {
 		if ip4 := p.IP.To4(); ip4 != nil {
 			p.IP = ip4
@@ -41,14 +49,16 @@ func newTURNGuard(o TURNOptions) *turnGuard {
 	return g
 }
 
-// permit reports whether ip:port is one of the media ports.
+// permit reports whether ip:port is one of the media ports or a live
+// allocation's relayed address.
 func (g *turnGuard) permit(ip net.IP, port int) bool {
 	for i := range g.peers {
 		if g.peers[i].Port == port && g.peers[i].IP.Equal(ip) {
 			return true
 		}
 	}
-	return false
+	a, ok := netip.AddrFromSlice(ip)
+	return ok && (*g.relays.Load())[netip.AddrPortFrom(a.Unmap(), uint16(port))]
 }
 
 // permitIP is Pion's PermissionHandler, which sees only the address.
@@ -58,8 +68,34 @@ func (g *turnGuard) permitIP(src net.Addr, ip net.IP) bool {
 			return true
 		}
 	}
+	if g.relayIP != nil && g.relayIP.Equal(ip) {
+		return true
+	}
 	g.logRefused(src, ip.String())
 	return false
+}
+
+// setRelay adds or removes a relayed address.
+func (g *turnGuard) setRelay(a net.Addr, live bool) {
+	ua, ok := a.(*net.UDPAddr)
+	if !ok {
+		return
+	}
+	ap := ua.AddrPort()
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	g.relayMu.Lock()
+	defer g.relayMu.Unlock()
+	old := *g.relays.Load()
+	next := make(map[netip.AddrPort]bool, len(old)+1)
+	for k := range old {
+		next[k] = true
+	}
+	if live {
+		next[ap] = true
+	} else {
+		delete(next, ap)
+	}
+	g.relays.Store(&next)
 }
 
 func (g *turnGuard) peerList() []string {
@@ -232,7 +268,8 @@ func (r *relayGenerator) AllocatePacketConn(network string, port int) (net.Packe
 	if err != nil {
 		return nil, nil, err
 	}
-	return &relayConn{PacketConn: c, g: r.guard}, a, nil
+	r.guard.setRelay(a, true)
+	return &relayConn{PacketConn: c, g: r.guard, addr: a}, a, nil
 }
 
 // AllocateConn is for TCP relays (RFC 6062), which Pion's server does not make.
@@ -243,7 +280,14 @@ func (r *relayGenerator) AllocateConn(string, int) (net.Conn, net.Addr, error) {
 // relayConn is an allocation's relay socket.
 type relayConn struct {
 	net.PacketConn
-	g *turnGuard
+	g    *turnGuard
+	addr net.Addr
+	once sync.Once
+}
+
+func (c *relayConn) Close() error {
+	c.once.Do(func() { c.g.setRelay(c.addr, false) })
+	return c.PacketConn.Close()
 }
 
 func (c *relayConn) WriteTo(p []byte, addr net.Addr) (int, error) {
