@@ -208,3 +208,37 @@ func joinedICEServers(t *testing.T, s *Server, token string) []any {
 		}
 	}
 }
+
+// TestTURNAllocationQuota: one identity's credentials cannot take every relay
+// port: past turn.max_allocations_per_user the answer is 486.
+func TestTURNAllocationQuota(t *testing.T) {
+	s := Start(t, Options{Args: []string{"--turn=true", "--turn-max-allocations-per-user=2"}})
+	user, pass, ok := turnCredentials(t, s, s.Token(t, "turnroom", "hog", auth.Grants{Subscribe: true}))
+	if !ok {
+		t.Fatal("no TURN credentials")
+	}
+	allocate(t, s, "udp", user, pass)
+	allocate(t, s, "tcp", user, pass)
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.TURNPort))
+	c, err := turn.NewClient(&turn.ClientConfig{STUNServerAddr: addr, TURNServerAddr: addr, Conn: conn,
+		Username: user, Password: pass, Realm: "petrel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Allocate()
+	var te *stun.TurnError
+	if !errors.As(err, &te) || te.ErrorCodeAttr.Code != stun.CodeAllocQuotaReached {
+		t.Fatalf("third allocation: %v, want 486 Allocation Quota Reached", err)
+	}
+	s.WaitLog(t, "turn allocation quota reached", 2*time.Second)
+	s.Healthy(t)
+}
