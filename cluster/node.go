@@ -54,10 +54,13 @@ type Node struct {
 	engine *rtc.Engine
 	log    *slog.Logger
 	secret []byte
-	verify func(string) (string, string, error)
-	rdb    *redis.Client
-	reg    *Registry
-	http   *http.Client
+	// used holds the ids of node request tokens taken (linktoken.go).
+	used         *usedTokens
+	linkRefusals atomic.Int64
+	verify       func(string) (string, string, error)
+	rdb          *redis.Client
+	reg          *Registry
+	http         *http.Client
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,7 +115,7 @@ func Start(o Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: c, id: id, url: strings.TrimRight(url, "/"), mgr: o.Manager, engine: o.Engine,
-		log: o.Log.With("node", id), secret: o.Secret, verify: o.Verify, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
+		log: o.Log.With("node", id), secret: o.Secret, used: newUsedTokens(maxUsedTokens), verify: o.Verify, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
 		http:  &http.Client{Timeout: 5 * time.Second},
 		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
