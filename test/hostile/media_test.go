@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,4 +356,117 @@ func TestExtraTracksStopped(t *testing.T) {
 		t.Errorf("heap grew by %d KiB while %d refused tracks were flooded", grown>>10, len(extra))
 	}
 	s.Healthy(t)
+}
+
+// startRedis runs redis-server on a free loopback port for the test.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not installed (scripts/install-deps.sh installs Debian's redis-server)")
+	}
+	port := freeBoth(t)
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("redis-server did not start")
+	return ""
+}
+
+type captured struct {
+	auth string
+	body []byte
+}
+
+// TestNodeLinkReplay: a node-to-node link request captured on the wire (a
+// proxy sits in front of node b) cannot be sent again, nor sent with
+// another body: the token was made for that one request.
+func TestNodeLinkReplay(t *testing.T) {
+	redis := startRedis(t)
+	var target atomic.Value // node b's URL, once it runs
+	got := make(chan captured, 4)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/cluster/link" {
+			select {
+			case got <- captured{auth: r.Header.Get("Authorization"), body: body}:
+			default:
+			}
+		}
+		req, _ := http.NewRequest(r.Method, target.Load().(string)+r.URL.RequestURI(), bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	defer proxy.Close()
+	cluster := []string{"--redis", redis, "--cluster-heartbeat", "200ms", "--cluster-node-ttl", "1500ms", "--turn=false"}
+	b := Start(t, Options{Args: append([]string{"--node-id", "b", "--node-url", proxy.URL}, cluster...)})
+	target.Store(b.URL)
+	a := Start(t, Options{Args: append([]string{"--node-id", "a"}, cluster...)})
+	// A participant on each node in one room makes the nodes link (a dials b).
+	for _, s := range []*Server{a, b} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, err := websocket.Dial(ctx, s.WS, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		msg, _ := json.Marshal(protocol.Msg{"type": "join", "protocol": 1, "token": s.Token(t, "linked", "p-"+s.URL, auth.Grants{Subscribe: true})})
+		if err := c.Write(context.Background(), websocket.MessageText, msg); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				if _, _, err := c.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	var req captured
+	select {
+	case req = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no node link request in 15 s")
+	}
+	b.WaitLog(t, "node link accepted", 5*time.Second)
+	send := func(body []byte) (int, string) {
+		r, _ := http.NewRequest(http.MethodPost, b.URL+"/v1/cluster/link", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", req.auth)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	if st, body := send(req.body); st != http.StatusUnauthorized || !strings.Contains(body, "already used") {
+		t.Errorf("the captured link request sent again: %d %s, want 401 already used", st, body)
+	}
+	altered := bytes.Replace(req.body, []byte(`"from":"a"`), []byte(`"from":"a","x":1`), 1)
+	if st, body := send(altered); st != http.StatusUnauthorized || !strings.Contains(body, "another request") {
+		t.Errorf("the captured token with another body: %d %s, want 401", st, body)
+	}
+	a.Healthy(t)
+	b.Healthy(t)
 }
