@@ -87,7 +87,12 @@ func (n *Node) dial(peer NodeInfo) error {
 	body, _ := json.Marshal(linkRequest{From: n.id, Started: n.started.UnixNano(), SDP: sdp})
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, peer.URL+linkPath, bytes.NewReader(body))
+	base, err := n.linkURL(peer)
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+linkPath, bytes.NewReader(body))
 	if err != nil {
 		_ = pc.Close()
 		return err
@@ -159,6 +164,10 @@ const (
 
 // serveLink answers a peer's link offer.
 func (n *Node) serveLink(w http.ResponseWriter, r *http.Request) {
+	if n.tls != nil && r.TLS == nil {
+		httpErr(w, http.StatusForbidden, "node links come over TLS here (cluster.tls)")
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxLinkRequest+1))
 	if err != nil || len(body) > maxLinkRequest {
 		httpErr(w, http.StatusRequestEntityTooLarge, "a link request is at most 256 KiB")

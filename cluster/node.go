@@ -61,6 +61,8 @@ type Node struct {
 	rdb          *redis.Client
 	reg          *Registry
 	http         *http.Client
+	// tls is set with cluster.tls (tls.go).
+	tls *nodeTLS
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -119,6 +121,13 @@ func Start(o Options) (*Node, error) {
 		http:  &http.Client{Timeout: 5 * time.Second},
 		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
+	if c.TLS.Enabled() {
+		if n.tls, err = n.startTLS(c.TLS); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		n.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n.tls.client}}
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.shed.init(c.MaxCPU, c.MaxEgressMbps)
 	n.mgr.SetDataTap(n.onRoomData)
@@ -128,6 +137,7 @@ func Start(o Options) (*Node, error) {
 	// media without a gap.
 	n.mgr.SetHandover(n.isMirror)
 	if err := n.heartbeat(); err != nil {
+		n.stopTLS()
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cluster: first heartbeat: %w", err)
 	}
@@ -266,7 +276,8 @@ func (n *Node) heartbeat() error {
 // snapshot is this node's record as of now.
 func (n *Node) snapshot() NodeInfo {
 	info := NodeInfo{ID: n.id, URL: n.url, Started: n.started.UnixNano(), Draining: n.draining.Load(),
-		Rooms: map[string][]Member{}, RTT: map[string]float64{}}
+		LinkURL: n.linkSelf(),
+		Rooms:   map[string][]Member{}, RTT: map[string]float64{}}
 	var packets uint64
 	for _, r := range n.mgr.Rooms() {
 		var members []Member
@@ -437,6 +448,7 @@ func (n *Node) onRoomData(from *sfu.Participant, reliable bool, h sfu.DataHeader
 func (n *Node) Close() { n.stopOnce.Do(n.leave) }
 
 func (n *Node) leave() {
+	n.stopTLS()
 	nodes.Delete(n)
 	n.cancel()
 	<-n.done
@@ -466,6 +478,7 @@ func (n *Node) leave() {
 func (n *Node) Kill() { n.stopOnce.Do(n.crash) }
 
 func (n *Node) crash() {
+	n.stopTLS()
 	nodes.Delete(n)
 	n.cancel()
 	<-n.done
