@@ -136,16 +136,18 @@ func FuzzRTPPush(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		v.keep = true // as the push ingest reads every datagram into one buffer
 		v.newSession(nil, nil, nil)
 		a := &audioRelay{ssrc: 8, pt: 111, clock: 48000, track: audio}
 		var pkt rtp.Packet
+		buf := make([]byte, 1500)
 		for n := 0; len(b) >= 2 && n < 64; n++ {
 			l := int(binary.BigEndian.Uint16(b))
 			b = b[2:]
 			if l > len(b) {
 				l = len(b)
 			}
-			d := b[:l]
+			d := buf[:copy(buf, b[:l])] // one read buffer for every datagram, as read() has
 			b = b[l:]
 			if pkt.Unmarshal(d) == nil && pkt.Version == 2 {
 				switch pkt.PayloadType {
