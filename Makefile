@@ -64,6 +64,11 @@ fuzz:
 	$(GO) test ./sfu -run XXX -fuzz FuzzParseData -fuzztime 20s
 	$(GO) test ./signal -run XXX -fuzz FuzzParseFrag -fuzztime 20s
 	$(GO) test ./auth -run XXX -fuzz FuzzVerify -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzControlMessage$$' -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzDatagram$$' -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzSubgroupStream$$' -fuzztime 20s
+	$(GO) test ./camera -run XXX -fuzz '^FuzzRTSPDescription$$' -fuzztime 20s
+	$(GO) test ./camera -run XXX -fuzz '^FuzzRTPPush$$' -fuzztime 20s
 
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./sfu ./bench

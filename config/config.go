@@ -253,6 +253,9 @@ func (c *Config) Validate() error {
 	if c.Cluster.Redis != "" && (c.Cluster.Heartbeat <= 0 || c.Cluster.NodeTTL < 2*c.Cluster.Heartbeat) {
 		return errors.New("cluster.node_ttl must be at least twice cluster.heartbeat")
 	}
+	if err := c.Cluster.TLS.validate(); err != nil {
+		return err
+	}
 	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}

@@ -272,6 +272,9 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	if o == nil {
 		return nil, errors.New("egress: a WHEP viewer answers nothing")
 	}
+	if n := MediaSections(text); n > maxSections {
+		return nil, fmt.Errorf("answer: %d media sections, at most %d", n, maxSections)
+	}
 	var s sdp.SessionDescription
 	if err := s.UnmarshalString(text); err != nil {
 		return nil, fmt.Errorf("answer: %w", err)

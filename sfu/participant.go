@@ -219,6 +219,9 @@ func (p *Participant) subscriberReady() {
 // HandleOffer applies a publisher offer (first one, renegotiation or ICE
 // restart) and returns the answer, with the server's candidates in it.
 func (p *Participant) HandleOffer(sdp string) (string, error) {
+	if err := p.room.mgr.checkSections(sdp); err != nil {
+		return "", err
+	}
 	p.mu.Lock()
 	pc, lp := p.pub, p.leanPub
 	if p.subChoice != nil {
@@ -547,6 +550,7 @@ func (p *Participant) publishStream(src source, id string, kind webrtc.RTPCodecT
 		if len(p.published) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
 			p.mu.Unlock()
 			p.log.Warn("track refused: too many tracks")
+			refuse(src)
 			return
 		}
 		srcName := "camera"
