@@ -137,13 +137,14 @@ func (a *Association) sendDCEP(c *Channel, m []byte) {
 // deliver hands a complete message to its channel.
 func (a *Association) deliver(stream uint16, ppid uint32, data []byte) error {
 	if ppid == ppidDCEP {
-		a.rcv.held -= len(data)
+		a.rcv.held -= msgCost(data)
 		a.handleDCEP(stream, data)
 		return nil
 	}
 	c := a.chans[stream]
-	if c == nil || c.rclosed {
-		a.rcv.held -= len(data)
+	if c == nil || c.rclosed || c.lclosed {
+		// Nobody reads a channel closed on this side.
+		a.rcv.held -= msgCost(data)
 		a.drop(errors.New("datachan: a message for a channel that is not open"))
 		return nil
 	}
@@ -153,7 +154,7 @@ func (a *Association) deliver(stream uint16, ppid uint32, data []byte) error {
 		data = data[:0]
 	case ppidString, ppidBinary:
 	default:
-		a.rcv.held -= len(data)
+		a.rcv.held -= msgCost(data)
 		a.drop(errors.New("datachan: unknown payload protocol"))
 		return nil
 	}
@@ -236,7 +237,7 @@ func (c *Channel) ReadMessage(p []byte) (int, bool, error) {
 			putMsgBuf(m.data)
 			c.msgs[0] = inMsg{}
 			c.msgs = c.msgs[1:]
-			a.rcv.freed(n)
+			a.rcv.freed(msgCost(m.data))
 			a.unlockAndFlush()
 			return n, m.ppid == ppidString || m.ppid == ppidStringEmpty, nil
 		}
