@@ -92,12 +92,12 @@ type receiver struct {
 	overrun   int // charged to the window by chunks dropped for lack of room since the last one taken
 	badStream bool
 	cum       uint32
-	seen    []uint64 // bit i: TSN cum+1+i is held in ooo
-	ooo     map[uint32]inChunk
-	held    int // charged to the window: received and not yet read
-	dups    []uint32
-	blocks  []uint16 // gap blocks of the next SACK, start and end pairs
-	partial struct {
+	seen      []uint64 // bit i: TSN cum+1+i is held in ooo
+	ooo       map[uint32]inChunk
+	held      int // charged to the window: received and not yet read
+	dups      []uint32
+	blocks    []uint16 // gap blocks of the next SACK, start and end pairs
+	partial   struct {
 		active    bool
 		stream    uint16
 		ssn       uint16

@@ -264,7 +264,6 @@ func (a *Association) heldBytes() int {
 	return a.rcv.held
 }
 
-
 // TestStreamLimits: DATA on a stream the peer may not use is acknowledged,
 // answered with an ERROR and discarded; a stream that holds maxParked
 // ordered messages behind a missing one ends the association with a
