@@ -33,8 +33,12 @@ type Config struct {
 	// larger one aborts the association. 0: 256 KiB.
 	MaxMessage uint32
 	// ReceiveWindow is the bytes the peer may send ahead of what the
-	// application read. 0: 4 MiB.
+	// application read (recv.go says what counts). 0: 4 MiB; at least twice
+	// MaxMessage, or a message could not complete.
 	ReceiveWindow uint32
+	// MaxChannels bounds the channels open at once; the peer's
+	// DATA_CHANNEL_OPEN beyond it is answered with a stream reset. 0: 64.
+	MaxChannels int
 	// MTU is the SCTP packet size. 0: 1200 (with DTLS's AES-GCM overhead a
 	// datagram stays within 1280 bytes).
 	MTU int
@@ -127,6 +131,10 @@ func New(cfg Config) *Association {
 	}
 	if cfg.ReceiveWindow == 0 {
 		cfg.ReceiveWindow = 4 << 20
+	}
+	cfg.ReceiveWindow = max(cfg.ReceiveWindow, 2*cfg.MaxMessage)
+	if cfg.MaxChannels <= 0 {
+		cfg.MaxChannels = 64
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1200

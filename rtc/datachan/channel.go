@@ -186,6 +186,11 @@ func (a *Association) handleDCEP(stream uint16, m []byte) {
 		if a.chans[stream] != nil {
 			return // already open (a duplicate, or negotiated)
 		}
+		if len(a.chans) >= a.cfg.MaxChannels {
+			a.drop(errors.New("datachan: too many channels open"))
+			a.resetID(stream)
+			return
+		}
 		opt := Options{Unordered: m[1]&chanUnorderedBit != 0, Protocol: string(m[12+ll : 12+ll+pl])}
 		param := binary.BigEndian.Uint32(m[4:])
 		switch m[1] &^ chanUnorderedBit {
@@ -353,15 +358,19 @@ func (c *Channel) closeLocked() {
 // resetStream sends an outgoing SSN reset request for c's stream.
 func (a *Association) resetStream(c *Channel) {
 	c.lclosed = true
-	p := binary.BigEndian.AppendUint32(nil, a.reconfSeq)
-	p = binary.BigEndian.AppendUint32(p, a.peerReq-1)
-	p = binary.BigEndian.AppendUint32(p, a.snd.nextTSN-1)
-	p = binary.BigEndian.AppendUint16(p, c.id)
-	a.reconfSeq++
-	a.control(a.peerTag, ctReconfig, 0, appendParam(nil, ptOutgoingReset, p))
+	a.resetID(c.id)
 	if c.rclosed {
 		delete(a.chans, c.id)
 	}
+}
+
+func (a *Association) resetID(id uint16) {
+	p := binary.BigEndian.AppendUint32(nil, a.reconfSeq)
+	p = binary.BigEndian.AppendUint32(p, a.peerReq-1)
+	p = binary.BigEndian.AppendUint32(p, a.snd.nextTSN-1)
+	p = binary.BigEndian.AppendUint16(p, id)
+	a.reconfSeq++
+	a.control(a.peerTag, ctReconfig, 0, appendParam(nil, ptOutgoingReset, p))
 }
 
 // handleReconfig answers the peer's outgoing stream resets: the channels

@@ -302,3 +302,21 @@ func TestStreamLimits(t *testing.T) {
 		t.Fatal("the association did not end")
 	}
 }
+
+// TestChannelLimit: a peer that opens channels and never answers their
+// reset holds at most MaxChannels of them.
+func TestChannelLimit(t *testing.T) {
+	p := newRawPeer(t, Config{MaxChannels: 8})
+	b := p.victim
+	for i := 0; i < 100; i++ {
+		p.open(uint16(2*i), "x")
+	}
+	p.send([]chunk{p.next(0, 0, 1, ppidBinary, []byte("x"))})
+	time.Sleep(50 * time.Millisecond)
+	b.mu.Lock()
+	n := len(b.chans)
+	b.mu.Unlock()
+	if n > 8 {
+		t.Errorf("%d channels held, over the limit of 8", n)
+	}
+}
