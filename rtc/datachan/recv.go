@@ -458,10 +458,20 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 		if st == nil || ssnLess(ssn, st.next) {
 			continue
 		}
-		for s, m := range st.waiting {
-			if s-st.next <= ssn-st.next {
-				delete(st.waiting, s)
-				r.held -= msgCost(m.data)
+		// The fewer of the skipped SSNs and the waiting messages are visited.
+		if int(ssn-st.next) < len(st.waiting) {
+			for s := st.next; s != ssn+1; s++ {
+				if m, ok := st.waiting[s]; ok {
+					delete(st.waiting, s)
+					r.held -= msgCost(m.data)
+				}
+			}
+		} else {
+			for s, m := range st.waiting {
+				if s-st.next <= ssn-st.next {
+					delete(st.waiting, s)
+					r.held -= msgCost(m.data)
+				}
 			}
 		}
 		st.next = ssn + 1
