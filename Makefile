@@ -67,6 +67,7 @@ fuzz:
 	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzAssociation -fuzztime 20s
 	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzDCEP -fuzztime 20s
 	$(GO) test ./rtc/dtlsrec -run XXX -fuzz FuzzRecords -fuzztime 20s
+	$(GO) test ./rtc/lean -run XXX -fuzz FuzzBinding -fuzztime 20s
 	$(GO) test ./egress -run XXX -fuzz 'FuzzOffer$$' -fuzztime 20s
 	$(GO) test ./egress -run XXX -fuzz 'FuzzAnswer$$' -fuzztime 20s
 
