@@ -69,6 +69,12 @@ fuzz:
 	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzSubgroupStream$$' -fuzztime 20s
 	$(GO) test ./camera -run XXX -fuzz '^FuzzRTSPDescription$$' -fuzztime 20s
 	$(GO) test ./camera -run XXX -fuzz '^FuzzRTPPush$$' -fuzztime 20s
+	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzAssociation -fuzztime 20s
+	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzDCEP -fuzztime 20s
+	$(GO) test ./rtc/dtlsrec -run XXX -fuzz FuzzRecords -fuzztime 20s
+	$(GO) test ./rtc/lean -run XXX -fuzz FuzzBinding -fuzztime 20s
+	$(GO) test ./egress -run XXX -fuzz 'FuzzOffer$$' -fuzztime 20s
+	$(GO) test ./egress -run XXX -fuzz 'FuzzAnswer$$' -fuzztime 20s
 
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./sfu ./bench

@@ -96,6 +96,7 @@ type Limits struct {
 	MessagesPerSecond       int `yaml:"messages_per_second" flag:"messages-per-second" usage:"signaling messages per second per participant"`
 	MaxDataBytes            int `yaml:"max_data_bytes" flag:"max-data-bytes" usage:"largest data-channel message"`
 	DataMessagesPerSecond   int `yaml:"data_messages_per_second" flag:"data-messages-per-second" usage:"data messages per second per participant"`
+	MaxDataChannels         int `yaml:"max_data_channels" flag:"max-data-channels" usage:"data channels a participant may have open (the room uses two)"`
 	JoinsPerSecond          int `yaml:"joins_per_second" flag:"joins-per-second" usage:"joins per second for the whole server"`
 	JoinsPerIP              int `yaml:"joins_per_ip_per_second" flag:"joins-per-ip" usage:"joins per second from one client address (0: no limit)"`
 	MaxConnsPerIP           int `yaml:"max_conns_per_ip" flag:"max-conns-per-ip" usage:"open HTTP connections from one client address (0: no limit)"`
@@ -146,6 +147,7 @@ func Default() Config {
 			MessagesPerSecond:       50,
 			MaxDataBytes:            64 << 10,
 			DataMessagesPerSecond:   200,
+			MaxDataChannels:         16,
 			JoinsPerSecond:          50,
 			JoinsPerIP:              10,
 			MaxConnsPerIP:           256,
@@ -249,6 +251,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxMessageBytes < 1024 {
 		return errors.New("limits.max_message_bytes must be at least 1024")
+	}
+	if c.Limits.MaxDataChannels < 2 {
+		return errors.New("limits.max_data_channels must be at least 2 (the room's _reliable and _lossy)")
 	}
 	if c.Cluster.Redis != "" && (c.Cluster.Heartbeat <= 0 || c.Cluster.NodeTTL < 2*c.Cluster.Heartbeat) {
 		return errors.New("cluster.node_ttl must be at least twice cluster.heartbeat")

@@ -61,6 +61,8 @@ type Participant struct {
 	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
 	subs      map[string]*DownTrack         // by publication sid
 	dcs       map[string]dataChan
+	dcOpen    int         // admitted data channels whose reader runs (data.go)
+	dcRefused dataLimiter // the log of refused data channels
 	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
 	closed    bool
 	dropTimer *time.Timer
