@@ -4,7 +4,7 @@
 // time-to-stream overlay: each WebRTC step as this browser saw it, up to the
 // first frame painted (requestVideoFrameCallback). ?http=1 plays the HTTP live
 // fallback (fragmented MP4 through Media Source Extensions) instead.
-import { Room, viewCamera, whepPlay, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
+import { Room, PetrelError, viewCamera, whepPlay, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
 
 const WALL_ROOM = 'cameras';
 
@@ -349,16 +349,6 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   void statusNow.then((st) => (state.textContent = badge(st)));
   setInterval(() => void fetchStatus(id, token).then((st) => (state.textContent = badge(st))).catch(() => {}), 2000);
 
-  if (direct) {
-    try {
-      await viewDirect(room, token, params, video, mark, onFirstFrame);
-    } catch (err) {
-      fail(err instanceof Error ? err.message : String(err));
-    }
-    draw();
-    say();
-    return;
-  }
   const playLive = async () => {
     onFirstFrame();
     try {
@@ -368,13 +358,26 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     }
   };
   if (way === 'http') return playLive();
-
   // The page knows before it asks: every camera sends H.264 or H.265, so a
   // browser without H.264 for WebRTC (Firefox without its OpenH264 plugin)
   // plays HTTP live at once. An H.265 camera is refused by the server's answer.
   if (!receivesOverWebRTC('video/H264')) {
     useWay('http', 'this browser cannot receive H.264 over WebRTC');
     return playLive();
+  }
+  if (direct) {
+    try {
+      await viewDirect(room, token, params, video, mark, onFirstFrame);
+    } catch (err) {
+      if (err instanceof PetrelError && err.code === 'codec_unsupported') {
+        useWay('http', err.message.replace(/^codec_unsupported: /, '').replace(/;.*/, ''));
+        return playLive();
+      }
+      fail(err instanceof Error ? err.message : String(err));
+    }
+    draw();
+    say();
+    return;
   }
   const servers = iceServers(room, token).catch(() => []);
   const relay = params.get('relay') === '1';
