@@ -90,6 +90,12 @@ type Limits struct {
 	JoinsPerSecond          int `yaml:"joins_per_second" flag:"joins-per-second" usage:"joins per second for the whole server"`
 	MaxRooms                int `yaml:"max_rooms" flag:"max-rooms" usage:"rooms on this server"`
 	MaxSDPBytes             int `yaml:"max_sdp_bytes" flag:"max-sdp-bytes" usage:"largest SDP accepted"`
+	// MaxSessionsPerIdentity bounds the sessions one identity holds in a room
+	// at once (WHEP viewers on one token, mostly: other doors replace the
+	// identity's previous session).
+	MaxSessionsPerIdentity int `yaml:"max_sessions_per_identity" flag:"max-sessions-per-identity" usage:"sessions one identity may hold in a room at once"`
+	// MaxTokenLifetime refuses tokens valid for longer (from issue to expiry).
+	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime" flag:"max-token-lifetime" usage:"longest token validity accepted (issue to expiry)"`
 }
 
 // Admin controls the REST admin API and /metrics.
@@ -127,6 +133,8 @@ func Default() Config {
 			JoinsPerSecond:          50,
 			MaxRooms:                1000,
 			MaxSDPBytes:             64 << 10,
+			MaxSessionsPerIdentity:  10,
+			MaxTokenLifetime:        24 * time.Hour,
 		},
 	}
 }
@@ -205,6 +213,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxMessageBytes < 1024 {
 		return errors.New("limits.max_message_bytes must be at least 1024")
+	}
+	if c.Limits.MaxSessionsPerIdentity < 1 {
+		return errors.New("limits.max_sessions_per_identity must be at least 1")
+	}
+	if c.Limits.MaxTokenLifetime < time.Minute {
+		return errors.New("limits.max_token_lifetime must be at least 1m")
 	}
 	if c.Cluster.Redis != "" && (c.Cluster.Heartbeat <= 0 || c.Cluster.NodeTTL < 2*c.Cluster.Heartbeat) {
 		return errors.New("cluster.node_ttl must be at least twice cluster.heartbeat")

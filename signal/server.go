@@ -146,6 +146,7 @@ func httpError(w http.ResponseWriter, err error) {
 		protocol.CodeUnauthorized: 401, protocol.CodeTokenExpired: 401, protocol.CodeForbidden: 403,
 		protocol.CodeNotFound: 404, protocol.CodeTooLarge: 413, protocol.CodeRateLimited: 429,
 		protocol.CodeRoomFull: 429, protocol.CodeServerBusy: 503, protocol.CodeTooManyTracks: 429,
+		protocol.CodeIdentityReserved: 403, protocol.CodeTooManySessions: 429,
 	}[code]
 	if status == 0 {
 		status = 500
@@ -169,11 +170,14 @@ func (s *Server) verify(token string) (*auth.Claims, error) {
 	}
 	// The code carries the kind; the message only the reason.
 	msg := err.Error()
-	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": "} {
+	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": ", auth.ErrReserved.Error() + ": "} {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
 	if errors.Is(err, auth.ErrExpired) {
 		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%s", msg)
+	}
+	if errors.Is(err, auth.ErrReserved) {
+		return nil, protocol.Errorf(protocol.CodeIdentityReserved, "%s", msg)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg)
 }
