@@ -147,5 +147,6 @@ func (c *Camera) servesTopic(topic string) bool {
 	case "http":
 		return c.cfg.HTTP.Base != ""
 	}
-	return c.g.handler(topic) != nil
+	_, ok := c.g.handler(topic)
+	return ok
 }

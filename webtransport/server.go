@@ -225,7 +225,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.opt.Keys.Verify(token)
 	if err != nil {
 		s.log.Warn("webtransport session refused", "remote", r.RemoteAddr, "err", err)
-		http.Error(w, "unauthorized: "+err.Error(), http.StatusUnauthorized)
+		status := http.StatusUnauthorized
+		if errors.Is(err, auth.ErrReserved) {
+			status = http.StatusForbidden
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	if claims.Room == "" || claims.Identity() == "" {
