@@ -77,6 +77,10 @@ type TURN struct {
 	CredentialTTL time.Duration `yaml:"credential_ttl" flag:"turn-ttl" usage:"lifetime of TURN credentials"`
 	// External TURN servers (coturn with use-auth-secret) handed to clients as well.
 	External []string `yaml:"external"`
+	// Live allocations are bounded per identity and per client IP address, so
+	// that one credential or one host cannot take every relay port.
+	MaxAllocationsPerUser int `yaml:"max_allocations_per_user" flag:"turn-max-allocations-per-user" usage:"live TURN allocations per identity (0: no limit)"`
+	MaxAllocationsPerIP   int `yaml:"max_allocations_per_ip" flag:"turn-max-allocations-per-ip" usage:"live TURN allocations per client IP address (0: no limit)"`
 }
 
 // Limits protect the server from clients that misbehave.
@@ -120,6 +124,11 @@ func Default() Config {
 			Port:          3478,
 			Realm:         "petrel",
 			CredentialTTL: time.Hour,
+			// A participant needs up to 4 (publisher and subscriber, UDP and TCP);
+			// 16 leaves room for a few WHEP sessions and reconnects.
+			MaxAllocationsPerUser: 16,
+			// A NAT (an office, a carrier) puts many users behind one address.
+			MaxAllocationsPerIP: 128,
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
@@ -204,6 +213,9 @@ func (c *Config) applyModes() {
 func (c *Config) Validate() error {
 	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < -1 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
 		return errors.New("ports must be between 0 and 65535")
+	}
+	if c.TURN.MaxAllocationsPerUser < 0 || c.TURN.MaxAllocationsPerIP < 0 {
+		return errors.New("turn allocation limits must be 0 (no limit) or positive")
 	}
 	if c.APIKey != "" && len(c.APISecret) < 32 {
 		return errors.New("api_secret must be at least 32 characters")

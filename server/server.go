@@ -106,7 +106,10 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		if relay == nil {
 			log.Warn("turn disabled: no relay address (set turn.relay_ip or rtc.node_ip)")
 		} else {
-			if s.turn, err = rtc.StartTURN(bind, cfg.TURN.Port, cfg.TURN.Realm, turnSecret, relay, s.Engine.LocalIPs, log); err != nil {
+			s.turn, err = rtc.StartTURN(rtc.TURNOptions{BindIP: bind, Port: cfg.TURN.Port, Realm: cfg.TURN.Realm, Secret: turnSecret,
+				RelayIP: relay, Peers: s.Engine.RelayPeers(), MaxPerUser: cfg.TURN.MaxAllocationsPerUser,
+				MaxPerIP: cfg.TURN.MaxAllocationsPerIP, Log: log})
+			if err != nil {
 				s.Engine.Close()
 				return nil, err
 			}

@@ -210,9 +210,13 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 	})
 }
 
-// iceServers lists TURN for a client that reached us at host.
-func (s *Server) iceServers(r *http.Request, identity string) []protocol.ICEServer {
+// iceServers lists TURN for a client that reached us at host. Only a token
+// that may publish or subscribe gets credentials: nothing else needs a relay.
+func (s *Server) iceServers(r *http.Request, identity string, g auth.Grants) []protocol.ICEServer {
 	var out []protocol.ICEServer
+	if !g.Publish && !g.Subscribe {
+		return out
+	}
 	user, pass := auth.TURNCredentials(s.turnSecret, identity, s.cfg.TURN.CredentialTTL, time.Now())
 	if s.turnPort > 0 {
 		host := s.cfg.TURN.Host

@@ -162,7 +162,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 	w.Header().Set("Location", loc)
 	w.Header().Set("ETag", sess.etag)
 	w.Header().Set("Content-Type", "application/sdp")
-	for _, ice := range s.iceServers(r, c.Identity()) {
+	for _, ice := range s.iceServers(r, c.Identity(), c.Grants) {
 		for _, u := range ice.URLs {
 			w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
 		}
@@ -328,7 +328,7 @@ func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
 	// A client with a valid token learns the TURN servers before its offer, so
 	// that a relay-only client (petrel probe --relay) can gather relay candidates.
 	if c, err := s.verify(bearer(r)); err == nil {
-		for _, ice := range s.iceServers(r, c.Identity()) {
+		for _, ice := range s.iceServers(r, c.Identity(), c.Grants) {
 			for _, u := range ice.URLs {
 				w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
 			}

@@ -304,7 +304,7 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 	joined := protocol.Msg{
 		"type": "joined", "protocol": protocol.Version,
 		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
-		"iceServers": s.iceServers(r, claims.Identity()), "resumeToken": p.ResumeToken(), "resumed": resumed,
+		"iceServers": s.iceServers(r, claims.Identity(), claims.Grants), "resumeToken": p.ResumeToken(), "resumed": resumed,
 	}
 	if s.wtInfo != nil {
 		if info := s.wtInfo(r.Host); info != nil {

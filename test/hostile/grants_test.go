@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -43,32 +42,6 @@ func grantsCamera(t *testing.T, base string, extra string) string {
 		y += fmt.Sprintf("    http: {base: %q, allow: [\"/\"]}\n", base)
 	}
 	return y + extra
-}
-
-// freeUDPPair returns an even port p with p and p+1 free for UDP (RTP, RTCP).
-func freeUDPPair(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		a, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := a.LocalAddr().(*net.UDPAddr).Port &^ 1
-		a.Close()
-		x, err1 := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
-		y, err2 := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p+1))
-		if x != nil {
-			x.Close()
-		}
-		if y != nil {
-			y.Close()
-		}
-		if err1 == nil && err2 == nil {
-			return p
-		}
-	}
-	t.Fatal("no free UDP port pair")
-	return 0
 }
 
 // secretPage is a camera web interface that counts the requests reaching it.
