@@ -344,11 +344,6 @@ func (p *Participant) seenBy(q *Participant) bool {
 	return false
 }
 
-// Local reports whether the participant has no peer connection (a Go
-// component feeds it). What it may do is its Grants; whom it answers to, its
-// Origin.
-func (p *Participant) Local() bool { return p.local }
-
 // OnData sets the handler for data messages addressed to a local participant
 // (or broadcast in its room). from is the sender's identity.
 func (p *Participant) OnData(fn func(reliable bool, h DataHeader, payload []byte)) {

@@ -246,7 +246,8 @@ func (r *Room) recipients(from *Participant, identities []string) []*Participant
 	var out []*Participant
 	for _, p := range r.all() {
 		// Hidden participants get only messages addressed to them, and only
-		// local ones (a recorder or camera bridge) can receive at all.
+		// local ones (a playback session) can receive at all: a WHEP viewer
+		// has no data channel.
 		if p == from || (p.hidden && (len(identities) == 0 || !p.local)) || !from.seenBy(p) {
 			continue
 		}
