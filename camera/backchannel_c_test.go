@@ -346,3 +346,36 @@ func testEngine(t *testing.T) (config.Config, *rtc.Engine) {
 	t.Cleanup(func() { eng.Close() })
 	return cfg, eng
 }
+
+// A WebRTC camera that answers ptz itself (no ONVIF declared) gets only the
+// requests of senders with the ptz grant: the gateway refuses the others, the
+// device never sees them.
+func TestWebRTCCameraTopicsNeedGrant(t *testing.T) {
+	cfg, eng := testEngine(t)
+	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	g := New(Options{Manager: mgr, Loopback: true})
+	defer g.Close()
+	cam, err := g.Add(Config{ID: "w", WebRTC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	device := joinViewerWith(t, mgr, sfu.LocalOptions{Room: cam.Room(), Identity: Identity,
+		Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, Camera: true}})
+	plain := joinViewerWith(t, mgr, sfu.LocalOptions{Room: cam.Room(), Identity: "plain", Grants: auth.Grants{Subscribe: true, PublishData: true}})
+	op := joinViewer(t, mgr, cam.Room(), "operator")
+	plain.send("ptz", `{"id":1,"op":"move"}`)
+	if r := plain.await(t, "ptz", withID(1)); !strings.Contains(fmt.Sprint(r["error"]), "no ptz grant") {
+		t.Fatalf("without the grant: %v", r)
+	}
+	op.send("ptz", `{"id":2,"op":"move"}`)
+	if r := device.await(t, "ptz", withID(2)); r["_from"] != "operator" {
+		t.Fatalf("the device got %v", r)
+	}
+	device.mu.Lock()
+	defer device.mu.Unlock()
+	for _, m := range device.got {
+		if m["_from"] == "plain" {
+			t.Fatalf("the device got a request from a sender without the grant: %v", m)
+		}
+	}
+}
