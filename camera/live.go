@@ -52,7 +52,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier) {
 		id := r.PathValue("id")
 		claims, err := verify(tokenOf(r))
 		if err != nil {
-			liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+			g.tokenRefused(w, r, "status", err)
 			return
 		}
 		if claims.Room != RoomOf(id) && claims.Room != WallRoom {
@@ -76,6 +76,31 @@ func tokenOf(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return r.URL.Query().Get("token")
+}
+
+// tokenRefused answers a request whose token failed verification with the
+// error's code (expired, reserved identity, ...), logging at most one such
+// refusal a second: a client can repeat it at will, and the URL, which may
+// hold ?token=, is not logged.
+func (g *Gateway) tokenRefused(w http.ResponseWriter, r *http.Request, what string, err error) {
+	now := time.Now().UnixNano()
+	if last := g.refusedLog.Load(); now-last >= int64(time.Second) && g.refusedLog.CompareAndSwap(last, now) {
+		g.log.Info(what+" refused", "camera", r.PathValue("id"), "err", err, "remote", r.RemoteAddr)
+	}
+	status, code := http.StatusUnauthorized, protocol.CodeOf(err)
+	switch code {
+	case protocol.CodeIdentityReserved:
+		status = http.StatusForbidden
+	case protocol.CodeUnauthorized, protocol.CodeTokenExpired:
+	default:
+		code = protocol.CodeUnauthorized
+	}
+	var pe *protocol.Error
+	msg := err.Error()
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	liveError(w, status, code, msg)
 }
 
 func liveError(w http.ResponseWriter, status int, code, msg string) {
@@ -172,8 +197,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	id := r.PathValue("id")
 	claims, err := verify(tokenOf(r))
 	if err != nil {
-		g.log.Info("live.mp4 refused", "camera", id, "err", err, "remote", r.RemoteAddr)
-		liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+		g.tokenRefused(w, r, "live.mp4", err)
 		return
 	}
 	if claims.Room != RoomOf(id) || !claims.Grants.Subscribe {

@@ -281,6 +281,11 @@ func TestGrantsReservedIdentities(t *testing.T) {
 				t.Errorf("%s as %q: %d %s", door, id, st, body)
 			}
 		}
+		for _, p := range []string{"/v1/cameras/gate/live.mp4", "/v1/cameras/gate/status"} {
+			if st, body := grantsDo(t, "GET", s.URL+p, "", tok, ""); st != 403 || grantsCode(body) != protocol.CodeIdentityReserved {
+				t.Errorf("GET %s as %q: %d %s", p, id, st, body)
+			}
+		}
 		if c, err := wtDial(t, s, tok); err == nil {
 			select {
 			case <-c.Done():
