@@ -260,6 +260,9 @@ func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
 	c := auth.Claims{Room: req.Room, Name: req.Name, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, PTZ: true}}
 	c.Subject = req.Identity
 	tok, err := s.keys.Sign(s.apiKey, c, 6*time.Hour)
+	if errors.Is(err, auth.ErrReserved) {
+		err = protocol.Errorf(protocol.CodeIdentityReserved, "identity %q is reserved for the server's own participants", req.Identity)
+	}
 	if err != nil {
 		httpError(w, err)
 		return
