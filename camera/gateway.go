@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/petrel-sfu/petrel/auth"
@@ -67,8 +66,6 @@ type Gateway struct {
 	closed   bool
 
 	direct directTimings // direct.go
-	// refusedLog is the unix ns of the last log line about a refused token (live.go).
-	refusedLog atomic.Int64
 }
 
 // New makes a gateway with no cameras; Add them or call Start with the config.

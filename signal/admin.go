@@ -32,7 +32,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/admin/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
 	if s.cameras != nil {
 		s.cameras.AdminRoutes(h)
-		s.cameras.Routes(mux, s.verify) // viewer routes (live.mp4), viewer tokens
+		s.cameras.Routes(mux, s.verify, s) // viewer routes (live.mp4), viewer tokens
 	}
 	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		out := []protocol.RoomInfo{}
@@ -114,7 +114,7 @@ func (s *Server) admin(h http.Handler) http.Handler {
 	return s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.verify(bearer(r))
 		if err != nil {
-			s.log.Info("admin request refused", "err", err, "remote", r.RemoteAddr)
+			s.refused.Note("admin", r, err)
 			httpError(w, err)
 			return
 		}
