@@ -354,9 +354,9 @@ func whepMany(t *testing.T, s *Server, room string, n int, tok func(i int) strin
 // 150 WHEP sessions on one token: only limits.max_sessions_per_identity (10
 // by default) are admitted, the rest get 429 with code too_many_sessions.
 func TestGrantsWHEPSessionsPerToken(t *testing.T) {
-	// A join budget that 150 quick requests do not exhaust: the cap, not the
-	// budget, is under test.
-	s := Start(t, Options{YAML: grantsCamera(t, "", "limits:\n  joins_per_second: 1000\n")})
+	// Join budgets that 150 quick requests from one address do not exhaust:
+	// the cap, not the budgets, is under test.
+	s := Start(t, Options{YAML: grantsCamera(t, "", "limits:\n  joins_per_second: 1000\n  joins_per_ip_per_second: 1000\n")})
 	tok := s.Token(t, "camera/gate", "kiosk", auth.Grants{Subscribe: true})
 	ok, codes := whepMany(t, s, "camera/gate", 150, func(int) string { return tok })
 	if ok != 10 || codes[protocol.CodeTooManySessions] != 140 {
