@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -24,6 +25,30 @@ type Grants struct {
 	// PTZ lets a viewer of a camera room move the camera, talk through it and
 	// reach its web interface (topics ptz, talk and http; camera/ptz.go).
 	PTZ bool `json:"ptz,omitempty"`
+	// Camera marks the token of a WebRTC camera joining its own room
+	// camera/<id> as identity "camera" (camera.Gateway.Token): the only
+	// token that may hold a reserved identity.
+	Camera bool `json:"camera,omitempty"`
+}
+
+// Has reports whether g holds the grant of that name (its JSON name: publish,
+// subscribe, publishData, admin, ptz, camera); an unknown name is not held.
+func (g Grants) Has(name string) bool {
+	switch name {
+	case "publish":
+		return g.Publish
+	case "subscribe":
+		return g.Subscribe
+	case "publishData":
+		return g.PublishData
+	case "admin":
+		return g.Admin
+	case "ptz":
+		return g.PTZ
+	case "camera":
+		return g.Camera
+	}
+	return false
 }
 
 // Claims is the token payload: who joins which room with which grants.
@@ -43,16 +68,101 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrExpired is a well-signed token used outside its validity window.
 	ErrExpired = errors.New("token expired")
+	// ErrReserved is a token naming an identity the server keeps for its own
+	// participants; it also wraps ErrUnauthorized.
+	ErrReserved = errors.New("identity reserved")
 )
+
+// Identities of the server's own participants: a camera in its room
+// (CameraIdentity), the camera wall's copy of camera <id> (WallPrefix+id) and
+// a recording played back to one viewer (PlaybackPrefix+viewer). No token
+// may name them, except a WebRTC camera's own (Grants.Camera).
+const (
+	CameraIdentity = "camera"
+	WallPrefix     = "camera-"
+	PlaybackPrefix = "playback-"
+	// cameraRoomPrefix names the rooms a camera token is good for.
+	cameraRoomPrefix = "camera/"
+)
+
+// Reserved reports whether identity is one the server uses for itself. Case
+// is ignored, so that no look-alike of the camera shows in a room's list.
+func Reserved(identity string) bool {
+	id := strings.ToLower(identity)
+	return id == CameraIdentity || strings.HasPrefix(id, WallPrefix) || strings.HasPrefix(id, PlaybackPrefix)
+}
+
+// checkIdentity refuses a reserved identity unless the claims are a WebRTC
+// camera's own: identity "camera" with the camera grant, in a camera room.
+func (c *Claims) checkIdentity() error {
+	id := c.Subject
+	if !Reserved(id) || (c.Grants.Camera && id == CameraIdentity && strings.HasPrefix(c.Room, cameraRoomPrefix)) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: identity %q is reserved for the server's own participants", ErrUnauthorized, ErrReserved, id)
+}
+
+// DefaultMaxLifetime bounds how long a leaked token stays useful
+// (limits.max_token_lifetime).
+const DefaultMaxLifetime = 24 * time.Hour
+
+// lifetimeLeeway absorbs the clock skew and the few seconds a signer backdates
+// nbf (Sign backdates it by 10 s).
+const lifetimeLeeway = time.Minute
+
+var maxLifetime atomic.Int64
+
+// SetMaxLifetime sets the longest validity Verify accepts, for every token
+// this process checks (the server sets it once from its configuration); d <= 0
+// restores DefaultMaxLifetime.
+func SetMaxLifetime(d time.Duration) {
+	if d <= 0 {
+		d = DefaultMaxLifetime
+	}
+	maxLifetime.Store(int64(d))
+}
+
+// MaxLifetime is the longest validity Verify accepts.
+func MaxLifetime() time.Duration {
+	if d := maxLifetime.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return DefaultMaxLifetime
+}
+
+// checkLifetime refuses tokens valid for longer than MaxLifetime: from their
+// issue (or nbf) to their expiry, and from now to their expiry (an issue time
+// set in the future must not stretch it).
+func (c *Claims) checkLifetime(now time.Time) error {
+	limit := MaxLifetime()
+	exp := c.ExpiresAt.Time
+	start := now
+	switch {
+	case c.IssuedAt != nil:
+		start = c.IssuedAt.Time
+	case c.NotBefore != nil:
+		start = c.NotBefore.Time
+	}
+	life := max(exp.Sub(start), exp.Sub(now))
+	if life > limit+lifetimeLeeway {
+		return fmt.Errorf("%w: token lifetime %s exceeds this server's maximum of %s (limits.max_token_lifetime)",
+			ErrUnauthorized, life.Round(time.Second), limit)
+	}
+	return nil
+}
 
 // Keys maps API keys to secrets.
 type Keys map[string]string
 
 // Sign makes a token for c signed with the secret of key; ttl sets its expiry.
+// It refuses identities Verify would refuse as reserved.
 func (k Keys) Sign(key string, c Claims, ttl time.Duration) (string, error) {
 	secret, ok := k[key]
 	if !ok {
 		return "", fmt.Errorf("unknown api key %q", key)
+	}
+	if err := c.checkIdentity(); err != nil {
+		return "", err
 	}
 	now := time.Now()
 	c.Issuer = key
@@ -66,8 +176,10 @@ func (k Keys) Sign(key string, c Claims, ttl time.Duration) (string, error) {
 	return t.SignedString([]byte(secret))
 }
 
-// Verify checks signature, algorithm and validity window, and returns the claims.
-// The error wraps ErrUnauthorized or ErrExpired, with the reason.
+// Verify checks signature, algorithm, validity window and lifetime, and that the
+// identity is not reserved, and returns the claims. The error wraps
+// ErrUnauthorized (and ErrReserved for a reserved identity) or ErrExpired,
+// with the reason.
 func (k Keys) Verify(token string) (*Claims, error) {
 	if token == "" {
 		return nil, fmt.Errorf("%w: no token", ErrUnauthorized)
@@ -101,6 +213,12 @@ func (k Keys) Verify(token string) (*Claims, error) {
 	}
 	if len(c.Subject) > 128 || len(c.Room) > 128 || len(c.Metadata) > 16<<10 || len(c.Name) > 256 {
 		return nil, fmt.Errorf("%w: identity, room, name or metadata too long", ErrUnauthorized)
+	}
+	if err := c.checkLifetime(time.Now()); err != nil {
+		return nil, err
+	}
+	if err := c.checkIdentity(); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }

@@ -86,3 +86,85 @@ func FuzzVerify(f *testing.F) {
 		_, _ = keys.Verify(s)
 	})
 }
+
+// signRaw signs claims as they are (Sign would refuse or fill them in).
+func signRaw(t *testing.T, c Claims) string {
+	t.Helper()
+	c.Issuer = "k1"
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, &c).SignedString([]byte(keys["k1"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestReservedIdentities(t *testing.T) {
+	exp := jwt.NewNumericDate(time.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		id, room string
+		camera   bool
+		ok       bool
+	}{
+		{"alice", "r", false, true},
+		{"cameraman", "camera/door", false, true},
+		{"camera", "camera/door", false, false},
+		{"CAMERA", "camera/door", false, false},
+		{"camera-door", "camera/wall", false, false},
+		{"playback-alice", "camera/door", false, false},
+		{"camera", "camera/door", true, true},
+		{"camera", "lobby", true, false},
+		{"camera-door", "camera/door", true, false},
+	} {
+		c := Claims{Room: tc.room, Grants: Grants{Camera: tc.camera}, RegisteredClaims: jwt.RegisteredClaims{Subject: tc.id, ExpiresAt: exp}}
+		_, err := keys.Verify(signRaw(t, c))
+		if (err == nil) != tc.ok || (err != nil && (!errors.Is(err, ErrReserved) || !errors.Is(err, ErrUnauthorized))) {
+			t.Errorf("%q in %q (camera grant %v): %v", tc.id, tc.room, tc.camera, err)
+		}
+		if _, err := keys.Sign("k1", c, time.Minute); (err == nil) != tc.ok {
+			t.Errorf("Sign %q in %q (camera grant %v): %v", tc.id, tc.room, tc.camera, err)
+		}
+	}
+}
+
+func TestTokenLifetime(t *testing.T) {
+	defer SetMaxLifetime(0)
+	now := time.Now()
+	tok := func(iat, nbf *time.Time, exp time.Time) string {
+		c := Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "a", ExpiresAt: jwt.NewNumericDate(exp)}}
+		if iat != nil {
+			c.IssuedAt = jwt.NewNumericDate(*iat)
+		}
+		if nbf != nil {
+			c.NotBefore = jwt.NewNumericDate(*nbf)
+		}
+		return signRaw(t, c)
+	}
+	at := func(d time.Duration) *time.Time { x := now.Add(d); return &x }
+	for _, tc := range []struct {
+		name string
+		tok  string
+		ok   bool
+	}{
+		{"a day from now", tok(at(0), nil, now.Add(24*time.Hour)), true},
+		{"signed by Sign for a day", func() string {
+			s, _ := keys.Sign("k1", Claims{RegisteredClaims: jwt.RegisteredClaims{Subject: "a"}}, 24*time.Hour)
+			return s
+		}(), true},
+		{"two days", tok(at(0), nil, now.Add(48*time.Hour)), false},
+		{"no iat, two days", tok(nil, nil, now.Add(48*time.Hour)), false},
+		{"nbf a day ago, expires in an hour", tok(nil, at(-24*time.Hour), now.Add(time.Hour)), false},
+		{"iat tomorrow, valid an hour", tok(at(24*time.Hour), nil, now.Add(25*time.Hour)), false},
+	} {
+		_, err := keys.Verify(tc.tok)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "lifetime")) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	SetMaxLifetime(time.Hour)
+	if _, err := keys.Verify(tok(at(0), nil, now.Add(2*time.Hour))); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("a 2 h token with a 1 h maximum: %v", err)
+	}
+	if _, err := keys.Verify(tok(at(0), nil, now.Add(50*time.Minute))); err != nil {
+		t.Errorf("a 50 min token with a 1 h maximum: %v", err)
+	}
+}

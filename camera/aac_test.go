@@ -17,6 +17,7 @@ import (
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media/oggwriter"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/camera/emulator"
 	"github.com/petrel-sfu/petrel/camera/probe"
@@ -263,7 +264,8 @@ func TestRTSPAACRecordedAsAAC(t *testing.T) {
 	// a transcoder of the session's own: Opus packets whose TOC parses, with
 	// timestamps stepping by their duration, while playing at 1x; none after
 	// a pause (ffmpeg stopped).
-	viewer, err := srv.Manager.JoinLocal(sfu.LocalOptions{Room: camera.RoomOf("rec"), Identity: "alice"})
+	viewer, err := srv.Manager.JoinLocal(sfu.LocalOptions{Room: camera.RoomOf("rec"), Identity: "alice",
+		Grants: auth.Grants{Subscribe: true, PublishData: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

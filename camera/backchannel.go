@@ -73,11 +73,6 @@ func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 		c.Reply(from, "talk", errorReply(payload, "request is not a JSON object with op start or stop"))
 		return
 	}
-	if !c.mayControl(from) {
-		c.log.Info("talk request without the ptz grant", "from", from)
-		c.Reply(from, "talk", errReply(req.ID, "not allowed: the token has no ptz grant"))
-		return
-	}
 	switch req.Op {
 	case "start":
 		camTalk.mu.Lock()
@@ -275,8 +270,8 @@ func (c *Camera) talkWebRTC(ctx context.Context, from string, id json.RawMessage
 		if r == nil {
 			return
 		}
-		cam := r.ByIdentity(Identity)
-		if cam == nil || cam.Local() {
+		cam := c.webrtcParticipant()
+		if cam == nil {
 			return
 		}
 		// Everyone's microphone but the talker's is off for the camera.

@@ -3,6 +3,7 @@ package camera
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -31,9 +32,16 @@ type viewer struct {
 	ch  chan struct{}
 }
 
+// joinViewer joins a viewer whose token holds every grant a camera room has.
 func joinViewer(t *testing.T, mgr *sfu.Manager, room, identity string) *viewer {
 	t.Helper()
-	p, err := mgr.JoinLocal(sfu.LocalOptions{Room: room, Identity: identity})
+	return joinViewerWith(t, mgr, sfu.LocalOptions{Room: room, Identity: identity,
+		Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, PTZ: true}})
+}
+
+func joinViewerWith(t *testing.T, mgr *sfu.Manager, opt sfu.LocalOptions) *viewer {
+	t.Helper()
+	p, err := mgr.JoinLocal(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +246,9 @@ func TestDeviceTopicsThroughGateway(t *testing.T) {
 	}
 }
 
-// Only a token with the ptz grant (or a server component) may control.
+// Only a sender whose token holds the ptz grant may use the ptz, talk and
+// http topics, whatever its transport: a participant inside the server (a
+// WebTransport session, or even the server's own) is refused without it.
 func TestControlNeedsGrant(t *testing.T) {
 	cfg, eng := testEngine(t)
 	mgr := sfu.NewManager(cfg, eng, slog.Default())
@@ -248,22 +258,23 @@ func TestControlNeedsGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	data := auth.Grants{Subscribe: true, PublishData: true}
+	ptz := data
+	ptz.PTZ = true
 	for _, tc := range []struct {
-		id  string
-		ptz bool
-	}{{"plain", false}, {"operator", true}} {
-		c := &auth.Claims{Room: cam.Room(), Grants: auth.Grants{Subscribe: true, PublishData: true, PTZ: tc.ptz}, RegisteredClaims: jwt.RegisteredClaims{Subject: tc.id}}
-		p, err := mgr.Join(c, sfu.JoinOptions{}, nil)
-		if err != nil {
-			t.Fatal(err)
+		id     string
+		g      auth.Grants
+		origin sfu.Origin
+	}{{"plain", data, sfu.Client}, {"internal", data, sfu.Server}, {"operator", ptz, sfu.Client}} {
+		v := joinViewerWith(t, mgr, sfu.LocalOptions{Room: cam.Room(), Identity: tc.id, Grants: tc.g, Origin: tc.origin})
+		for i, topic := range []string{"ptz", "talk", "http"} {
+			v.send(topic, fmt.Sprintf(`{"id":%d,"op":"stop","method":"GET","path":"/"}`, i))
+			r := v.await(t, topic, withID(float64(i)))
+			refused := strings.Contains(fmt.Sprint(r["error"]), "no ptz grant")
+			if refused == tc.g.PTZ {
+				t.Errorf("%s (ptz grant %v) on %s: %v", tc.id, tc.g.PTZ, topic, r)
+			}
 		}
-		defer p.Close("done")
-		if got := cam.mayControl(tc.id); got != tc.ptz {
-			t.Errorf("%s (ptz grant %v): mayControl %v", tc.id, tc.ptz, got)
-		}
-	}
-	if cam.mayControl("nobody") {
-		t.Error("an identity not in the room may control")
 	}
 }
 
@@ -291,7 +302,7 @@ func TestTalkWebRTCCameraFloor(t *testing.T) {
 	bob := joinViewer(t, mgr, cam.Room(), "bob")
 	aliceMic, bobMic := mic(alice, 1), mic(bob, 2)
 	// The camera peer joins as a WebRTC participant that subscribes to everything.
-	c := &auth.Claims{Room: cam.Room(), Grants: auth.Grants{Subscribe: true, Publish: true, PublishData: true}, RegisteredClaims: jwt.RegisteredClaims{Subject: Identity}}
+	c := &auth.Claims{Room: cam.Room(), Grants: auth.Grants{Subscribe: true, Publish: true, PublishData: true, Camera: true}, RegisteredClaims: jwt.RegisteredClaims{Subject: Identity}}
 	peer, err := mgr.Join(c, sfu.JoinOptions{AutoSubscribe: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -334,4 +345,37 @@ func testEngine(t *testing.T) (config.Config, *rtc.Engine) {
 	}
 	t.Cleanup(func() { eng.Close() })
 	return cfg, eng
+}
+
+// A WebRTC camera that answers ptz itself (no ONVIF declared) gets only the
+// requests of senders with the ptz grant: the gateway refuses the others, the
+// device never sees them.
+func TestWebRTCCameraTopicsNeedGrant(t *testing.T) {
+	cfg, eng := testEngine(t)
+	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	g := New(Options{Manager: mgr, Loopback: true})
+	defer g.Close()
+	cam, err := g.Add(Config{ID: "w", WebRTC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	device := joinViewerWith(t, mgr, sfu.LocalOptions{Room: cam.Room(), Identity: Identity,
+		Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, Camera: true}})
+	plain := joinViewerWith(t, mgr, sfu.LocalOptions{Room: cam.Room(), Identity: "plain", Grants: auth.Grants{Subscribe: true, PublishData: true}})
+	op := joinViewer(t, mgr, cam.Room(), "operator")
+	plain.send("ptz", `{"id":1,"op":"move"}`)
+	if r := plain.await(t, "ptz", withID(1)); !strings.Contains(fmt.Sprint(r["error"]), "no ptz grant") {
+		t.Fatalf("without the grant: %v", r)
+	}
+	op.send("ptz", `{"id":2,"op":"move"}`)
+	if r := device.await(t, "ptz", withID(2)); r["_from"] != "operator" {
+		t.Fatalf("the device got %v", r)
+	}
+	device.mu.Lock()
+	defer device.mu.Unlock()
+	for _, m := range device.got {
+		if m["_from"] == "plain" {
+			t.Fatalf("the device got a request from a sender without the grant: %v", m)
+		}
+	}
 }

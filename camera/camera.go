@@ -14,6 +14,7 @@ import (
 	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -95,10 +96,13 @@ type Camera struct {
 
 	bytesIn atomic.Uint64
 	bitrate atomic.Int64
+
+	refusedLog atomic.Int64 // unix ns of the last log line about a refused request
 }
 
 type message struct {
 	from     string
+	grants   auth.Grants // the sender's, when it sent
 	topic    string
 	reliable bool
 	payload  []byte
@@ -190,7 +194,10 @@ func (c *Camera) start() error {
 		go c.dispatch() // topics the gateway serves for the camera (direct.go)
 		return nil
 	}
-	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: c.Room(), Identity: Identity, Name: c.cfg.Name})
+	// The camera publishes, answers its viewers and hears talk-back audio
+	// (through sinks); it is the server's own, under the reserved identity.
+	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: c.Room(), Identity: Identity, Name: c.cfg.Name,
+		Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}, Origin: sfu.Server})
 	if err != nil {
 		return fmt.Errorf("camera %s: join room: %w", c.cfg.ID, err)
 	}
@@ -230,12 +237,19 @@ func (c *Camera) stop() {
 	c.done.Wait()
 }
 
-// onData runs on the sender's goroutine: queue, never block.
+// onData runs on the sender's goroutine: queue, never block. The sender's
+// grants are taken now, while it is surely in the room.
 func (c *Camera) onData(reliable bool, h sfu.DataHeader, payload []byte) {
 	if len(h.To) == 0 && h.Topic == "" {
 		return
 	}
-	m := message{from: h.From, topic: h.Topic, reliable: reliable, payload: append([]byte(nil), payload...)}
+	var grants auth.Grants
+	if r := c.g.o.Manager.Room(c.Room()); r != nil {
+		if p := r.BySid(h.FromSid); p != nil {
+			grants = p.Grants()
+		}
+	}
+	m := message{from: h.From, grants: grants, topic: h.Topic, reliable: reliable, payload: append([]byte(nil), payload...)}
 	select {
 	case c.msgs <- m:
 	default:
@@ -250,14 +264,19 @@ func (c *Camera) dispatch() {
 		case <-c.ctx.Done():
 			return
 		case m := <-c.msgs:
-			h := c.g.handler(m.topic)
-			if h == nil {
+			route, ok := c.g.handler(m.topic)
+			if !ok {
 				c.log.Debug("no handler for topic", "topic", m.topic, "from", m.from)
 				if m.topic != "" {
 					c.Reply(m.from, m.topic, errorReply(m.payload, fmt.Sprintf("camera %s does not handle topic %q", c.cfg.ID, m.topic)))
 				}
 				continue
 			}
+			if route.grant != "" && !m.grants.Has(route.grant) {
+				c.refused(m, route.grant)
+				continue
+			}
+			h := route.h
 			func() {
 				defer func() {
 					if r := recover(); r != nil {
@@ -268,6 +287,16 @@ func (c *Camera) dispatch() {
 			}()
 		}
 	}
+}
+
+// refused answers a request whose sender lacks the topic's grant, logging at
+// most one such refusal a second per camera (a viewer can repeat it at will).
+func (c *Camera) refused(m message, grant string) {
+	now := time.Now().UnixNano()
+	if last := c.refusedLog.Load(); now-last >= int64(time.Second) && c.refusedLog.CompareAndSwap(last, now) {
+		c.log.Info("camera request refused: the sender's token lacks the grant", "topic", m.topic, "from", m.from, "grant", grant)
+	}
+	c.Reply(m.from, m.topic, errorReply(m.payload, "not allowed: the token has no "+grant+" grant"))
 }
 
 // measure samples the incoming bitrate once a second.

@@ -116,8 +116,10 @@ func (g *Gateway) onRelay(from, to *sfu.Participant, data []byte) {
 
 // filterData is the manager's data filter: data messages addressed to a
 // WebRTC camera with a topic the gateway serves for it reach the gateway's
-// handler instead of the camera (which would not know what to do with them).
-// It runs on the sender's goroutine: queue, never block.
+// handler instead of the camera (which would not know what to do with them),
+// and so do those on a topic whose grant the sender lacks, which the gateway
+// refuses: the device itself never sees them. It runs on the sender's
+// goroutine: queue, never block.
 func (g *Gateway) filterData(from *sfu.Participant, reliable bool, h sfu.DataHeader, to []string, payload []byte) bool {
 	if len(to) != 1 || to[0] != Identity || h.Topic == "" || from.Identity() == Identity {
 		return false
@@ -127,7 +129,12 @@ func (g *Gateway) filterData(from *sfu.Participant, reliable bool, h sfu.DataHea
 		return false
 	}
 	c := g.Camera(id)
-	if c == nil || !c.cfg.WebRTC || !c.servesTopic(h.Topic) {
+	if c == nil || !c.cfg.WebRTC {
+		return false
+	}
+	route, ok := g.handler(h.Topic)
+	refused := ok && route.grant != "" && !from.Grants().Has(route.grant)
+	if !refused && !c.servesTopic(h.Topic) {
 		return false
 	}
 	c.onData(reliable, h, payload)
@@ -147,5 +154,6 @@ func (c *Camera) servesTopic(topic string) bool {
 	case "http":
 		return c.cfg.HTTP.Base != ""
 	}
-	return c.g.handler(topic) != nil
+	_, ok := c.g.handler(topic)
+	return ok
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -22,7 +23,7 @@ import (
 func fuzzTracks(f *testing.F) (video, audio *sfu.LocalTrack) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := sfu.NewManager(config.Default(), nil, log)
-	p, err := m.JoinLocal(sfu.LocalOptions{Room: "fuzz", Identity: "cam"})
+	p, err := m.JoinLocal(sfu.LocalOptions{Room: "fuzz", Identity: "cam", Grants: auth.Grants{Publish: true}, Origin: sfu.Server})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -28,8 +28,9 @@ import (
 // Config declares one camera (config file `cameras:` or POST /v1/cameras).
 type Config = config.Camera
 
-// Identity is the participant identity of every camera in its room.
-const Identity = "camera"
+// Identity is the participant identity of every camera in its room, reserved:
+// no token but a WebRTC camera's own (Token) may hold it.
+const Identity = auth.CameraIdentity
 
 // RoomOf is the room a camera lives in.
 func RoomOf(id string) string { return "camera/" + id }
@@ -61,7 +62,7 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	cams     map[string]*Camera
-	handlers map[string]TopicHandler
+	handlers map[string]topicRoute
 	closed   bool
 
 	direct directTimings // direct.go
@@ -75,7 +76,7 @@ func New(o Options) *Gateway {
 	if o.IdleAfter <= 0 {
 		o.IdleAfter = 10 * time.Second
 	}
-	g := &Gateway{o: o, log: o.Log.With("component", "camera"), cams: map[string]*Camera{}, handlers: map[string]TopicHandler{}}
+	g := &Gateway{o: o, log: o.Log.With("component", "camera"), cams: map[string]*Camera{}, handlers: map[string]topicRoute{}}
 	registerDeviceTopics(g) // ptz, talk, http (ptz.go)
 	if o.Manager != nil {
 		o.Manager.SetRelayTap(g.onRelay)
@@ -96,18 +97,28 @@ func (g *Gateway) Start(cams []Config) error {
 	return nil
 }
 
-// HandleTopic routes data messages with topic to h. Register before cameras
-// receive messages (at server start); a later registration replaces h.
-func (g *Gateway) HandleTopic(topic string, h TopicHandler) {
+// topicRoute is a topic's handler and the grant its senders need.
+type topicRoute struct {
+	grant string
+	h     TopicHandler
+}
+
+// HandleTopic routes data messages with topic to h, from senders whose token
+// holds grant (its JSON name, as auth.Grants.Has takes it; "" for none): the
+// gateway refuses the others before h runs, whatever their transport. Register
+// before cameras receive messages (at server start); a later registration
+// replaces h.
+func (g *Gateway) HandleTopic(topic, grant string, h TopicHandler) {
 	g.mu.Lock()
-	g.handlers[topic] = h
+	g.handlers[topic] = topicRoute{grant, h}
 	g.mu.Unlock()
 }
 
-func (g *Gateway) handler(topic string) TopicHandler {
+func (g *Gateway) handler(topic string) (topicRoute, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.handlers[topic]
+	r, ok := g.handlers[topic]
+	return r, ok
 }
 
 // Camera returns the camera with id, nil if none.
@@ -190,7 +201,9 @@ func (g *Gateway) Close() {
 }
 
 // Token signs a token for a WebRTC camera to join its room as "camera": it
-// may publish media and data and subscribe (to receive viewers' talk-back audio).
+// may publish media and data and subscribe (to receive viewers' talk-back
+// audio), and its camera grant lets it hold the reserved identity. ttl is
+// capped at the longest lifetime the server accepts.
 func (g *Gateway) Token(id string, ttl time.Duration) (string, error) {
 	c := g.Camera(id)
 	if c == nil {
@@ -199,9 +212,9 @@ func (g *Gateway) Token(id string, ttl time.Duration) (string, error) {
 	if !c.cfg.WebRTC {
 		return "", protocol.Errorf(protocol.CodeBadRequest, "camera %q is not a WebRTC camera", id)
 	}
-	claims := auth.Claims{Room: RoomOf(id), Name: c.cfg.Name, Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}}
+	claims := auth.Claims{Room: RoomOf(id), Name: c.cfg.Name, Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true, Camera: true}}
 	claims.Subject = Identity
-	return g.o.Keys.Sign(g.o.APIKey, claims, ttl)
+	return g.o.Keys.Sign(g.o.APIKey, claims, min(ttl, auth.MaxLifetime()))
 }
 
 // context for a camera's goroutines.

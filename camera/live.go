@@ -60,7 +60,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier, door Door) {
 		id := r.PathValue("id")
 		claims, err := verify(tokenOf(r))
 		if err != nil {
-			liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+			tokenError(w, err)
 			return
 		}
 		if claims.Room != RoomOf(id) && claims.Room != WallRoom {
@@ -84,6 +84,25 @@ func tokenOf(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return r.URL.Query().Get("token")
+}
+
+// tokenError answers a request whose token failed verification with the
+// error's code (expired, reserved identity, ...).
+func tokenError(w http.ResponseWriter, err error) {
+	status, code := http.StatusUnauthorized, protocol.CodeOf(err)
+	switch code {
+	case protocol.CodeIdentityReserved:
+		status = http.StatusForbidden
+	case protocol.CodeUnauthorized, protocol.CodeTokenExpired:
+	default:
+		code = protocol.CodeUnauthorized
+	}
+	var pe *protocol.Error
+	msg := err.Error()
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	liveError(w, status, code, msg)
 }
 
 func liveError(w http.ResponseWriter, status int, code, msg string) {
@@ -181,7 +200,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	claims, err := verify(tokenOf(r))
 	if err != nil {
 		door.Refused("live.mp4", r, err)
-		liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+		tokenError(w, err)
 		return
 	}
 	// A wall token sees every camera in the wall room; its HTTP tiles (browsers

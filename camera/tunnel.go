@@ -409,11 +409,6 @@ var camTunnels = struct {
 
 // handleHTTP is the TopicHandler of topic http.
 func handleHTTP(c *Camera, from string, _ bool, payload []byte) {
-	if !c.mayControl(from) {
-		c.log.Info("http tunnel request without the ptz grant", "from", from)
-		c.Reply(from, "http", errorReply(payload, "not allowed: the token has no ptz grant"))
-		return
-	}
 	cfg := c.Config()
 	if cfg.HTTP.Base == "" {
 		c.Reply(from, "http", errorReply(payload, "camera "+c.ID()+" has no web interface configured"))

@@ -1,6 +1,7 @@
 package camera
 
 import (
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -58,7 +59,8 @@ func (c *Camera) syncWall(src *sfu.Publication) {
 	if src == nil || c.ctx.Err() != nil {
 		return
 	}
-	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: WallRoom, Identity: "camera-" + c.cfg.ID, Name: c.name()})
+	p, err := c.g.o.Manager.JoinLocal(sfu.LocalOptions{Room: WallRoom, Identity: auth.WallPrefix + c.cfg.ID, Name: c.name(),
+		Grants: auth.Grants{Publish: true}, Origin: sfu.Server})
 	if err != nil {
 		c.log.Warn("wall: join", "err", err)
 		return

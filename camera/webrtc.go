@@ -23,8 +23,10 @@ func (c *Camera) webrtcParticipant() *sfu.Participant {
 	if room == nil {
 		return nil
 	}
+	// A client holding the identity is the camera peer (its token has the
+	// camera grant); the gateway's own camera or another node's is not.
 	p := room.ByIdentity(Identity)
-	if p == nil || p.Local() {
+	if p == nil || p.Origin() != sfu.Client {
 		return nil
 	}
 	return p

@@ -94,7 +94,8 @@ func (e *exporter) sync(local []string) {
 			e.mu.Unlock()
 			if !known {
 				info := p.Info()
-				e.l.send(ctlMsg{T: msgPart, Room: name, ID: p.Identity(), Name: info.Name, Meta: info.Metadata})
+				g := p.Grants()
+				e.l.send(ctlMsg{T: msgPart, Room: name, ID: p.Identity(), Name: info.Name, Meta: info.Metadata, Grants: &g})
 			}
 			for _, t := range p.Publications() {
 				seenPubs[t] = true

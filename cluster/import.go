@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -23,6 +24,7 @@ type importer struct {
 // came first); the mirror materializes when that one leaves.
 type mirror struct {
 	room, identity, name, meta string
+	grants                     auth.Grants // the mirrored participant's
 	p                          *sfu.Participant
 	tracks                     map[uint32]*mirrorTrack
 }
@@ -55,7 +57,13 @@ func (im *importer) onCtl(m *ctlMsg) {
 		im.mu.Lock()
 		mr := im.mirrors[key]
 		if mr == nil {
-			mr = &mirror{room: m.Room, identity: m.ID, name: m.Name, meta: m.Meta, tracks: map[uint32]*mirrorTrack{}}
+			// A peer that sends no grants gets what carrying media and data
+			// needs, nothing more.
+			g := auth.Grants{Publish: true, PublishData: true}
+			if m.Grants != nil {
+				g = *m.Grants
+			}
+			mr = &mirror{room: m.Room, identity: m.ID, name: m.Name, meta: m.Meta, grants: g, tracks: map[uint32]*mirrorTrack{}}
 			im.mirrors[key] = mr
 		}
 		im.mu.Unlock()
@@ -162,7 +170,8 @@ func (im *importer) materialize(mr *mirror) {
 			}
 		}
 	}
-	p, err := n.mgr.JoinLocal(sfu.LocalOptions{Room: mr.room, Identity: mr.identity, Name: mr.name, Metadata: mr.meta, KeepIdentity: keep})
+	p, err := n.mgr.JoinLocal(sfu.LocalOptions{Room: mr.room, Identity: mr.identity, Name: mr.name, Metadata: mr.meta, KeepIdentity: keep,
+		Grants: mr.grants, Origin: sfu.Mirror})
 	if err != nil {
 		im.l.log.Warn("mirror join failed", "room", mr.room, "identity", mr.identity, "err", err)
 		return

@@ -292,7 +292,7 @@ func (n *Node) snapshot() NodeInfo {
 			}
 			info.Load.Tracks += len(pubs)
 			kind := "participant"
-			if p.Local() {
+			if p.Origin() == sfu.Server {
 				kind = "local"
 			}
 			members = append(members, Member{Identity: p.Identity(), Kind: kind})

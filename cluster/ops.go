@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // loadMeter turns CPU time, packet and byte counters into rates between
@@ -254,7 +255,7 @@ func (n *Node) startDrain() {
 		}
 		for _, r := range n.mgr.Rooms() {
 			for _, p := range r.Participants() {
-				if !n.isMirror(p) && !p.Local() {
+				if p.Origin() == sfu.Client {
 					p.Kick("node_drained", "this node was drained")
 				}
 			}
@@ -284,7 +285,7 @@ func (n *Node) askToMove() int {
 	left := 0
 	for _, r := range n.mgr.Rooms() {
 		for _, p := range r.Participants() {
-			if n.isMirror(p) || p.Local() {
+			if p.Origin() != sfu.Client {
 				continue
 			}
 			left++

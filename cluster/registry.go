@@ -52,8 +52,8 @@ type Load struct {
 // Member is a participant recorded in the cluster state.
 type Member struct {
 	Identity string `json:"identity"`
-	// Kind is "participant" for a client, "local" for one inside the server (a
-	// camera session, a recorder).
+	// Kind is "participant" for a client (WebTransport sessions included),
+	// "local" for the server's own (a camera, a recording played back).
 	Kind string `json:"kind"`
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // Placement records: the /v1/cluster/place handler writes its decision for a
@@ -252,7 +254,7 @@ func (n *Node) moveLocal(mv moveMsg) {
 		return
 	}
 	for _, p := range r.Participants() {
-		if p.Identity() == mv.Identity && !n.isMirror(p) && !p.Local() {
+		if p.Identity() == mv.Identity && p.Origin() == sfu.Client {
 			n.hint(p, *to, "placement")
 			n.log.Info("cluster move: participant asked to reconnect", "room", mv.Room, "identity", mv.Identity, "to", to.ID)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -18,7 +19,7 @@ func TestShedderStepsLastNDownAndBack(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mgr := sfu.NewManager(cfg, nil, log)
 	for i := 0; i < 6; i++ {
-		p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "r", Identity: fmt.Sprintf("p%d", i)})
+		p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "r", Identity: fmt.Sprintf("p%d", i), Grants: auth.Grants{Publish: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestShedderStepsOnEgress(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mgr := sfu.NewManager(cfg, nil, log)
 	for i := 0; i < 6; i++ {
-		p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "r", Identity: fmt.Sprintf("p%d", i)})
+		p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "r", Identity: fmt.Sprintf("p%d", i), Grants: auth.Grants{Publish: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
@@ -87,6 +88,7 @@ type ctlMsg struct {
 	ID       string              `json:"id,omitempty"` // participant identity
 	Name     string              `json:"name,omitempty"`
 	Meta     string              `json:"meta,omitempty"`
+	Grants   *auth.Grants        `json:"grants,omitempty"` // msgPart: the participant's, for its mirrors
 	N        uint32              `json:"n,omitempty"`
 	Info     *protocol.TrackInfo `json:"info,omitempty"`
 	Codec    *codecJSON          `json:"codec,omitempty"`

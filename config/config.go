@@ -102,6 +102,12 @@ type Limits struct {
 	MaxConnsPerIP           int `yaml:"max_conns_per_ip" flag:"max-conns-per-ip" usage:"open HTTP connections from one client address (0: no limit)"`
 	MaxRooms                int `yaml:"max_rooms" flag:"max-rooms" usage:"rooms on this server"`
 	MaxSDPBytes             int `yaml:"max_sdp_bytes" flag:"max-sdp-bytes" usage:"largest SDP accepted"`
+	// MaxSessionsPerIdentity bounds the sessions one identity holds in a room
+	// at once (WHEP viewers on one token, mostly: other doors replace the
+	// identity's previous session).
+	MaxSessionsPerIdentity int `yaml:"max_sessions_per_identity" flag:"max-sessions-per-identity" usage:"sessions one identity may hold in a room at once"`
+	// MaxTokenLifetime refuses tokens valid for longer (from issue to expiry).
+	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime" flag:"max-token-lifetime" usage:"longest token validity accepted (issue to expiry)"`
 	// The HTTP port's timeouts. Streams (live.mp4, exports) have the write
 	// timeout between two writes; the signaling WebSocket pings instead.
 	HTTPHeaderTimeout time.Duration `yaml:"http_header_timeout" flag:"http-header-timeout" usage:"time to send a request's headers"`
@@ -153,6 +159,8 @@ func Default() Config {
 			MaxConnsPerIP:           256,
 			MaxRooms:                1000,
 			MaxSDPBytes:             64 << 10,
+			MaxSessionsPerIdentity:  10,
+			MaxTokenLifetime:        24 * time.Hour,
 			HTTPHeaderTimeout:       10 * time.Second,
 			HTTPBodyTimeout:         10 * time.Second,
 			HTTPWriteTimeout:        30 * time.Second,
@@ -251,6 +259,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxMessageBytes < 1024 {
 		return errors.New("limits.max_message_bytes must be at least 1024")
+	}
+	if c.Limits.MaxSessionsPerIdentity < 1 {
+		return errors.New("limits.max_sessions_per_identity must be at least 1")
+	}
+	if c.Limits.MaxTokenLifetime < time.Minute {
+		return errors.New("limits.max_token_lifetime must be at least 1m")
 	}
 	if c.Limits.MaxDataChannels < 2 {
 		return errors.New("limits.max_data_channels must be at least 2 (the room's _reliable and _lossy)")

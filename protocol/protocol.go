@@ -33,6 +33,12 @@ const (
 	CodeJoinTimeout     = "join_timeout"
 	CodeServerBusy      = "server_busy"
 	CodeInternal        = "internal"
+	// CodeIdentityReserved: the token names an identity the server uses for
+	// its own participants (a camera, a recording played back).
+	CodeIdentityReserved = "identity_reserved"
+	// CodeTooManySessions: the identity already holds limits.max_sessions_per_identity
+	// sessions in the room.
+	CodeTooManySessions = "too_many_sessions"
 )
 
 // Error is a protocol error: a code for programs and a message for people.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -42,7 +43,8 @@ func crashChild(dir, clip string) {
 		os.Exit(2)
 	}
 	_ = rec
-	cam, err := mgr.JoinLocal(sfu.LocalOptions{Room: "camera/yard", Identity: "camera"})
+	cam, err := mgr.JoinLocal(sfu.LocalOptions{Room: "camera/yard", Identity: "camera",
+		Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // Routes adds the recording endpoints to mux:
@@ -21,9 +22,10 @@ import (
 //	GET /v1/cameras/{id}/recordings           recorded ranges, for the timeline
 //	GET /v1/cameras/{id}/export?from=&to=     one MP4 file of that range (Unix ms)
 //
-// A token with the admin grant, or one for the camera's room (a viewer's),
-// authorizes; it comes as "Authorization: Bearer" or, so that a plain download
-// link works, as ?token=.
+// A token with the admin grant, or one for the camera's room with the
+// subscribe grant (a viewer's: recordings are the camera's video, as live.mp4
+// is), authorizes; it comes as "Authorization: Bearer" or, so that a plain
+// download link works, as ?token= (never logged). Errors are JSON {code, message}.
 func (r *Recorder) Routes(mux *http.ServeMux, keys auth.Keys) {
 	mux.HandleFunc("GET /v1/cameras/{id}/recordings", func(w http.ResponseWriter, q *http.Request) {
 		id, ok := r.authorize(w, q, keys)
@@ -42,16 +44,16 @@ func (r *Recorder) Routes(mux *http.ServeMux, keys auth.Keys) {
 		from, err1 := strconv.ParseInt(q.URL.Query().Get("from"), 10, 64)
 		to, err2 := strconv.ParseInt(q.URL.Query().Get("to"), 10, 64)
 		if err1 != nil || err2 != nil || from < 0 || to <= from {
-			httpErr(w, http.StatusBadRequest, "from and to must be Unix milliseconds with from < to")
+			httpErr(w, http.StatusBadRequest, protocol.CodeBadRequest, "from and to must be Unix milliseconds with from < to")
 			return
 		}
 		if to-from > 24*3600*1000 {
-			httpErr(w, http.StatusBadRequest, "export at most 24 hours at once")
+			httpErr(w, http.StatusBadRequest, protocol.CodeBadRequest, "export at most 24 hours at once")
 			return
 		}
 		ex, err := r.store.planExport(id, uint64(from)*90, uint64(to)*90)
 		if err != nil {
-			httpErr(w, http.StatusNotFound, err.Error())
+			httpErr(w, http.StatusNotFound, protocol.CodeNotFound, err.Error())
 			return
 		}
 		w.Header().Set("Content-Type", "video/mp4")
@@ -67,16 +69,17 @@ func (r *Recorder) Routes(mux *http.ServeMux, keys auth.Keys) {
 	})
 }
 
-func httpErr(w http.ResponseWriter, status int, msg string) {
+// httpErr writes the API's error body, {code, message}.
+func httpErr(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})
 }
 
 func (r *Recorder) authorize(w http.ResponseWriter, q *http.Request, keys auth.Keys) (string, bool) {
 	id := q.PathValue("id")
 	if !validID(id) {
-		httpErr(w, http.StatusBadRequest, "bad camera id")
+		httpErr(w, http.StatusBadRequest, protocol.CodeBadRequest, "bad camera id")
 		return "", false
 	}
 	tok := q.URL.Query().Get("token")
@@ -85,15 +88,38 @@ func (r *Recorder) authorize(w http.ResponseWriter, q *http.Request, keys auth.K
 	}
 	c, err := keys.Verify(tok)
 	if err != nil {
-		r.log.Info("recording request refused", "err", err, "remote", q.RemoteAddr)
-		httpErr(w, http.StatusUnauthorized, err.Error())
+		status, code := http.StatusUnauthorized, protocol.CodeUnauthorized
+		switch {
+		case errors.Is(err, auth.ErrExpired):
+			code = protocol.CodeTokenExpired
+		case errors.Is(err, auth.ErrReserved):
+			status, code = http.StatusForbidden, protocol.CodeIdentityReserved
+		}
+		r.refused(q, code, err)
+		httpErr(w, status, code, err.Error())
 		return "", false
 	}
-	if !c.Grants.Admin && c.Room != RoomPrefix+id {
-		httpErr(w, http.StatusForbidden, fmt.Sprintf("the token is for room %q, not %s%s", c.Room, RoomPrefix, id))
+	switch {
+	case c.Grants.Admin:
+	case c.Room != RoomPrefix+id:
+		r.refused(q, protocol.CodeForbidden, errors.New("token for another room"))
+		httpErr(w, http.StatusForbidden, protocol.CodeForbidden, fmt.Sprintf("the token is for room %q, not %s%s", c.Room, RoomPrefix, id))
+		return "", false
+	case !c.Grants.Subscribe:
+		r.refused(q, protocol.CodeForbidden, errors.New("no subscribe grant"))
+		httpErr(w, http.StatusForbidden, protocol.CodeForbidden, "the token does not allow subscribing (recordings are the camera's video)")
 		return "", false
 	}
 	return id, true
+}
+
+// refused logs a refused request, at most one line a second (a client can
+// repeat it at will); the URL, which may hold the token, is never logged.
+func (r *Recorder) refused(q *http.Request, code string, err error) {
+	now := time.Now().UnixNano()
+	if last := r.refusedLog.Load(); now-last >= int64(time.Second) && r.refusedLog.CompareAndSwap(last, now) {
+		r.log.Info("recording request refused", "code", code, "err", err, "remote", q.RemoteAddr, "camera", q.PathValue("id"))
+	}
 }
 
 // An export is the init of the first segment followed by the indexed fragments

@@ -12,6 +12,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -186,7 +187,7 @@ type Session struct {
 }
 
 // PlaybackIdentity is the identity of a viewer's playback participant.
-func PlaybackIdentity(viewer string) string { return "playback-" + viewer }
+func PlaybackIdentity(viewer string) string { return auth.PlaybackPrefix + viewer }
 
 var h264Codec = webrtc.RTPCodecParameters{
 	RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: clock,
@@ -200,7 +201,7 @@ func (r *Recorder) newSession(c *camStore, viewer string) (*Session, error) {
 		return nil, fmt.Errorf("viewer %q is not in room %s", viewer, room)
 	}
 	p, err := r.mgr.JoinLocal(sfu.LocalOptions{Room: room, Identity: PlaybackIdentity(viewer), Name: "playback",
-		Audience: []string{viewer}})
+		Audience: []string{viewer}, Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -80,7 +81,8 @@ func newCamEnv(t *testing.T, dir string, seg time.Duration) *camEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.Close)
-	cam, err := mgr.JoinLocal(sfu.LocalOptions{Room: "camera/door", Identity: "camera"})
+	cam, err := mgr.JoinLocal(sfu.LocalOptions{Room: "camera/door", Identity: "camera",
+		Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +409,8 @@ func (v *viewer) lastReply() map[string]any {
 
 func (e *camEnv) joinViewer(t *testing.T, name string) *viewer {
 	v := &viewer{arrived: make(chan struct{}, 1), idx: frameIndex(e.frames)}
-	p, err := e.mgr.JoinLocal(sfu.LocalOptions{Room: "camera/door", Identity: name})
+	p, err := e.mgr.JoinLocal(sfu.LocalOptions{Room: "camera/door", Identity: name,
+		Grants: auth.Grants{Subscribe: true, PublishData: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

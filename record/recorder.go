@@ -13,12 +13,13 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // CameraIdentity is the identity whose tracks are recorded in each camera room.
-const CameraIdentity = "camera"
+const CameraIdentity = auth.CameraIdentity
 
 // RoomPrefix names camera rooms: camera/<id>.
 const RoomPrefix = "camera/"
@@ -44,6 +45,8 @@ type Recorder struct {
 	source atomic.Pointer[AudioSource]
 	// aacPlayer plays recorded AAC back as Opus (SetAACPlayer).
 	aacPlayer atomic.Pointer[AACPlayerFunc]
+	// refusedLog is the unix ns of the last log line about a refused request.
+	refusedLog atomic.Int64
 }
 
 // AACPlayer transcodes one playback session's recorded AAC to Opus on its

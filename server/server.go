@@ -72,6 +72,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		debug.SetGCPercent(gcPercent)
 	}
 	s := &Server{Config: cfg, Keys: keys, APIKey: apiKey, Dev: dev, errc: make(chan error, 1)}
+	auth.SetMaxLifetime(cfg.Limits.MaxTokenLifetime)
 	var err error
 	if s.Engine, err = rtc.NewEngine(cfg, log); err != nil {
 		return nil, err
@@ -144,7 +145,8 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			}
 			return p, nil
 		})
-		s.Cameras.HandleTopic(record.Topic, func(cam *camera.Camera, from string, _ bool, payload []byte) {
+		// Playing a recording back is watching the camera: subscribe.
+		s.Cameras.HandleTopic(record.Topic, "subscribe", func(cam *camera.Camera, from string, _ bool, payload []byte) {
 			rec.HandlePlayback(cam.ID(), from, payload, func(b []byte) { cam.Reply(from, record.Topic, b) })
 		})
 		routes = func(mux *http.ServeMux) { rec.Routes(mux, keys) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 )
@@ -27,11 +28,11 @@ func TestHandoverKeepsTheOldSession(t *testing.T) {
 	}
 	t.Run("without handover the old session is kicked", func(t *testing.T) {
 		m := NewManager(config.Default(), nil, log)
-		old, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice"})
+		old, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice", Grants: auth.Grants{Publish: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice"})
+		p, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice", Grants: auth.Grants{Publish: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,14 +48,14 @@ func TestHandoverKeepsTheOldSession(t *testing.T) {
 	}{{"handover keeps a mirror", true, false}, {"KeepIdentity keeps the holder", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			m := NewManager(config.Default(), nil, log)
-			old, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice"})
+			old, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice", Grants: auth.Grants{Publish: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c.handover {
 				m.SetHandover(func(p *Participant) bool { return p == old })
 			}
-			p, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice", KeepIdentity: c.keep})
+			p, err := m.JoinLocal(LocalOptions{Room: "r", Identity: "alice", KeepIdentity: c.keep, Grants: auth.Grants{Publish: true}})
 			if err != nil {
 				t.Fatal(err)
 			}

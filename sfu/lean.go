@@ -68,6 +68,10 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 	}
 	lv.v = v
 	p.lean = lv
+	if err := m.takeIdentity(p, false); err != nil {
+		v.Close("not admitted")
+		return nil, "", err
+	}
 	if err := m.admit(p); err != nil {
 		v.Close("not admitted")
 		return nil, "", err

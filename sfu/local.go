@@ -30,6 +30,13 @@ type LocalOptions struct {
 	Identity string
 	Name     string
 	Metadata string
+	// Grants are what the participant may do, checked by the room as for any
+	// client: the token's for a client that came over another transport
+	// (WebTransport), what the component needs for the server's own.
+	Grants auth.Grants
+	// Origin is Client (the default) for a client's session, Server for the
+	// server's own participants, Mirror for the cluster's mirrors.
+	Origin Origin
 	// Hidden participants are not announced to the room (a recorder, a probe).
 	Hidden bool
 	// Audience, when set, limits the participant to these identities: only they
@@ -45,24 +52,24 @@ type LocalOptions struct {
 	KeepIdentity bool
 }
 
-// JoinLocal admits a participant that publishes and receives inside the server.
-// It may publish media and data; it subscribes through sinks, not DownTracks.
+// JoinLocal admits a participant that publishes and receives inside the server,
+// with opt.Grants. It subscribes through sinks, not DownTracks.
 func (m *Manager) JoinLocal(opt LocalOptions) (*Participant, error) {
 	if opt.Room == "" || opt.Identity == "" {
 		return nil, errors.New("local participant needs a room and an identity")
 	}
-	c := &auth.Claims{Room: opt.Room, Name: opt.Name, Metadata: opt.Metadata,
-		Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}}
+	c := &auth.Claims{Room: opt.Room, Name: opt.Name, Metadata: opt.Metadata, Grants: opt.Grants}
 	c.Subject = opt.Identity
 	p, err := m.newParticipant(c, opt.Hidden || len(opt.Audience) > 0)
 	if err != nil {
 		return nil, err
 	}
 	p.local = true
+	p.origin = opt.Origin
 	p.audience = append([]string(nil), opt.Audience...)
 	p.out = opt.Out
-	if old := p.room.ByIdentity(p.identity); old != nil && !opt.KeepIdentity && !m.keeps(old) {
-		old.Kick("duplicate_identity", "the same identity joined again")
+	if err := m.takeIdentity(p, opt.KeepIdentity); err != nil {
+		return nil, err
 	}
 	if err := m.admit(p); err != nil {
 		return nil, err
@@ -106,6 +113,9 @@ var ErrLocalTrackClosed = errors.New("local track closed")
 func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 	if !p.local {
 		return nil, errors.New("PublishLocal on a participant with a peer connection")
+	}
+	if !p.grants.Publish {
+		return nil, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
 	}
 	kind := webrtc.NewRTPCodecType(opt.Info.Kind)
 	if kind == 0 {
@@ -333,9 +343,6 @@ func (p *Participant) seenBy(q *Participant) bool {
 	}
 	return false
 }
-
-// Local reports whether the participant lives inside the server.
-func (p *Participant) Local() bool { return p.local }
 
 // OnData sets the handler for data messages addressed to a local participant
 // (or broadcast in its room). from is the sender's identity.

@@ -190,8 +190,14 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 		tm.watchTransport(sub)
 	}
 	tm.Mark(StepPCCreated)
-	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
-		old.Kick("duplicate_identity", "the same identity joined again")
+	if err := m.takeIdentity(p, false); err != nil {
+		if pub != nil {
+			_ = pub.Close()
+		}
+		if sub != nil {
+			_ = sub.Close()
+		}
+		return nil, err
 	}
 	if err := m.admit(p); err != nil {
 		if pub != nil {
@@ -204,6 +210,29 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	}
 	p.log.Info("participant joined")
 	return p, nil
+}
+
+// takeIdentity makes room for p's identity: a visible participant holding it
+// is replaced (a reconnecting client's old session), unless the cluster keeps
+// it during a handover or keep is set. The server's own participants are never
+// replaced by anyone else's: their identities are reserved.
+func (m *Manager) takeIdentity(p *Participant, keep bool) error {
+	if p.origin == Client && auth.Reserved(p.identity) && !(p.identity == auth.CameraIdentity && p.grants.Camera) {
+		return protocol.Errorf(protocol.CodeIdentityReserved, "identity %q is reserved for the server's own participants", p.identity)
+	}
+	if p.hidden {
+		return nil
+	}
+	old := p.room.ByIdentity(p.identity)
+	switch {
+	case old == nil:
+	case old.origin == Server && p.origin != Server:
+		p.log.Warn("join refused: the identity is the server's own", "origin", p.origin)
+		return protocol.Errorf(protocol.CodeIdentityReserved, "identity %q is held by the server's own participant in room %q", p.identity, p.room.name)
+	case !keep && !m.keeps(old):
+		old.Kick("duplicate_identity", "the same identity joined again")
+	}
+	return nil
 }
 
 // admit adds p to its room. If the room closed since p was made (its last
@@ -303,8 +332,9 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 			p.Close("disconnected")
 		}
 	})
-	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
-		old.Kick("duplicate_identity", "the same identity joined again")
+	if err := m.takeIdentity(p, false); err != nil {
+		_ = pc.Close()
+		return nil, "", err
 	}
 	if err := m.admit(p); err != nil {
 		_ = pc.Close()
@@ -357,6 +387,10 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	p.sub = pc
 	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	p.setupWHEP(pc)
+	if err := m.takeIdentity(p, false); err != nil {
+		_ = pc.Close()
+		return nil, "", err
+	}
 	if err := m.admit(p); err != nil {
 		_ = pc.Close()
 		return nil, "", err

@@ -46,8 +46,11 @@ type Participant struct {
 	// hidden participants (WHEP viewers) are not announced to the room.
 	hidden        bool
 	autoSubscribe bool
-	// local participants live inside the server (local.go): no peer connections.
+	// local participants have no peer connection (local.go): a Go component
+	// feeds and reads them (camera ingest, playback, WebTransport, mirrors).
 	local bool
+	// origin says whom the participant answers to (Client, Server, Mirror).
+	origin Origin
 	// audience limits who sees a hidden local participant's tracks (local.go).
 	audience []string
 
@@ -114,6 +117,37 @@ func (p *Participant) Room() *Room      { return p.room }
 func (p *Participant) Hidden() bool     { return p.hidden }
 func (p *Participant) Grants() auth.Grants {
 	return p.grants
+}
+
+// Origin is whom the participant answers to.
+func (p *Participant) Origin() Origin { return p.origin }
+
+// Origin says whom a participant answers to. Grants, not the origin, decide
+// what it may do; the origin decides who may take its identity and whether
+// it counts against the room's limits.
+type Origin uint8
+
+const (
+	// Client came with a token, over any transport (WebSocket, WHIP, WHEP,
+	// WebTransport): its grants are the token's.
+	Client Origin = iota
+	// Server is a participant the server runs for itself under a reserved
+	// identity (a camera ingest, the camera wall's copies, a recording played
+	// back): no client replaces it, and it takes no place in the room.
+	Server
+	// Mirror is another node's client, mirrored here by the cluster with
+	// that client's grants.
+	Mirror
+)
+
+func (o Origin) String() string {
+	switch o {
+	case Server:
+		return "server"
+	case Mirror:
+		return "mirror"
+	}
+	return "client"
 }
 
 // Info describes the participant and its tracks.
@@ -752,9 +786,14 @@ func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
 }
 
 // Relay passes signaling for a direct connection to another participant of the
-// room (offers, answers and candidates of the peer-to-peer path for 1:1 calls);
-// the server only checks the recipient and stamps the sender.
+// room (offers, answers and candidates of the peer-to-peer path for 1:1 calls,
+// a viewer's direct session to a WebRTC camera); the server checks the
+// sender's grant and the recipient, and stamps the sender. Media received
+// over a direct connection is subscribed to: relaying needs that grant.
 func (p *Participant) Relay(to string, data []byte) error {
+	if !p.grants.Subscribe {
+		return protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing, which a direct connection does")
+	}
 	q := p.room.BySid(to)
 	if q == nil || q.hidden || q == p {
 		return protocol.Errorf(protocol.CodeNotFound, "no participant %q to relay to", to)

@@ -167,8 +167,9 @@ func (m *Manager) publishLean(srv *egress.Server, c *auth.Claims, offer string) 
 	p.mu.Lock()
 	p.leanPub = v // Close closes it
 	p.mu.Unlock()
-	if old := p.room.ByIdentity(p.identity); old != nil && !m.keeps(old) {
-		old.Kick("duplicate_identity", "the same identity joined again")
+	if err := m.takeIdentity(p, false); err != nil {
+		v.Close("not admitted")
+		return nil, "", err
 	}
 	if err := m.admit(p); err != nil {
 		v.Close("not admitted")

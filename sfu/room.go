@@ -36,6 +36,10 @@ type Room struct {
 	rank     atomic.Pointer[ranking]
 	done     chan struct{}
 	doneOnce sync.Once
+
+	// refusedAt (unix ns) and refusedN rate-limit the log of refused joins.
+	refusedAt atomic.Int64
+	refusedN  atomic.Int64
 }
 
 // stop ends the room's background work.
@@ -103,28 +107,52 @@ func (r *Room) BySid(sid string) *Participant {
 // looking it up and joining it; the joiner gets the room's successor.
 var errRoomGone = errors.New("room closed")
 
-// add admits p, enforcing the size limit.
+// add admits p, enforcing the room's limits: every session of a client
+// (visible or not, WHEP viewers included) and every mirror takes a place; the
+// server's own participants take none. One identity holds at most
+// limits.max_sessions_per_identity client sessions.
 func (r *Room) add(p *Participant) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return errRoomGone
 	}
-	visible := 0
+	places, same := 0, 0
 	for _, q := range r.participants {
-		if !q.hidden {
-			visible++
+		if q.origin != Server {
+			places++
+		}
+		if q.origin == Client && q.identity == p.identity {
+			same++
 		}
 	}
-	if !p.hidden && visible >= r.maxParticipants {
+	if p.origin != Server && places >= r.maxParticipants {
 		r.mu.Unlock()
+		r.refused(p, "room_full")
 		return protocol.Errorf(protocol.CodeRoomFull, "room %q is full (%d participants)", r.name, r.maxParticipants)
+	}
+	if limit := r.mgr.cfg.Limits.MaxSessionsPerIdentity; limit > 0 && p.origin == Client && same >= limit {
+		r.mu.Unlock()
+		r.refused(p, "too_many_sessions")
+		return protocol.Errorf(protocol.CodeTooManySessions, "identity %q already holds %d sessions in room %q", p.identity, limit, r.name)
 	}
 	r.participants[p.sid] = p
 	r.mu.Unlock()
 	metrics.Participants.Inc()
 	r.announce(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
 	return nil
+}
+
+// refused logs a refused admission, at most once a second per room (a client
+// can repeat it at will), with the number of refusals not logged.
+func (r *Room) refused(p *Participant, why string) {
+	now := time.Now().UnixNano()
+	last := r.refusedAt.Load()
+	if now-last < int64(time.Second) || !r.refusedAt.CompareAndSwap(last, now) {
+		r.refusedN.Add(1)
+		return
+	}
+	p.log.Warn("join refused", "why", why, "origin", p.origin, "unlogged", r.refusedN.Swap(0))
 }
 
 func (r *Room) remove(p *Participant, reason string) {
@@ -218,7 +246,8 @@ func (r *Room) recipients(from *Participant, identities []string) []*Participant
 	var out []*Participant
 	for _, p := range r.all() {
 		// Hidden participants get only messages addressed to them, and only
-		// local ones (a recorder or camera bridge) can receive at all.
+		// local ones (a playback session) can receive at all: a WHEP viewer
+		// has no data channel.
 		if p == from || (p.hidden && (len(identities) == 0 || !p.local)) || !from.seenBy(p) {
 			continue
 		}

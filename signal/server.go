@@ -175,6 +175,7 @@ func httpError(w http.ResponseWriter, err error) {
 		protocol.CodeUnauthorized: 401, protocol.CodeTokenExpired: 401, protocol.CodeForbidden: 403,
 		protocol.CodeNotFound: 404, protocol.CodeTooLarge: 413, protocol.CodeRateLimited: 429,
 		protocol.CodeRoomFull: 429, protocol.CodeServerBusy: 503, protocol.CodeTooManyTracks: 429,
+		protocol.CodeIdentityReserved: 403, protocol.CodeTooManySessions: 429,
 	}[code]
 	if status == 0 {
 		status = 500
@@ -198,11 +199,14 @@ func (s *Server) verify(token string) (*auth.Claims, error) {
 	}
 	// The code carries the kind; the message only the reason.
 	msg := err.Error()
-	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": "} {
+	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": ", auth.ErrReserved.Error() + ": "} {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
 	if errors.Is(err, auth.ErrExpired) {
 		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%s", msg)
+	}
+	if errors.Is(err, auth.ErrReserved) {
+		return nil, protocol.Errorf(protocol.CodeIdentityReserved, "%s", msg)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg)
 }
@@ -285,6 +289,9 @@ func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
 	c := auth.Claims{Room: req.Room, Name: req.Name, Grants: auth.Grants{Publish: true, Subscribe: true, PublishData: true, PTZ: true}}
 	c.Subject = req.Identity
 	tok, err := s.keys.Sign(s.apiKey, c, 6*time.Hour)
+	if errors.Is(err, auth.ErrReserved) {
+		err = protocol.Errorf(protocol.CodeIdentityReserved, "identity %q is reserved for the server's own participants", req.Identity)
+	}
 	if err != nil {
 		httpError(w, err)
 		return

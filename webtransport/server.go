@@ -236,7 +236,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.opt.Keys.Verify(token)
 	if err != nil {
 		s.refused(r, err)
-		http.Error(w, "unauthorized: "+err.Error(), http.StatusUnauthorized)
+		status := http.StatusUnauthorized
+		if errors.Is(err, auth.ErrReserved) {
+			status = http.StatusForbidden
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	if claims.Room == "" || claims.Identity() == "" {

@@ -90,8 +90,9 @@ func newSession(srv *Server, ws *wt.Session, c *auth.Claims, remote string) *ses
 func (s *session) run() {
 	s.log.Info("webtransport session opened", "protocol", s.ws.SessionState().ApplicationProtocol)
 	defer s.cleanup()
+	// A client like any other: the room checks its token's grants.
 	p, err := s.srv.opt.Manager.JoinLocal(sfu.LocalOptions{Room: s.room, Identity: s.identity, Name: s.claims.Name,
-		Metadata: s.claims.Metadata, Out: eventSender{s}})
+		Metadata: s.claims.Metadata, Out: eventSender{s}, Grants: s.claims.Grants, Origin: sfu.Client})
 	if err != nil {
 		s.close(moqt.CloseInternal, "join: "+err.Error())
 		return

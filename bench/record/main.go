@@ -111,7 +111,8 @@ func run(seeks int, recordFor time.Duration) error {
 
 	// The camera: a local participant "camera" that answers playback messages
 	// the way the camera gateway does.
-	cam, err := srv.Manager.JoinLocal(sfu.LocalOptions{Room: "camera/bench", Identity: "camera"})
+	cam, err := srv.Manager.JoinLocal(sfu.LocalOptions{Room: "camera/bench", Identity: "camera",
+		Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,9 @@ func tokenMain(args []string) int {
 	}
 	c := auth.Claims{Room: *room, Name: *name, Metadata: *metadata, Grants: auth.Grants{Publish: *publish, Subscribe: *subscribe, PublishData: *data, Admin: *admin, PTZ: *ptz}}
 	c.Subject = *identity
+	if *ttl > auth.DefaultMaxLifetime {
+		fmt.Fprintf(os.Stderr, "petrel token: warning: servers refuse tokens valid longer than limits.max_token_lifetime (default %s)\n", auth.DefaultMaxLifetime)
+	}
 	tok, err := keys.Sign(apiKey, c, *ttl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel token:", err)

@@ -8,14 +8,16 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // simulcast publishes a three-layer VP8 track from inside node n's server (as
-// a camera or WebTransport publisher would) and feeds it at 30 frames/s.
+// the server's own camera would) and feeds it at 30 frames/s.
 func simulcast(t *testing.T, n *node, room, identity string) {
-	p, err := n.srv.Manager.JoinLocal(sfu.LocalOptions{Room: room, Identity: identity, Name: identity})
+	p, err := n.srv.Manager.JoinLocal(sfu.LocalOptions{Room: room, Identity: identity, Name: identity,
+		Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}, Origin: sfu.Server})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -15,7 +16,8 @@ import (
 // inside node n: room noise for the first second (the detector's noise floor),
 // then speech if loud.
 func talk(t *testing.T, n *node, room, identity string, loud bool) {
-	p, err := n.srv.Manager.JoinLocal(sfu.LocalOptions{Room: room, Identity: identity, Name: identity})
+	p, err := n.srv.Manager.JoinLocal(sfu.LocalOptions{Room: room, Identity: identity, Name: identity,
+		Grants: auth.Grants{Publish: true, PublishData: true, Subscribe: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -38,7 +39,8 @@ func (s *countingSink) WriteRTP(p *sfu.Packet) {
 // crosses between a local participant and a client in both directions.
 func TestLocalParticipantPublishesAndReceives(t *testing.T) {
 	e := start(t)
-	cam, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: "local", Identity: "camera-1", Name: "Door"})
+	cam, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: "local", Identity: "camera-1", Name: "Door",
+		Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,8 @@ func TestLocalParticipantPublishesAndReceives(t *testing.T) {
 	}
 
 	// A participant with an audience: only the viewer gets its track.
-	pb, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: "local", Identity: "playback-viewer", Audience: []string{"viewer"}})
+	pb, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: "local", Identity: "playback-viewer", Audience: []string{"viewer"},
+		Grants: auth.Grants{Publish: true, PublishData: true}, Origin: sfu.Server})
 	if err != nil {
 		t.Fatal(err)
 	}
