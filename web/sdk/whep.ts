@@ -190,14 +190,16 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   mark('answerArrived');
   const answer = await res.text();
   const location = res.headers.get('Location') ?? undefined;
+  const target = location ? new URL(location, new URL(url, globalThis.location?.href)).toString() : undefined;
   const iceLite = /^a=ice-lite/m.test(answer);
   try {
     await pc.setRemoteDescription({ type: 'answer', sdp: answer });
   } catch (err) {
     pc.close();
+    // The server's session would otherwise wait for its ICE timeout.
+    if (target) void fetch(target, { method: 'DELETE', headers: auth }).catch(() => {});
     throw new WhepError('sdp_invalid', `the browser refused the server's answer: ${err instanceof Error ? err.message : String(err)}`, 201, false);
   }
-  const target = location ? new URL(location, new URL(url, globalThis.location?.href)).toString() : undefined;
   if (!iceLite && target) {
     // A full-ICE server checks these too; it also learns the address from our checks.
     sendCandidates = (c) => {
