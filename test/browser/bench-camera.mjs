@@ -5,7 +5,7 @@
 // painted, in ms since the viewer started (after the page's script and token)
 // and since navigation started, and how the page played (WebRTC / HTTP live).
 //
-//   node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
+//   [PETREL_BENCH_ARGS=--lean-egress] node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
 //
 // A VIEWER is chromium or firefox, with page parameters after '&':
 // 'chromium&trickle=0' has the offer wait for ICE gathering (as before).
@@ -28,7 +28,8 @@ const clip = mkdtempSync(join(tmpdir(), 'petrel-clip-'));
 execFileSync('bash', [`${root}scripts/make-test-clip.sh`, clip, '10']);
 const cam = spawn(bin, ['camera', 'emulate', '--addr', '127.0.0.1:0', '--clip', clip], { stdio: ['ignore', 'pipe', 'inherit'] });
 const camURL = await new Promise((resolve) => createInterface({ input: cam.stdout }).once('line', (l) => resolve(l.trim())));
-const server = await startServer('bench-camera');
+// PETREL_BENCH_ARGS: extra flags for petrel serve (e.g. --lean-egress: ICE-lite, no PATCH).
+const server = await startServer('bench-camera', { args: (process.env.PETREL_BENCH_ARGS ?? '').split(' ').filter(Boolean) });
 try {
   const admin = await server.token('', 'admin', ['--admin']);
   const res = await fetch(`${server.base}/v1/cameras`, {
@@ -60,7 +61,7 @@ try {
         const err = c?.error;
         if (err) return { error: err };
         if (c?.timings.firstFrame === undefined) return null;
-        return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer };
+        return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer, iceLite: c.iceLite };
       }, undefined, 15_000);
       if (r.error) throw new Error(`${browser.name}: ${r.error}`);
       return r;
@@ -96,7 +97,7 @@ try {
     const rs = runs[name];
     const med = (k) => pick(rs.map((r) => r[k]), 0.5) ?? '—';
     const modes = [...new Set(rs.map((r) => r.mode))].join(', ');
-    const gathering = [...new Set(rs.map((r) => r.gatheringAtOffer ?? '—'))].join(', ');
+    const gathering = [...new Set(rs.map((r) => `${r.gatheringAtOffer ?? '—'}${r.iceLite ? ', ICE-lite answer' : ''}`))].join('; ');
     console.log(`| ${name} | ${modes} (gathering at offer: ${gathering}) | ${rs.length} | ${med('pcCreated')} | ${med('offerSent')} | ${med('answerArrived')} | ${med('iceConnected')} | **${med('firstFrame')} / ${pick(rs.map((r) => r.firstFrame), 0.9)}** | ${med('navFirstFrame')} | ${rs.map((r) => r.firstFrame).join(', ')} |`);
   }
   console.log(`| petrel probe (Go, WHEP) | webrtc | ${probeRuns.length} | | | | | **${pick(probeRuns, 0.5)} / ${pick(probeRuns, 0.9)}** | | ${probeRuns.join(', ')} |`);
