@@ -313,6 +313,9 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const cam: NonNullable<Window['petrelCamera']> = { timings: t, mode: way, frames: () => video.getVideoPlaybackQuality?.().totalVideoFrames ?? 0 };
   window.petrelCamera = cam;
   const fail = (why: string) => {
+    // A stream requested by early.js and not played must not stay open.
+    void window.petrelEarly?.live?.then((r) => r.body?.cancel()).catch(() => {});
+    if (window.petrelEarly) window.petrelEarly.live = undefined;
     error = why;
     cam.error = why;
     draw();
@@ -352,7 +355,10 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const playLive = async () => {
     onFirstFrame();
     try {
-      await playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => mark('answerArrived'), (note) => (message.textContent = note));
+      // The request early.js made while the app loaded, if it did (first try only).
+      const early = window.petrelEarly?.live;
+      if (window.petrelEarly) window.petrelEarly.live = undefined;
+      await playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => mark('answerArrived'), (note) => (message.textContent = note), early);
     } catch (err) {
       fail(err instanceof Error ? err.message : String(err));
     }
@@ -481,7 +487,14 @@ const LIVE_RETRIES = 10;
  * server aligns the two timelines, 'sequence' would shift them apart at each
  * gap. Playback starts where both tracks are buffered.
  */
-async function playHTTP(video: HTMLVideoElement, url: string, token: string, onResponse: () => void, onNote: (text: string) => void = () => {}): Promise<void> {
+async function playHTTP(
+  video: HTMLVideoElement,
+  url: string,
+  token: string,
+  onResponse: () => void,
+  onNote: (text: string) => void = () => {},
+  early?: Promise<Response>,
+): Promise<void> {
   if (typeof MediaSource === 'undefined') throw new Error('this browser has no Media Source Extensions: the HTTP live stream cannot play here');
   const ms = new MediaSource();
   const opened = new Promise((r) => ms.addEventListener('sourceopen', r, { once: true }));
@@ -492,7 +505,7 @@ async function playHTTP(video: HTMLVideoElement, url: string, token: string, onR
     for (let i = 0; ; i++) {
       // no-store: Firefox otherwise holds a second request for the same URL
       // (another tab of the camera) behind the first's cache entry, for ~20 s.
-      const r = await fetch(url, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+      const r = (i === 0 && early ? await early.catch(() => null) : null) ?? (await fetch(url, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' }));
       if (r.status !== 503 || i >= LIVE_RETRIES) return r;
       onNote(`Waiting for the camera's video (${(await r.text().catch(() => '')).includes('no video') ? 'it has none yet' : 'server busy'})…`);
       await new Promise((w) => setTimeout(w, 1000));

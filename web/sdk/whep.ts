@@ -32,7 +32,7 @@ export interface WhepOptions {
    * audio transceivers, no ICE servers yet), for a page that starts it before
    * its script has loaded; whepPlay takes it over.
    */
-  prepared?: { pc: RTCPeerConnection; offer: Promise<RTCSessionDescriptionInit> };
+  prepared?: { pc?: RTCPeerConnection; offer?: Promise<RTCSessionDescriptionInit> };
   /** The connection failed after the answer (ICE or DTLS). */
   onFailed?: (why: string) => void;
 }
@@ -125,11 +125,11 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   const servers = opts.iceServers instanceof Promise ? undefined : opts.iceServers;
   let pc: RTCPeerConnection;
   let offered: Promise<RTCSessionDescriptionInit>;
-  if (opts.prepared && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
+  if (opts.prepared?.pc && opts.prepared.offer && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
     ({ pc, offer: offered } = opts.prepared);
     if (servers?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: servers });
   } else {
-    opts.prepared?.pc.close();
+    opts.prepared?.pc?.close();
     pc = new RTCPeerConnection({ iceServers: servers ?? [], iceTransportPolicy: policy, bundlePolicy: 'max-bundle' });
     pc.addTransceiver('video', { direction: 'recvonly' });
     pc.addTransceiver('audio', { direction: 'recvonly' });
