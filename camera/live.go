@@ -203,7 +203,9 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 		tokenError(w, err)
 		return
 	}
-	if claims.Room != RoomOf(id) || !claims.Grants.Subscribe {
+	// A wall token sees every camera in the wall room; its HTTP tiles (browsers
+	// without H.264 for WebRTC) come from here.
+	if (claims.Room != RoomOf(id) && claims.Room != WallRoom) || !claims.Grants.Subscribe {
 		liveError(w, http.StatusForbidden, protocol.CodeForbidden, "the token does not allow watching "+RoomOf(id))
 		return
 	}

@@ -24,6 +24,8 @@ for (const f of await readdir(dist)) if (f !== '.gitkeep') await rm(new URL(f, d
 const common = { bundle: true, format: 'esm', target: ['chrome110', 'firefox115', 'safari16'], sourcemap: true, logLevel: 'info' };
 
 await build({ ...common, entryPoints: ['app/main.ts'], outfile: 'dist/app.js', minify: true });
+// The camera page's early start (app/early.ts), loaded in the head before app.js.
+await build({ ...common, entryPoints: ['app/early.ts'], outfile: 'dist/early.js', minify: true, format: 'iife' });
 await build({ ...common, entryPoints: ['sdk/index.ts'], outfile: 'dist/petrel-sdk.js' });
 // The recording timeline on its own, for pages built on the SDK bundle (and its browser test).
 await build({ ...common, entryPoints: ['app/timeline.ts'], outfile: 'dist/timeline.js' });

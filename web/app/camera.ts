@@ -4,7 +4,7 @@
 // time-to-stream overlay: each WebRTC step as this browser saw it, up to the
 // first frame painted (requestVideoFrameCallback). ?http=1 plays the HTTP live
 // fallback (fragmented MP4 through Media Source Extensions) instead.
-import { Room, viewCamera, type RemoteParticipant } from '../sdk/index.js';
+import { Room, PetrelError, viewCamera, whepPlay, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
 
 const WALL_ROOM = 'cameras';
 
@@ -27,7 +27,10 @@ interface CameraStatus {
 /** Time-to-stream steps in ms since the viewer started. */
 export interface Timings {
   pcCreated?: number;
-  offerCreated?: number;
+  /** The offer went to the server (WHEP POST, or the direct session's relay message). */
+  offerSent?: number;
+  /** ICE gathering completed: after offerSent, since the offer does not wait for it. */
+  gatheringComplete?: number;
   answerArrived?: number;
   iceConnected?: number;
   dtlsConnected?: number;
@@ -36,7 +39,24 @@ export interface Timings {
 
 declare global {
   interface Window {
-    petrelCamera?: { timings: Timings; frames: () => number; mode: string; pc?: RTCPeerConnection; reason?: string; serverPc?: RTCPeerConnection; mseType?: string };
+    petrelCamera?: {
+      timings: Timings;
+      frames: () => number;
+      /** 'webrtc' or 'http' (camera page), 'direct' or 'sfu' (direct sessions), 'wall'. */
+      mode: string;
+      pc?: RTCPeerConnection;
+      /** Why the page plays this way when it chose for itself (or why not direct). */
+      reason?: string;
+      /** The error shown on the page. */
+      error?: string;
+      /** First frame in ms since navigation started (the page's own load included). */
+      navFirstFrame?: number;
+      /** ICE gathering state when the WHEP offer was sent. */
+      gatheringAtOffer?: RTCIceGatheringState;
+      iceLite?: boolean;
+      serverPc?: RTCPeerConnection;
+      mseType?: string;
+    };
   }
 }
 
@@ -93,13 +113,31 @@ export async function mountCameraPage(root: HTMLElement, params: URLSearchParams
 
 // ---- the wall ---------------------------------------------------------------------
 
+/**
+ * Wall tiles that play the HTTP live stream at once, in a browser without H.264
+ * for WebRTC: each is a long-lived request, and a browser opens at most six
+ * HTTP/1.1 connections to a server (the status polls need one).
+ */
+const WALL_HTTP_TILES = 4;
+
 async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
   page.append(el('h2', undefined, 'Cameras'));
+  const note = el('p', 'camera-message');
+  note.id = 'camera-message';
   const grid = el('div', 'camera-wall');
-  page.append(grid);
+  page.append(note, grid);
+  // Cameras send H.264: a browser that cannot receive it over WebRTC gets the
+  // tiles over HTTP live instead, and the room only for who is there.
+  const http = params.get('http') === '1' || !receivesOverWebRTC('video/H264');
+  const how = http ? `HTTP live${params.get('http') === '1' ? '' : ' (automatic: this browser cannot receive H.264 over WebRTC)'}` : 'WebRTC';
+  note.textContent = `Tiles play over ${how}.`;
+  note.dataset.way = http ? 'http' : 'webrtc';
+  const headerStatus = document.getElementById('status');
+  if (headerStatus) headerStatus.textContent = `connecting · ${http ? 'HTTP live' : 'WebRTC'}…`;
   const token = params.get('token') || (await devToken(WALL_ROOM, 'wall'));
   const room = new Room();
   const tiles = new Map<string, { tile: HTMLElement; badge: HTMLElement; id: string }>();
+  let httpTiles = 0;
   const tileFor = (p: RemoteParticipant) => {
     let t = tiles.get(p.sid);
     if (!t) {
@@ -117,6 +155,20 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
       grid.append(tile);
       t = { tile, badge: b, id };
       tiles.set(p.sid, t);
+      if (http) {
+        if (httpTiles < WALL_HTTP_TILES) {
+          httpTiles++;
+          tile.dataset.way = 'http';
+          // The wall room carries each camera's picture; its HTTP stream is the camera's own.
+          void playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => {}).catch((err) => {
+            tile.dataset.error = err instanceof Error ? err.message : String(err);
+            b.textContent = tile.dataset.error;
+          });
+        } else {
+          tile.dataset.way = 'none';
+          cap.append(el('span', 'camera-state', `not playing: ${WALL_HTTP_TILES} HTTP live tiles at most, open the camera to watch it`));
+        }
+      } else tile.dataset.way = 'webrtc';
     }
     return t;
   };
@@ -138,16 +190,21 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
     void video.play().catch(() => {});
     room.observeVideo(pub.sid, video);
   });
-  await room.connect(location.origin, token, { name: 'wall' });
+  room.on('connectionStateChanged', (st) => {
+    if (headerStatus) headerStatus.textContent = st === 'connected' ? `connected · ${http ? 'HTTP live' : 'WebRTC'}` : st;
+  });
+  await room.connect(location.origin, token, { name: 'wall', autoSubscribe: !http });
+  if (headerStatus) headerStatus.textContent = `connected · ${http ? 'HTTP live' : 'WebRTC'}`;
   for (const p of room.participants.values()) tileFor(p);
   const refresh = async () => {
-    for (const t of tiles.values()) t.badge.textContent = badge(await fetchStatus(t.id, token));
+    for (const t of tiles.values()) if (!t.tile.dataset.error) t.badge.textContent = badge(await fetchStatus(t.id, token));
   };
   void refresh();
   setInterval(() => void refresh(), 2000);
   window.petrelCamera = {
     timings: {},
     mode: 'wall',
+    reason: http ? how : undefined,
     frames: () => {
       let n = 0;
       grid.querySelectorAll('video').forEach((v) => (n += v.getVideoPlaybackQuality?.().totalVideoFrames ?? 0));
@@ -157,6 +214,14 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
 }
 
 // ---- one camera with the overlay ----------------------------------------------------
+
+/** How the camera page plays: WebRTC (WHEP) or the HTTP live stream (fMP4 through MSE). */
+export type Way = 'webrtc' | 'http';
+
+const WAY_NAME: Record<Way, string> = { webrtc: 'WebRTC', http: 'HTTP live' };
+
+/** How long without a first frame before the page says so (the session may still come). */
+const SLOW_START_MS = 8000;
 
 async function viewer(page: HTMLElement, id: string, params: URLSearchParams): Promise<void> {
   const head = el('h2', undefined, `Camera ${id}`);
@@ -169,6 +234,10 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const overlay = el('pre', 'tts-overlay');
   overlay.id = 'tts-overlay';
   wrap.append(video, overlay);
+  // How the camera plays, and any error: always a sentence, never an endless "…".
+  const message = el('p', 'camera-message');
+  message.id = 'camera-message';
+  message.setAttribute('role', 'status');
   const links = el('p');
   const other = new URLSearchParams(params);
   const http = params.get('http') === '1';
@@ -187,91 +256,177 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const d = el('a', undefined, direct ? 'Through the server' : 'Direct (peer to peer)');
   d.href = `?${otherDirect}`;
   links.append(back, ' · ', a, ' · ', d);
-  page.append(head, wrap, links);
+  page.append(head, wrap, message, links);
 
+  const t: Timings = {};
+  let way: Way = http ? 'http' : 'webrtc';
+  let reason = http ? 'asked for (&http=1)' : '';
+  let error = '';
+  const headerStatus = document.getElementById('status');
+  const say = () => {
+    const how = direct && way === 'webrtc' ? `WebRTC ${window.petrelCamera?.mode ?? 'direct'}` : WAY_NAME[way];
+    const auto = reason && !http ? ` (automatic: ${reason})` : '';
+    let line: string;
+    if (error) line = `Error: ${error}`;
+    else if (t.firstFrame !== undefined) line = `Playing over ${how}${auto}.`;
+    else line = `Connecting over ${how}${auto}…`;
+    message.textContent = line;
+    message.className = error ? 'camera-message error' : 'camera-message';
+    message.dataset.way = way;
+    if (headerStatus) headerStatus.textContent = error ? 'error' : t.firstFrame !== undefined ? `playing · ${how}` : `connecting · ${how}…`;
+  };
+  say();
   const room = `camera/${id}`;
   const token = params.get('token') || (await devToken(room, 'viewer'));
-  const t: Timings = {};
   const start = performance.now();
-  const mark = (k: keyof Timings) => {
-    if (t[k] === undefined) t[k] = Math.round((performance.now() - start) * 10) / 10;
-    draw();
-  };
   const draw = () => {
-    const rows: [string, number | undefined][] = [
-      ['peer connection', t.pcCreated],
-      ['offer + gathering', t.offerCreated],
-      ['answer', t.answerArrived],
-      ['ICE connected', t.iceConnected],
-      ['DTLS connected', t.dtlsConnected],
-      ['first frame', t.firstFrame],
-    ];
-    const mode = http ? 'HTTP live (fMP4)' : direct ? `WebRTC ${window.petrelCamera?.mode ?? 'direct'}` : 'WebRTC';
+    const rows: [string, number | undefined][] =
+      way === 'http'
+        ? [
+            ['response', t.answerArrived],
+            ['first frame', t.firstFrame],
+          ]
+        : [
+            ['peer connection', t.pcCreated],
+            ['offer sent', t.offerSent],
+            ['answer', t.answerArrived],
+            ['ICE connected', t.iceConnected],
+            ['DTLS connected', t.dtlsConnected],
+            ['first frame', t.firstFrame],
+          ];
+    const mode = way === 'http' ? 'HTTP live (fMP4)' : direct ? `WebRTC ${window.petrelCamera?.mode ?? 'direct'}` : 'WebRTC';
+    // A step that will not come (an error) shows as —, not as a waiting "…".
+    const pending = error ? '—' : '…';
     overlay.textContent =
-      `${mode} time-to-stream\n` +
-      rows.filter(([, v]) => !http || v !== undefined).map(([k, v]) => `${k.padEnd(18)}${v === undefined ? '…' : `${v} ms`}`).join('\n');
+      `${mode} time-to-stream\n` + rows.map(([k, v]) => `${k.padEnd(18)}${v === undefined ? pending : `${v} ms`}`).join('\n');
+    if (way === 'webrtc' && t.gatheringComplete !== undefined && !direct) overlay.textContent += `\n${'(ICE gathered'.padEnd(18)}${t.gatheringComplete} ms)`;
+    // The steps count from the viewer's start; this from navigation (the page's own load included).
+    const nav = window.petrelCamera?.navFirstFrame;
+    if (nav !== undefined) overlay.textContent += `\n${'(since page load'.padEnd(18)}${nav} ms)`;
     overlay.dataset.firstFrame = t.firstFrame === undefined ? '' : String(t.firstFrame);
   };
-  draw();
-  window.petrelCamera = { timings: t, mode: http ? 'http' : 'webrtc', frames: () => video.getVideoPlaybackQuality?.().totalVideoFrames ?? 0 };
-  const onFirstFrame = () => {
-    const v = video as HTMLVideoElement & { requestVideoFrameCallback?: (cb: () => void) => number };
-    if (v.requestVideoFrameCallback) v.requestVideoFrameCallback(() => mark('firstFrame'));
-    else video.addEventListener('playing', () => mark('firstFrame'), { once: true });
+  const mark = (k: keyof Timings, ms?: number) => {
+    if (t[k] === undefined) t[k] = ms ?? Math.round((performance.now() - start) * 10) / 10;
+    draw();
+    if (k === 'firstFrame') say();
   };
-  const poll = async () => (state.textContent = badge(await fetchStatus(id, token)));
-  void poll();
-  setInterval(() => void poll(), 2000);
+  const cam: NonNullable<Window['petrelCamera']> = { timings: t, mode: way, frames: () => video.getVideoPlaybackQuality?.().totalVideoFrames ?? 0 };
+  window.petrelCamera = cam;
+  const fail = (why: string) => {
+    // A stream requested by early.js and not played must not stay open.
+    void window.petrelEarly?.live?.then((r) => r.body?.cancel()).catch(() => {});
+    if (window.petrelEarly) window.petrelEarly.live = undefined;
+    error = why;
+    cam.error = why;
+    draw();
+    say();
+  };
+  const useWay = (w: Way, why: string) => {
+    way = w;
+    reason = why;
+    cam.mode = w;
+    cam.reason = why || undefined;
+    draw();
+    say();
+  };
+  draw();
+  let frameHooked = false;
+  const onFirstFrame = () => {
+    if (frameHooked) return;
+    frameHooked = true;
+    const v = video as HTMLVideoElement & { requestVideoFrameCallback?: (cb: () => void) => number };
+    const got = () => {
+      cam.navFirstFrame = Math.round(performance.now() * 10) / 10;
+      mark('firstFrame');
+    };
+    if (v.requestVideoFrameCallback) v.requestVideoFrameCallback(got);
+    else video.addEventListener('playing', got, { once: true });
+  };
+  setTimeout(() => {
+    if (t.firstFrame !== undefined || error) return;
+    const pc = cam.pc;
+    const where = way === 'webrtc' && pc ? ` (ICE ${pc.iceConnectionState}, connection ${pc.connectionState})` : '';
+    message.textContent = `No picture after ${SLOW_START_MS / 1000} s over ${WAY_NAME[way]}${where}; still trying.`;
+  }, SLOW_START_MS);
+  const statusNow = fetchStatus(id, token).catch(() => null);
+  void statusNow.then((st) => (state.textContent = badge(st)));
+  setInterval(() => void fetchStatus(id, token).then((st) => (state.textContent = badge(st))).catch(() => {}), 2000);
 
-  if (http) {
+  const playLive = async () => {
     onFirstFrame();
-    await playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => mark('answerArrived'));
-    return;
+    try {
+      // The request early.js made while the app loaded, if it did (first try only).
+      const early = window.petrelEarly?.live;
+      if (window.petrelEarly) window.petrelEarly.live = undefined;
+      await playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => mark('answerArrived'), (note) => (message.textContent = note), early);
+    } catch (err) {
+      fail(err instanceof Error ? err.message : String(err));
+    }
+  };
+  if (way === 'http') return playLive();
+  // The page knows before it asks: every camera sends H.264 or H.265, so a
+  // browser without H.264 for WebRTC (Firefox without its OpenH264 plugin)
+  // plays HTTP live at once. An H.265 camera is refused by the server's answer.
+  if (!receivesOverWebRTC('video/H264')) {
+    useWay('http', 'this browser cannot receive H.264 over WebRTC');
+    return playLive();
   }
   if (direct) {
-    await viewDirect(room, token, params, video, mark, onFirstFrame);
+    try {
+      await viewDirect(room, token, params, video, mark, onFirstFrame);
+    } catch (err) {
+      if (err instanceof PetrelError && err.code === 'codec_unsupported') {
+        useWay('http', err.message.replace(/^codec_unsupported: /, '').replace(/;.*/, ''));
+        return playLive();
+      }
+      fail(err instanceof Error ? err.message : String(err));
+    }
     draw();
+    say();
     return;
   }
-  const pc = new RTCPeerConnection({ iceTransportPolicy: params.get('relay') === '1' ? 'relay' : 'all', iceServers: await iceServers(room, token) });
-  mark('pcCreated');
-  window.petrelCamera.pc = pc;
-  pc.addTransceiver('video', { direction: 'recvonly' });
-  pc.addTransceiver('audio', { direction: 'recvonly' });
-  pc.oniceconnectionstatechange = () => {
-    if (pc.iceConnectionState === 'connected' || pc.iceConnectionState === 'completed') mark('iceConnected');
+  const servers = iceServers(room, token).catch(() => []);
+  const relay = params.get('relay') === '1';
+  let fellBack = false;
+  const fallBack = (why: string) => {
+    if (fellBack || t.firstFrame !== undefined) return;
+    fellBack = true;
+    session?.close();
+    video.srcObject = null;
+    useWay('http', why);
+    void playLive();
   };
-  pc.onconnectionstatechange = () => {
-    if (pc.connectionState === 'connected') mark('dtlsConnected');
-  };
-  pc.ontrack = (ev) => {
-    if (ev.track.kind !== 'video') return;
-    video.srcObject = new MediaStream([ev.track]);
-    onFirstFrame();
-    void video.play().catch(() => {});
-  };
-  await pc.setLocalDescription(await pc.createOffer());
-  // Candidates go with the offer: one round trip, as WHEP without trickle.
-  await new Promise<void>((resolve) => {
-    if (pc.iceGatheringState === 'complete') return resolve();
-    const done = () => pc.iceGatheringState === 'complete' && resolve();
-    pc.addEventListener('icegatheringstatechange', done);
-    setTimeout(resolve, 1000);
-  });
-  mark('offerCreated');
-  const res = await fetch(`/whep/${encodeURIComponent(room)}`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/sdp', Authorization: `Bearer ${token}` },
-    body: pc.localDescription?.sdp,
-  });
-  if (res.status !== 201) throw new Error(`WHEP: ${res.status} ${await res.text()}`);
-  mark('answerArrived');
-  await pc.setRemoteDescription({ type: 'answer', sdp: await res.text() });
-  addEventListener('pagehide', () => {
-    const loc = res.headers.get('Location');
-    if (loc) void fetch(loc, { method: 'DELETE', headers: { Authorization: `Bearer ${token}` }, keepalive: true });
-    pc.close();
-  });
+  let session: WhepSession | undefined;
+  try {
+    session = await whepPlay(`/whep/${encodeURIComponent(room)}`, {
+      token,
+      iceServers: servers,
+      iceTransportPolicy: relay ? 'relay' : 'all',
+      // &trickle=0: the offer waits for gathering, as the page did before (for comparison).
+      trickle: params.get('trickle') !== '0',
+      prepared: window.petrelEarly,
+      onStep: (s) => s !== 'firstTrack' && mark(s),
+      onTrack: (track) => {
+        if (track.kind !== 'video') return;
+        video.srcObject = new MediaStream([track]);
+        onFirstFrame();
+        void video.play().catch(() => {});
+      },
+      // UDP blocked and no TURN: HTTP live is the fallback for such networks.
+      onFailed: (why) => (relay || t.firstFrame !== undefined ? fail(`WebRTC ${why}`) : fallBack(`WebRTC ${why}`)),
+    });
+  } catch (err) {
+    if (err instanceof WhepError && err.codecUnsupported) {
+      fallBack(`the server says: ${err.message}`);
+      return;
+    }
+    fail(err instanceof WhepError ? `WHEP ${err.status}: ${err.message}` : `WHEP: ${err instanceof Error ? err.message : String(err)}`);
+    return;
+  }
+  cam.pc = session.pc;
+  cam.gatheringAtOffer = session.gatheringAtOffer;
+  cam.iceLite = session.iceLite;
+  addEventListener('pagehide', () => session?.close());
 }
 
 /**
@@ -290,7 +445,7 @@ async function viewDirect(
   const r = new Room();
   const relay = params.get('relay') === '1';
   await r.connect(location.origin, token, { name: 'viewer', autoSubscribe: false, p2p: false, iceTransportPolicy: relay ? 'relay' : 'all' });
-  const steps: Record<string, keyof Timings> = { pcCreated: 'pcCreated', offerCreated: 'offerCreated', answerArrived: 'answerArrived', iceConnected: 'iceConnected', dtlsConnected: 'dtlsConnected' };
+  const steps: Record<string, keyof Timings> = { pcCreated: 'pcCreated', offerCreated: 'offerSent', answerArrived: 'answerArrived', iceConnected: 'iceConnected', dtlsConnected: 'dtlsConnected' };
   const view = await viewCamera(r, { onStep: (s) => steps[s] && mark(steps[s]) });
   const cam = window.petrelCamera;
   if (cam) {
@@ -322,6 +477,9 @@ async function iceServers(room: string, token: string): Promise<RTCIceServer[]> 
   return out;
 }
 
+/** How many times (1 s apart) the HTTP live stream is asked again while the camera has no video. */
+const LIVE_RETRIES = 10;
+
 /**
  * Plays fragmented MP4 streamed over HTTP through Media Source Extensions.
  * With the camera's audio (an Opus track, dOps, in the init) the SourceBuffer
@@ -329,12 +487,41 @@ async function iceServers(room: string, token: string): Promise<RTCIceServer[]> 
  * server aligns the two timelines, 'sequence' would shift them apart at each
  * gap. Playback starts where both tracks are buffered.
  */
-async function playHTTP(video: HTMLVideoElement, url: string, token: string, onResponse: () => void): Promise<void> {
+async function playHTTP(
+  video: HTMLVideoElement,
+  url: string,
+  token: string,
+  onResponse: () => void,
+  onNote: (text: string) => void = () => {},
+  early?: Promise<Response>,
+): Promise<void> {
+  if (typeof MediaSource === 'undefined') throw new Error('this browser has no Media Source Extensions: the HTTP live stream cannot play here');
   const ms = new MediaSource();
+  const opened = new Promise((r) => ms.addEventListener('sourceopen', r, { once: true }));
   video.src = URL.createObjectURL(ms);
-  await new Promise((r) => ms.addEventListener('sourceopen', r, { once: true }));
-  const res = await fetch(url, { headers: { Authorization: `Bearer ${token}` } });
-  if (!res.ok || !res.body) throw new Error(`live.mp4: ${res.status} ${await res.text()}`);
+  // The request goes while the MediaSource opens. A camera still connecting
+  // has no video yet (503): ask again, a while.
+  const ask = async () => {
+    for (let i = 0; ; i++) {
+      // no-store: Firefox otherwise holds a second request for the same URL
+      // (another tab of the camera) behind the first's cache entry, for ~20 s.
+      const r = (i === 0 && early ? await early.catch(() => null) : null) ?? (await fetch(url, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' }));
+      if (r.status !== 503 || i >= LIVE_RETRIES) return r;
+      onNote(`Waiting for the camera's video (${(await r.text().catch(() => '')).includes('no video') ? 'it has none yet' : 'server busy'})…`);
+      await new Promise((w) => setTimeout(w, 1000));
+    }
+  };
+  const [res] = await Promise.all([ask(), opened]);
+  if (!res.ok || !res.body) {
+    const text = await res.text().catch(() => '');
+    let msg = text;
+    try {
+      msg = (JSON.parse(text) as { message?: string }).message ?? text;
+    } catch {
+      /* not JSON */
+    }
+    throw new Error(`HTTP live ${res.status}: ${msg || res.statusText}`);
+  }
   onResponse();
   const reader = res.body.getReader();
   let sb: SourceBuffer | null = null;
@@ -355,13 +542,17 @@ async function playHTTP(video: HTMLVideoElement, url: string, token: string, onR
   void video.play().catch(() => {});
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return;
+    if (done) throw new Error('the server ended the HTTP live stream');
     if (!sb) {
       init = init ? concat(init, value) : value;
       const codec = avcCodec(init);
       if (!codec) continue;
       const audio = hasBox(init, 'dOps');
       const type = `video/mp4; codecs="${codec}${audio ? ', opus' : ''}"`;
+      if (!MediaSource.isTypeSupported(type)) {
+        void reader.cancel();
+        throw new Error(`this browser's Media Source Extensions cannot play ${type}`);
+      }
       sb = ms.addSourceBuffer(type);
       sb.mode = audio ? 'segments' : 'sequence';
       if (window.petrelCamera) window.petrelCamera.mseType = type;

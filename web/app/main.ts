@@ -96,6 +96,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
         removeTile: (sid) => tileOf(sid)?.remove(),
         setStatus,
         note,
+        showConnection,
+        showDevices: (current) => void listDevices(current),
         onLeft: (reason) => {
           tiles.replaceChildren();
           call.hidden = true;
@@ -449,14 +451,20 @@ $<HTMLFormElement>('chat-form').addEventListener('submit', (ev) => {
 
 // ---- devices ------------------------------------------------------------------------
 
-async function listDevices(): Promise<void> {
+// inUse: the devices of a session without a Room (WebTransport), else the Room's tracks'.
+let inUse: { camera?: string; microphone?: string } | undefined;
+
+async function listDevices(current?: { camera?: string; microphone?: string }): Promise<void> {
+  if (current) inUse = current;
   const devices = await navigator.mediaDevices.enumerateDevices().catch(() => []);
   for (const [kind, id, source] of [
     ['videoinput', 'camera-select', 'camera'],
     ['audioinput', 'mic-select', 'microphone'],
   ] as const) {
     const select = $<HTMLSelectElement>(id);
-    const current = localBySource(source)?.track.getSettings().deviceId;
+    const current = inUse ? inUse[source] : localBySource(source)?.track.getSettings().deviceId;
+    // A WebTransport session publishes once: its devices are shown, not switched.
+    select.disabled = inUse !== undefined;
     select.replaceChildren(
       ...devices
         .filter((d) => d.kind === kind)
@@ -518,7 +526,6 @@ async function refreshStats(r: Room): Promise<void> {
   const rtt = s.rttMs !== undefined ? ` · RTT ${Math.round(s.rttMs)} ms` : '';
   const path = s.subscriber ?? s.publisher;
   const via = path ? ` · ${path.localType}/${path.protocol}` : '';
-  $('bitrate').textContent = `↑ ${kbps(s.bitrateOut)} ↓ ${kbps(s.bitrateIn)}${rtt}${via}`;
   const rows = s.tracks.map((t) => {
     const who =
       t.direction === 'outbound' ? 'you' : (r.participants.get(t.participantSid)?.name ?? t.participantSid.slice(0, 8));
@@ -541,6 +548,15 @@ async function refreshStats(r: Room): Promise<void> {
     if (!readout) continue;
     readout.textContent = `${t.frameWidth ?? 0}×${t.frameHeight ?? 0} ${Math.round(t.framesPerSecond ?? 0)}fps ${kbps(t.bitrate)}${t.path === 'p2p' ? ' p2p' : ''}`;
   }
+  showConnection(s.quality, `↑ ${kbps(s.bitrateOut)} ↓ ${kbps(s.bitrateIn)}${rtt}${via}`, rows);
+}
+
+/** The connection panel: quality, the bitrate line and a row per track (WebRTC and WebTransport alike). */
+function showConnection(quality: string, line: string, rows: string[][]): void {
+  const q = $('quality');
+  q.dataset.q = quality;
+  q.textContent = `quality: ${quality}`;
+  $('bitrate').textContent = line;
   $('stats').replaceChildren(
     ...rows.map((cells) => {
       const tr = document.createElement('tr');

@@ -3,7 +3,7 @@
 // encoded with WebCodecs and sent as MoQT objects; remote tracks decode into
 // the same tiles as the WebRTC path. A deliberately small call: no pin, no
 // simulcast, no screen share (docs/webtransport.md lists what WT lacks).
-import { PetrelError, WtSession, type WtMode, webTransportMediaSupported } from '../sdk/index.js';
+import { PetrelError, WtSession, type WtMode, type WtStats, qualityOf, webTransportMediaSupported } from '../sdk/index.js';
 
 export type Transport = 'webrtc' | 'wt-datagram' | 'wt-stream';
 
@@ -17,6 +17,10 @@ export interface WtCallUi {
   removeTile(sid: string): void;
   setStatus(text: string): void;
   note(text: string): void;
+  /** The connection panel: quality, the bitrate line, one row per track. */
+  showConnection(quality: string, line: string, rows: string[][]): void;
+  /** The devices panel: the camera and microphone in use. */
+  showDevices(current: { camera?: string; microphone?: string }): void;
   onLeft(reason: string): void;
 }
 
@@ -58,8 +62,11 @@ export async function joinWt(token: string, mode: WtMode, ui: WtCallUi): Promise
       else el.remove();
     });
   });
+  const statsTimer = setInterval(() => void s.getStats().then((st) => ui.showConnection(...connectionPanel(st, s.identity)), () => {}), 1000);
   s.on('disconnected', (reason) => {
+    clearInterval(statsTimer);
     window.petrelWt = { session: null };
+    ui.showConnection('lost', '↑ — ↓ —', []);
     ui.onLeft(reason);
   });
   let media: MediaStream | undefined;
@@ -70,8 +77,56 @@ export async function joinWt(token: string, mode: WtMode, ui: WtCallUi): Promise
   }
   if (media) {
     (own.querySelector('video') as HTMLVideoElement).srcObject = new MediaStream(media.getVideoTracks());
+    ui.showDevices({ camera: media.getVideoTracks()[0]?.getSettings().deviceId, microphone: media.getAudioTracks()[0]?.getSettings().deviceId });
     await s.publish({ video: media.getVideoTracks()[0], audio: media.getAudioTracks()[0] }, { mode });
     window.petrelWt.publishedAt = performance.now();
   }
   return s;
+}
+
+// Bytes counted at the last panel update, per track, for the bitrates.
+const lastBytes = new Map<string, { bytes: number; at: number }>();
+let lastLoss = { lost: 0, got: 0 };
+
+function rate(key: string, bytes: number, now: number): number {
+  const prev = lastBytes.get(key);
+  lastBytes.set(key, { bytes, at: now });
+  return prev && now > prev.at ? ((bytes - prev.bytes) * 8 * 1000) / (now - prev.at) : 0;
+}
+
+function kbps(bps: number): string {
+  return bps >= 1e6 ? `${(bps / 1e6).toFixed(1)} Mbps` : `${Math.round(bps / 1000)} kbps`;
+}
+
+/**
+ * The connection panel of a WebTransport session, as the WebRTC one reads:
+ * quality from the round trip and the frames lost since the last update,
+ * bitrates from the byte counters, a row per track.
+ */
+function connectionPanel(st: WtStats, self: string): [string, string, string[][]] {
+  const now = performance.now();
+  let up = 0;
+  let down = 0;
+  const rows: string[][] = [];
+  for (const l of st.local) {
+    const b = rate(`out/${l.kind}`, l.bytesSent, now);
+    up += b;
+    rows.push(['you', `↑ ${l.kind}`, kbps(b), l.kind === 'video' ? `${l.width}×${l.height} ${l.framesEncoded}f` : '', '']);
+  }
+  let lost = 0;
+  let got = 0;
+  for (const r of st.remote) {
+    const b = rate(`in/${r.trackSid}`, r.bytesReceived, now);
+    down += b;
+    lost += r.framesLost;
+    got += r.framesDecoded;
+    rows.push([r.participant === self ? 'you' : r.participant, `↓ ${r.kind}`, kbps(b), r.kind === 'video' ? `${r.framesDecoded}f` : '', r.framesLost ? `lost ${r.framesLost}` : '']);
+  }
+  const dl = lost - lastLoss.lost;
+  const dg = got - lastLoss.got;
+  lastLoss = { lost, got };
+  const loss = dl > 0 && dl + dg > 0 ? dl / (dl + dg) : 0;
+  const rtt = st.rttMs > 0 ? st.rttMs : undefined;
+  const line = `↑ ${kbps(up)} ↓ ${kbps(down)}${rtt !== undefined ? ` · RTT ${Math.round(rtt)} ms` : ''} · WebTransport`;
+  return [qualityOf(loss, rtt), line, rows];
 }

@@ -7,6 +7,8 @@
 // limit) or nothing connects in time, the viewer subscribes to the camera
 // through the SFU instead, on the room's connections.
 import { gathered, type Room, type RemoteParticipant } from './room.js';
+import { PetrelError } from './protocol.js';
+import { receivesOverWebRTC } from './whep.js';
 
 /** Where a camera's media comes from. */
 export type CameraPath = 'direct' | 'sfu';
@@ -263,6 +265,12 @@ async function viaSFU(room: Room, cam: RemoteParticipant, reason: string, steps:
   const pubs = [...cam.tracks.values()];
   const vpub = pubs.find((p) => p.kind === 'video');
   if (!vpub) throw new Error('viewCamera: the camera publishes no video');
+  // Say so at once rather than after the subscription's timeout: the page can
+  // play the camera's HTTP live stream instead (docs/cameras.md#viewing).
+  const mime = vpub.info.mimeType;
+  if (mime && !receivesOverWebRTC(mime)) {
+    throw new PetrelError('codec_unsupported', `this browser cannot receive ${mime} over WebRTC; play /v1/cameras/<id>/live.mp4 instead`);
+  }
   const got = new Promise<MediaStreamTrack>((resolve, reject) => {
     if (vpub.track) return resolve(vpub.track);
     const timer = setTimeout(() => reject(new Error('camera video did not arrive through the SFU')), 15_000);

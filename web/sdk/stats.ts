@@ -177,6 +177,11 @@ function quality(
   const states = [publisher?.iceConnectionState, subscriber?.iceConnectionState];
   if (states.some((st) => st === 'failed' || st === 'disconnected' || st === 'closed')) return 'lost';
   if (!states.some((st) => st === 'connected' || st === 'completed')) return 'unknown';
+  return qualityOf(loss, rttMs);
+}
+
+/** Quality of a connected path from its loss fraction and round trip (shared with WebTransport sessions). */
+export function qualityOf(loss: number, rttMs: number | undefined): ConnectionQuality {
   const rtt = rttMs ?? 0;
   if (loss > 0.1 || rtt > 500) return 'poor';
   if (loss > 0.02 || rtt > 200) return 'good';

@@ -106,6 +106,13 @@ test('app: a WebTransport participant and a WebRTC participant see each other', 
       const atRtc = await remoteVideo(rtc, 'the WebRTC page to show the WebTransport camera');
       assert.ok(atWt.w > 0 && atRtc.w > 0);
       assert.match(await wt.evaluate(() => document.getElementById('status').textContent), /WebTransport stream/);
+      // Its connection panel reads as a WebRTC participant's: quality, bitrate, devices.
+      await waitFor(wt, 'quality, bitrate and devices in the WebTransport connection panel', () => {
+        const q = document.getElementById('quality')?.dataset.q;
+        const line = document.getElementById('bitrate')?.textContent ?? '';
+        const cam = document.getElementById('camera-select');
+        return q && q !== 'unknown' && /↑ [1-9]\d* kbps/.test(line) && /↓ [1-9]\d* kbps/.test(line) && cam?.value && { q, line };
+      });
     } catch (err) {
       err.message += `\n--- page console ---\n${log.slice(-40).join('\n')}`;
       throw err;

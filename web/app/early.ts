@@ -1,0 +1,33 @@
+// Loaded in the page's head, before app.js: on a camera page that will play over
+// WebRTC it starts the peer connection and its offer at once, so that the
+// browser makes its certificate and offer (tens of ms in a fresh page) while
+// app.js loads; the camera page takes them over (whepPlay's `prepared`). On one
+// that will play HTTP live it sends the stream's request, which playHTTP takes.
+declare global {
+  interface Window {
+    petrelEarly?: { pc?: RTCPeerConnection; offer?: Promise<RTCSessionDescriptionInit>; live?: Promise<Response> };
+  }
+}
+
+const q = new URLSearchParams(location.search);
+const id = q.get('camera');
+const rtc = typeof RTCPeerConnection !== 'undefined';
+const caps = rtc ? RTCRtpReceiver.getCapabilities?.('video') : undefined;
+// As the page decides (receivesOverWebRTC): no H.264 only when the browser says so.
+const noH264 = !!caps && !caps.codecs.some((c) => c.mimeType.toLowerCase() === 'video/h264');
+const token = q.get('token');
+if (id && token && (q.get('http') === '1' || noH264)) {
+  // The page will play HTTP live: the stream's request goes now (no-store: see playHTTP).
+  const live = fetch(`/v1/cameras/${encodeURIComponent(id)}/live.mp4`, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+  live.catch(() => {});
+  window.petrelEarly = { live };
+} else if (id && rtc && !noH264 && q.get('http') !== '1' && q.get('direct') !== '1' && q.get('relay') !== '1' && q.get('trickle') !== '0') {
+  const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  pc.addTransceiver('audio', { direction: 'recvonly' });
+  const offer = pc.createOffer();
+  offer.catch(() => {});
+  window.petrelEarly = { pc, offer };
+}
+
+export {};
