@@ -52,7 +52,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier) {
 		id := r.PathValue("id")
 		claims, err := verify(tokenOf(r))
 		if err != nil {
-			liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+			tokenError(w, err)
 			return
 		}
 		if claims.Room != RoomOf(id) && claims.Room != WallRoom {
@@ -82,6 +82,17 @@ func liveError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintf(w, "{\"code\":%q,\"message\":%q}\n", code, msg)
+}
+
+// tokenError answers a refused token with the verifier's code (unauthorized
+// or token_expired, as every other door does) and its message alone.
+func tokenError(w http.ResponseWriter, err error) {
+	msg := err.Error()
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	liveError(w, http.StatusUnauthorized, protocol.CodeOf(err), msg)
 }
 
 // videoPublication is the camera's video track, whatever its ingest.
@@ -173,7 +184,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	claims, err := verify(tokenOf(r))
 	if err != nil {
 		g.log.Info("live.mp4 refused", "camera", id, "err", err, "remote", r.RemoteAddr)
-		liveError(w, http.StatusUnauthorized, protocol.CodeUnauthorized, err.Error())
+		tokenError(w, err)
 		return
 	}
 	if claims.Room != RoomOf(id) || !claims.Grants.Subscribe {
