@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -541,3 +542,431 @@ func TestBaselineTokens(t *testing.T) {
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }
+
+// tenMB is a body of 10 MB that is not worth reading.
+func tenMB(prefix string) io.Reader {
+	return io.MultiReader(strings.NewReader(prefix), io.LimitReader(zeros{}, 10<<20))
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// doBig sends a body the server should refuse before reading it all: the
+// answer, or (the server may close while the client still writes) a
+// connection error, which is then not counted as an answer.
+func doBig(t *testing.T, method, url, ctype, token string, body io.Reader) (reply, bool) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ctype)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := plainHTTP.Do(req)
+	if err != nil {
+		t.Logf("%s %s with 10 MB: %v", method, url, err)
+		return reply{}, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return reply{resp.StatusCode, resp.Header, string(b)}, true
+}
+
+// TestBaselineMalformed: malformed, truncated, deeply nested, mistyped and
+// oversized SDP and JSON get the documented status and code.
+func TestBaselineMalformed(t *testing.T) {
+	underAttack(t, Options{}, func(t *testing.T, s *Server, w *Witness) {
+		all := auth.Grants{Publish: true, Subscribe: true, PublishData: true}
+		pub := s.Token(t, "m", "pub", all)
+		admin := s.Token(t, "", "root", auth.Grants{Admin: true})
+		whipOffer := offer(t, true)
+		nested := strings.Repeat("[", 60000) + strings.Repeat("]", 60000)
+
+		t.Run("WHIP and WHEP", func(t *testing.T) {
+			for _, door := range []string{"/whip/m", "/whep/m"} {
+				post := func(ctype, body string) reply {
+					return do(t, http.MethodPost, s.URL+door, ctype, pub, strings.NewReader(body))
+				}
+				expectError(t, door+" JSON body", post("application/json", `{"sdp":"v=0"}`), 415, protocol.CodeBadRequest)
+				expectError(t, door+" no type", post("", whipOffer), 415, protocol.CodeBadRequest)
+				expectError(t, door+" not SDP", post("application/sdp", "hello"), 400, protocol.CodeSDPInvalid)
+				expectError(t, door+" empty", post("application/sdp", ""), 400, protocol.CodeSDPInvalid)
+				expectError(t, door+" nested", post("application/sdp", nested[:60000]), 400, protocol.CodeSDPInvalid)
+				expectError(t, door+" over the SDP limit", post("application/sdp", "v=0\r\n"+strings.Repeat("a=x\r\n", 20000)), 413, protocol.CodeTooLarge)
+				if r, ok := doBig(t, http.MethodPost, s.URL+door, "application/sdp", pub, tenMB("v=0\r\n")); ok {
+					expectError(t, door+" 10 MB", r, 413, protocol.CodeTooLarge)
+				}
+			}
+			expectError(t, "WHIP broken m-line", do(t, http.MethodPost, s.URL+"/whip/m", "application/sdp", pub, strings.NewReader("v=0\r\nm=video x\r\n")), 400, protocol.CodeSDPInvalid)
+			// Truncated in the middle of a line: no session and no media.
+			r := do(t, http.MethodPost, s.URL+"/whip/m", "application/sdp", pub, strings.NewReader(whipOffer[:len(whipOffer)/2]))
+			expectError(t, "truncated WHIP offer", r, 400, protocol.CodeSDPInvalid)
+		})
+
+		t.Run("WHIP session PATCH", func(t *testing.T) {
+			r := do(t, http.MethodPost, s.URL+"/whip/m", "application/sdp", pub, strings.NewReader(whipOffer))
+			if r.status != http.StatusCreated {
+				t.Fatalf("WHIP: %d %s", r.status, r.body)
+			}
+			session := s.URL + r.header.Get("Location")
+			patch := func(ctype, body string) reply {
+				return do(t, http.MethodPatch, session, ctype, pub, strings.NewReader(body))
+			}
+			expectError(t, "PATCH wrong type", patch("application/sdp", "a=end-of-candidates\r\n"), 415, protocol.CodeBadRequest)
+			expectError(t, "PATCH bad candidate", patch("application/trickle-ice-sdpfrag", "a=mid:0\r\na=candidate:garbage\r\n"), 400, protocol.CodeBadRequest)
+			expectError(t, "PATCH over 16 KiB", patch("application/trickle-ice-sdpfrag", strings.Repeat("a=x\r\n", 5000)), 413, protocol.CodeTooLarge)
+			if r, ok := doBig(t, http.MethodPatch, session, "application/trickle-ice-sdpfrag", pub, tenMB("a=")); ok {
+				expectError(t, "PATCH 10 MB", r, 413, protocol.CodeTooLarge)
+			}
+			if d := do(t, http.MethodDelete, session, "", pub, nil); d.status != http.StatusOK {
+				t.Errorf("DELETE: %d %s", d.status, d.body)
+			}
+		})
+
+		t.Run("admin JSON", func(t *testing.T) {
+			post := func(body string) reply {
+				return do(t, http.MethodPost, s.URL+"/v1/admin/rooms", "application/json", admin, strings.NewReader(body))
+			}
+			expectError(t, "truncated", post(`{"name":"x`), 400, protocol.CodeBadRequest)
+			expectError(t, "wrong type", post(`{"name":5}`), 400, protocol.CodeBadRequest)
+			expectError(t, "array", post(`[1,2,3]`), 400, protocol.CodeBadRequest)
+			expectError(t, "nested", post(`{"name":`+nested[:20000]), 400, protocol.CodeBadRequest)
+			if r, ok := doBig(t, http.MethodPost, s.URL+"/v1/admin/rooms", "application/json", admin, tenMB(`{"name":"`)); ok {
+				expectError(t, "10 MB", r, 413, protocol.CodeTooLarge)
+			}
+			if r := post(`{"name":"fine"}`); r.status != http.StatusOK {
+				t.Errorf("a good request after the bad ones: %d %s", r.status, r.body)
+			}
+		})
+
+		t.Run("WebSocket before join", func(t *testing.T) {
+			ws := dialWS(t, s)
+			for _, c := range []struct{ name, msg, code string }{
+				{"truncated", `{"type": "join", "tok`, protocol.CodeInvalidJSON},
+				{"array", `[1,2,3]`, protocol.CodeInvalidJSON},
+				{"null", `null`, protocol.CodeInvalidJSON},
+				{"nested", `{"type":"join","token":` + nested[:30000], protocol.CodeInvalidJSON},
+				{"nested deeper than the decoder goes", `{"type":"join","metadata":` + strings.Repeat(`[`, 12000) + strings.Repeat("]", 12000) + `}`, protocol.CodeInvalidJSON},
+				{"nested a wrong type", `{"type":"join","metadata":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5000) + `}`, protocol.CodeBadRequest},
+				{"protocol a string", `{"type":"join","protocol":"one","token":"x"}`, protocol.CodeBadRequest},
+				{"type a number", `{"type":5}`, protocol.CodeBadRequest},
+			} {
+				ws.send(t, websocket.MessageText, []byte(c.msg))
+				ws.expectError(t, c.name, c.code, false)
+			}
+			ws.send(t, websocket.MessageBinary, []byte{1, 2, 3})
+			ws.expectError(t, "binary", protocol.CodeBadRequest, false)
+			// Still usable: a good join after all of that.
+			ws.sendJSON(t, protocol.Msg{"type": "join", "protocol": 1, "token": s.Token(t, "m", "late", all)})
+			for {
+				m, _, err := ws.next(5 * time.Second)
+				if err != nil {
+					t.Fatalf("no joined after bad input: %v", err)
+				}
+				if m["type"] == "joined" {
+					break
+				}
+			}
+			for _, c := range []struct{ name, msg, code string }{
+				{"offer sdp a number", `{"type":"offer","sdp":5}`, protocol.CodeBadRequest},
+				{"offer not SDP", `{"type":"offer","sdp":"v=0\r\nthis is not sdp"}`, protocol.CodeSDPInvalid},
+				{"offer nested", `{"type":"offer","sdp":"v=0\r\n` + strings.Repeat(`m=video 9 UDP/TLS/RTP/SAVPF 96\r\n`, 1500) + `"}`, protocol.CodeSDPInvalid},
+				{"subscribe a string", `{"type":"subscribe","trackSids":"TR_x","subscribe":true}`, protocol.CodeBadRequest},
+				{"unknown type", `{"type":"dance"}`, protocol.CodeUnknownType},
+				{"unknown track", `{"type":"unpublishTrack","trackSid":"TR_nope"}`, protocol.CodeNotFound},
+			} {
+				ws.send(t, websocket.MessageText, []byte(c.msg))
+				ws.expectError(t, c.name, c.code, false)
+			}
+		})
+
+		t.Run("WebSocket frame over the limit", func(t *testing.T) {
+			ws := dialWS(t, s)
+			ws.send(t, websocket.MessageText, []byte(`{"type":"join","token":"`+strings.Repeat("a", 100<<10)+`"}`))
+			ws.expectError(t, "100 KiB frame", protocol.CodeTooLarge, false)
+			if _, st, _ := ws.next(5 * time.Second); st != websocket.StatusMessageTooBig {
+				t.Errorf("close status %d, want 1009", st)
+			}
+		})
+
+		t.Run("WebSocket 10 MB frame", func(t *testing.T) {
+			ws := dialWS(t, s)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// The server closes on the frame's header: the write may fail.
+			_ = ws.c.Write(ctx, websocket.MessageText, append([]byte(`{"type":"join","token":"`), make([]byte, 10<<20)...))
+			for {
+				m, st, err := ws.next(5 * time.Second)
+				if err != nil {
+					if st != websocket.StatusMessageTooBig {
+						t.Errorf("close status %d (%v), want 1009", st, err)
+					}
+					break
+				}
+				if m["type"] == "error" && m["code"] != protocol.CodeTooLarge {
+					t.Errorf("error %v, want %s", m, protocol.CodeTooLarge)
+				}
+			}
+		})
+	})
+}
+
+// TestBaselineFlood: a client flooding signaling messages over one
+// WebSocket gets rate_limited, then is closed and removed from its room; a
+// client within the limit is not; the witness never notices.
+func TestBaselineFlood(t *testing.T) {
+	underAttack(t, Options{}, func(t *testing.T, s *Server, w *Witness) {
+		all := auth.Grants{Publish: true, Subscribe: true, PublishData: true}
+		admin := s.Token(t, "", "root", auth.Grants{Admin: true})
+		// A joined flooder sends pings; one before join sends broken JSON
+		// (anything else before join is not_joined, and closed at once).
+		flood := func(t *testing.T, identity string, join bool) {
+			ws := dialWS(t, s)
+			if join {
+				ws.sendJSON(t, protocol.Msg{"type": "join", "protocol": 1, "token": s.Token(t, "flood", identity, all)})
+				for {
+					m, _, err := ws.next(5 * time.Second)
+					if err != nil {
+						t.Fatalf("join: %v", err)
+					}
+					if m["type"] == "joined" {
+						break
+					}
+				}
+			}
+			// Read while writing: the server must not block on a reader
+			// that does not keep up, and the errors are what we look for.
+			codes := make(chan string, 4096)
+			closed := make(chan websocket.StatusCode, 1)
+			go func() {
+				for {
+					m, st, err := ws.next(15 * time.Second)
+					if err != nil {
+						closed <- st
+						close(codes)
+						return
+					}
+					if m["type"] == "error" {
+						codes <- fmt.Sprint(m["code"])
+					}
+				}
+			}()
+			ping := []byte(`{"type":"ping","t":1}`)
+			if !join {
+				ping = []byte(`{"type":`)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sent := 0
+			for ; sent < 5000; sent++ {
+				if ws.c.Write(ctx, websocket.MessageText, ping) != nil {
+					break
+				}
+			}
+			var st websocket.StatusCode
+			select {
+			case st = <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the socket stays open after %d pings", identity, sent)
+			}
+			limited := 0
+			for c := range codes {
+				switch {
+				case c == protocol.CodeRateLimited:
+					limited++
+				case c == protocol.CodeInvalidJSON && !join:
+				default:
+					t.Errorf("%s: error %q in a ping flood", identity, c)
+				}
+			}
+			if limited == 0 {
+				t.Errorf("%s: closed (%d) after %d pings without rate_limited", identity, st, sent)
+			}
+			t.Logf("%s: %d pings written, %d rate_limited, closed with %d", identity, sent, limited, st)
+		}
+		t.Run("joined", func(t *testing.T) {
+			flood(t, "flooder", true)
+			// A flooder is removed at once, not kept for resumption.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				r := do(t, http.MethodGet, s.URL+"/v1/admin/rooms/flood/participants", "", admin, nil)
+				if r.status == http.StatusNotFound || !strings.Contains(r.body, "flooder") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the flooder is still in its room: %s", r.body)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		t.Run("before join", func(t *testing.T) { flood(t, "anonymous", false) })
+		t.Run("eight at once", func(t *testing.T) {
+			var wg sync.WaitGroup
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); flood(t, fmt.Sprintf("flooder-%d", i), i%2 == 0) }()
+			}
+			wg.Wait()
+		})
+		w.Check(t)
+
+		t.Run("within the limit", func(t *testing.T) {
+			ws := dialWS(t, s)
+			ws.sendJSON(t, protocol.Msg{"type": "join", "protocol": 1, "token": s.Token(t, "flood", "polite", all)})
+			// 30 a second for 3 s, under the default 50.
+			pongs := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for pongs < 90 {
+					m, _, err := ws.next(5 * time.Second)
+					if err != nil {
+						return
+					}
+					switch m["type"] {
+					case "pong":
+						pongs++
+					case "error":
+						t.Errorf("a polite client got %v", m)
+						return
+					}
+				}
+			}()
+			tick := time.NewTicker(time.Second / 30)
+			defer tick.Stop()
+			for i := 0; i < 90; i++ {
+				<-tick.C
+				ws.sendJSON(t, protocol.Msg{"type": "ping", "t": i})
+			}
+			<-done
+			if pongs != 90 {
+				t.Errorf("%d pongs of 90", pongs)
+			}
+		})
+	})
+}
+
+// TestBaselineIdleSockets: 500 idle TCP connections to the HTTP port and 500
+// WebSocket upgrades that never join cost the server only while they last,
+// and do not keep a legitimate client from joining. The attackers come from
+// 127.0.0.2 and 127.0.0.3, so that a per-address limit may refuse them
+// without refusing the checks from 127.0.0.1.
+func TestBaselineIdleSockets(t *testing.T) {
+	underAttack(t, Options{}, func(t *testing.T, s *Server, w *Witness) {
+		legit := func(t *testing.T, identity string) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			c, err := client.Join(ctx, s.WS, s.Token(t, "other", identity, auth.Grants{Subscribe: true, PublishData: true}), client.Options{Name: identity})
+			if err != nil {
+				t.Fatalf("a legitimate join during the attack: %v", err)
+			}
+			c.Close()
+		}
+		addr := s.URL[len("http://"):]
+
+		t.Run("500 idle TCP", func(t *testing.T) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			failed := 0
+			for i := 0; i < 500; i++ {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					failed++
+					continue
+				}
+				conns = append(conns, c)
+			}
+			t.Logf("%d idle connections open, %d refused; %s", len(conns), failed, s.Footprint(t))
+			s.Healthy(t)
+			legit(t, "during-tcp")
+			w.Check(t)
+		})
+
+		t.Run("500 WebSocket upgrades without join", func(t *testing.T) {
+			hc := &http.Client{Transport: &http.Transport{
+				DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}).DialContext,
+				DisableKeepAlives: true,
+			}}
+			var mu sync.Mutex
+			var socks []*websocket.Conn
+			defer func() {
+				for _, c := range socks {
+					_ = c.CloseNow()
+				}
+			}()
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			start := time.Now()
+			for i := 0; i < 500; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					c, _, err := websocket.Dial(ctx, s.WS, &websocket.DialOptions{HTTPClient: hc})
+					if err != nil {
+						failed.Add(1)
+						return
+					}
+					mu.Lock()
+					socks = append(socks, c)
+					mu.Unlock()
+				}()
+				if i%50 == 49 {
+					wg.Wait()
+				}
+			}
+			wg.Wait()
+			t.Logf("%d upgrades open, %d refused, in %s; %s", len(socks), failed.Load(), time.Since(start).Round(time.Millisecond), s.Footprint(t))
+			if len(socks) == 0 {
+				t.Fatal("no upgrade succeeded")
+			}
+			s.Healthy(t)
+			legit(t, "during-ws")
+			w.Check(t)
+			// Every one is told join_timeout and closed, 10 s after it opened.
+			var timedOut, other atomic.Int64
+			for _, c := range socks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					for {
+						_, b, err := c.Read(ctx)
+						if err != nil {
+							return
+						}
+						var m protocol.Msg
+						if json.Unmarshal(b, &m) == nil && m["code"] == protocol.CodeJoinTimeout {
+							timedOut.Add(1)
+						} else {
+							other.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if int(timedOut.Load()) != len(socks) || other.Load() != 0 {
+				t.Errorf("%d of %d upgrades got join_timeout, %d other messages", timedOut.Load(), len(socks), other.Load())
+			}
+			if d := time.Since(start); d > 25*time.Second {
+				t.Errorf("the last join_timeout came %s after the upgrades", d)
+			}
+		})
+	})
+}
