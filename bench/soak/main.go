@@ -73,7 +73,10 @@ func realMain(duration, every, warmup time.Duration, limit float64, bin, out, pn
 		return err
 	}
 	secret := strings.Repeat("s", 40)
-	httpPort, udpPort, tcpPort, turnPort, camPort := free(), free(), free(), free(), freePair()
+	httpPort, udpPort, tcpPort, turnPort, camPort := free(), free(), free(), free(), 0
+	if camPort, err = soak.FreeUDPPair(); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "petrel-soak")
 	if err != nil {
 		return err
@@ -216,29 +219,6 @@ func free() int {
 		ln.Close()
 		if err == nil {
 			u.Close()
-			return p
-		}
-	}
-}
-
-// freePair is an even UDP port p with p+1 free too (RTP and RTCP).
-func freePair() int {
-	for {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			log.Fatal(err)
-		}
-		p := c.LocalAddr().(*net.UDPAddr).Port &^ 1
-		c.Close()
-		a, err1 := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
-		b, err2 := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p + 1})
-		if a != nil {
-			a.Close()
-		}
-		if b != nil {
-			b.Close()
-		}
-		if err1 == nil && err2 == nil {
 			return p
 		}
 	}

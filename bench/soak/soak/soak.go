@@ -721,3 +721,28 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// FreeUDPPair is an even loopback UDP port p with p+1 free too, for an
+// RTP-push camera (RTCP goes to p+1).
+func FreeUDPPair() (int, error) {
+	for i := 0; i < 50; i++ {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return 0, err
+		}
+		p := c.LocalAddr().(*net.UDPAddr).Port &^ 1
+		c.Close()
+		a, err1 := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
+		b, err2 := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p + 1})
+		if a != nil {
+			a.Close()
+		}
+		if b != nil {
+			b.Close()
+		}
+		if err1 == nil && err2 == nil {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free UDP port pair")
+}
