@@ -24,6 +24,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/webtransport"
 )
 
 // The attacks every server must already hold against: bad tokens on every
@@ -471,8 +472,42 @@ func TestBaselineTokens(t *testing.T) {
 		}
 		session := s.URL + r.header.Get("Location")
 
+		// WebTransport's development certificate, pinned by its hash.
+		var wt struct{ Value, URL string }
+		if r := do(t, http.MethodGet, s.URL+"/v1/wt-cert-hash", "", "", nil); r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &wt) != nil {
+			t.Fatalf("wt-cert-hash: %d %s", r.status, r.body)
+		}
+		certHash, err := base64.StdEncoding.DecodeString(wt.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wtDial := func(t *testing.T, token string) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := webtransport.Dial(ctx, wt.URL, token, webtransport.ClientOptions{CertHash: certHash})
+			if err == nil {
+				c.Close()
+				t.Errorf("WebTransport: a session with a bad token")
+			} else if !strings.Contains(err.Error(), "401") {
+				t.Errorf("WebTransport: %v, want 401", err)
+			}
+		}
+
+		// The door opens for a good token: the refusals below are the token's.
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := webtransport.Dial(ctx, wt.URL, s.Token(t, "a", "wt-ok", pubGrants), webtransport.ClientOptions{CertHash: certHash})
+			if err != nil {
+				t.Fatalf("WebTransport with a good token: %v", err)
+			}
+			c.Close()
+		}()
+
 		for name, bad := range badTokens(t, s, "a", "mallory", pubGrants) {
 			t.Run(name, func(t *testing.T) {
+				wtDial(t, bad.token)
 				ws := dialWS(t, s)
 				ws.sendJSON(t, protocol.Msg{"type": "join", "protocol": 1, "token": bad.token})
 				ws.expectError(t, "WebSocket join", bad.code, true)
@@ -499,6 +534,7 @@ func TestBaselineTokens(t *testing.T) {
 			ws := dialWS(t, s)
 			ws.sendJSON(t, protocol.Msg{"type": "join", "protocol": 1})
 			ws.expectError(t, "WebSocket join", protocol.CodeUnauthorized, true)
+			wtDial(t, "")
 			expectError(t, "WHIP", do(t, http.MethodPost, s.URL+"/whip/a", "application/sdp", "", strings.NewReader(whipOffer)), 401, protocol.CodeUnauthorized)
 			expectError(t, "WHEP", do(t, http.MethodPost, s.URL+"/whep/a", "application/sdp", "", strings.NewReader(whepOffer)), 401, protocol.CodeUnauthorized)
 			expectError(t, "admin", do(t, http.MethodGet, s.URL+"/v1/admin/rooms", "", "", nil), 401, protocol.CodeUnauthorized)
@@ -539,6 +575,13 @@ func TestBaselineTokens(t *testing.T) {
 			t.Errorf("the owner's DELETE: %d %s", d.status, d.body)
 		}
 	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }
@@ -678,7 +721,8 @@ func TestBaselineMalformed(t *testing.T) {
 			for _, c := range []struct{ name, msg, code string }{
 				{"offer sdp a number", `{"type":"offer","sdp":5}`, protocol.CodeBadRequest},
 				{"offer not SDP", `{"type":"offer","sdp":"v=0\r\nthis is not sdp"}`, protocol.CodeSDPInvalid},
-				{"offer nested", `{"type":"offer","sdp":"v=0\r\n` + strings.Repeat(`m=video 9 UDP/TLS/RTP/SAVPF 96\r\n`, 1500) + `"}`, protocol.CodeSDPInvalid},
+				{"offer truncated", string(must(json.Marshal(protocol.Msg{"type": "offer", "sdp": whipOffer[:len(whipOffer)/2]}))), protocol.CodeSDPInvalid},
+				{"offer one long line", `{"type":"offer","sdp":"v=0\r\na=` + strings.Repeat("x", 50000) + `\r\n"}`, protocol.CodeSDPInvalid},
 				{"subscribe a string", `{"type":"subscribe","trackSids":"TR_x","subscribe":true}`, protocol.CodeBadRequest},
 				{"unknown type", `{"type":"dance"}`, protocol.CodeUnknownType},
 				{"unknown track", `{"type":"unpublishTrack","trackSid":"TR_nope"}`, protocol.CodeNotFound},
