@@ -22,6 +22,7 @@ import (
 	"github.com/pion/webrtc/v4/pkg/media"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bench/soak/soak"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/webtransport"
@@ -459,7 +460,11 @@ const cameraYAML = `cameras:
 // forged tokens, and tokens for another room, with the documented status
 // and code.
 func TestBaselineTokens(t *testing.T) {
-	camPort := freeBoth(t)
+	// The camera takes the RTP port and the next one (RTCP).
+	camPort, err := soak.FreeUDPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
 	underAttack(t, Options{YAML: fmt.Sprintf(cameraYAML, camPort)}, func(t *testing.T, s *Server, w *Witness) {
 		whipOffer, whepOffer := offer(t, true), offer(t, false)
 		pubGrants := auth.Grants{Publish: true, Subscribe: true, PublishData: true}
