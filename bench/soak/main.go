@@ -138,10 +138,17 @@ func realMain(duration, every, warmup time.Duration, limit float64, bin, out, pn
 		last.At.Round(time.Second), started.Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(commit)), duration, churners, viewers, every)
 	fmt.Fprintf(&v, "Churn: %d joins, %d WHEP sessions, %d camera restarts, %d data messages to the anchor, %d anchor video packets, %d failures.\n\n",
 		last.Joins, last.WHEPSessions, last.CameraRestarts, last.DataIn, last.AnchorPackets, last.Failures)
+	stalls := 0
+	for i := 1; i < len(samples); i++ {
+		if samples[i].AnchorPackets <= samples[i-1].AnchorPackets {
+			stalls++
+		}
+	}
+	fmt.Fprintf(&v, "The anchor subscriber's video stopped in %d of %d sampling intervals.\n\n", stalls, len(samples)-1)
 	fmt.Fprintf(&v, "Judged from %s on (after the warm-up), first vs last sixth (medians) and least-squares slope over the span:\n\n", warmup)
 	fmt.Fprintln(&v, "| metric | first | last | growth | slope × span | verdict |")
 	fmt.Fprintln(&v, "|---|---|---|---|---|---|")
-	ok := true
+	ok := stalls == 0
 	for _, g := range soak.Growths(samples, warmup) {
 		pass := g.Rel <= limit && g.Slope <= limit
 		ok = ok && pass
@@ -159,7 +166,7 @@ func realMain(duration, every, warmup time.Duration, limit float64, bin, out, pn
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("something grew by more than %.0f%% after the warm-up", 100*limit)
+		return fmt.Errorf("something grew by more than %.0f%% after the warm-up, or the anchor's video stopped", 100*limit)
 	}
 	return nil
 }
