@@ -46,9 +46,16 @@ func main() {
 	png := flag.String("png", "docs/img/soak.png", "the plot")
 	churners := flag.Int("churners", 4, "participants joining and leaving at once")
 	viewers := flag.Int("viewers", 2, "WHEP viewers coming and going at once")
+	replot := flag.Bool("replot", false, "only plot -out's soak.csv again into -png")
 	flag.Parse()
 	if *warmup == 0 {
 		*warmup = *duration / 3
+	}
+	if *replot {
+		if err := plot(filepath.Join(*out, "soak.csv"), *png, *warmup); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
@@ -175,23 +182,26 @@ func plot(csv, png string, warmup time.Duration) error {
 	if _, err := exec.LookPath("gnuplot"); err != nil {
 		return errors.New("gnuplot not found (apt-get install gnuplot-nox)")
 	}
-	script := fmt.Sprintf(`set terminal pngcairo size 1000,500 font ",10"
-set output %q
+	// Three panels sharing the time axis, each from zero: a leak shows as a
+	// slope, churn as noise around a level.
+	script := fmt.Sprintf(`set terminal pngcairo size 1000,750 font ",10"
+set output %[1]q
 set datafile separator ","
-set key top left
-set xlabel "minutes"
-set ylabel "RSS (MB)"
-set y2label "goroutines, open files"
-set ytics nomirror
-set y2tics
+set multiplot layout 3,1 title "Petrel soak: participants, WHEP viewers and a flapping camera churning (dashed: end of warm-up)"
+set autoscale xfix
 set yrange [0:*]
-set y2range [0:*]
-set arrow from %f, graph 0 to %f, graph 1 nohead dashtype 2 lc rgb "#888888"
-set title "Petrel soak: churn of participants, WHEP viewers and a flapping camera (dashed: end of warm-up)"
-plot %q using ($1/60):2 with lines lw 2 title "RSS (MB)" axes x1y1, \
-     %q using ($1/60):3 with lines lw 2 title "goroutines" axes x1y2, \
-     %q using ($1/60):4 with lines lw 2 title "open files" axes x1y2
-`, png, warmup.Minutes(), warmup.Minutes(), csv, csv, csv)
+set key bottom right
+set grid ytics
+set arrow 1 from %[2]f, graph 0 to %[2]f, graph 1 nohead dashtype 2 lc rgb "#888888"
+set ylabel "RSS (MB)"
+plot %[3]q using ($1/60):2 with lines lw 2 lc rgb "#9400d3" title "RSS"
+set ylabel "goroutines"
+plot %[3]q using ($1/60):3 with lines lw 1 lc rgb "#009e73" title "goroutines"
+set ylabel "open files"
+set xlabel "minutes"
+plot %[3]q using ($1/60):4 with lines lw 2 lc rgb "#56b4e9" title "open files"
+unset multiplot
+`, png, warmup.Minutes(), csv)
 	cmd := exec.Command("gnuplot")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
