@@ -213,8 +213,19 @@ func (p *Peer) Stats() PeerStats {
 	p.mu.Lock()
 	sts := append([]*streamRx(nil), p.streams...)
 	p.mu.Unlock()
+	video := 0.0
 	for _, st := range sts {
-		s.Streams = append(s.Streams, st.snapshot())
+		ss := st.snapshot()
+		s.Streams = append(s.Streams, ss)
+		if ss.Kind == "video" && ss.FirstFrameMs > 0 && (video == 0 || ss.FirstFrameMs < video) {
+			video = ss.FirstFrameMs
+		}
+	}
+	// A peer that receives video has its first frame when a video frame is
+	// complete: servers differ in whether they forward Opus's marker bit
+	// (LiveKit clears it), so an audio packet is no frame to compare.
+	if video > 0 {
+		s.FirstFrameMs = video
 	}
 	return s
 }

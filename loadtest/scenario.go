@@ -17,8 +17,8 @@ import (
 // Config describes one run.
 type Config struct {
 	Scenario string `json:"scenario"` // echo, room, stream, whip, whep
-	Target   string `json:"target"`   // petrel, whip (any WHIP/WHEP server), janus
-	URL      string `json:"url"`      // petrel: http://host:port; janus: ws://host:8188 or http://host:8088/janus
+	Target   string `json:"target"`   // petrel, whip (any WHIP/WHEP server), janus, livekit
+	URL      string `json:"url"`      // petrel, livekit: http://host:port; janus: ws://host:8188 or http://host:8088/janus
 	WHIPURL  string `json:"whipUrl,omitempty"`
 	WHEPURL  string `json:"whepUrl,omitempty"`
 	Token    string `json:"-"`
@@ -87,6 +87,9 @@ func (c *Config) defaults() {
 	}
 	if c.Publishers <= 0 {
 		c.Publishers = 1
+	}
+	if c.Target == "livekit" && c.APIKey == "" {
+		c.APIKey, c.Secret = LiveKitDevKey, LiveKitDevSecret
 	}
 }
 
@@ -194,8 +197,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		runErr = r.runWHIP(ctx)
 	case "janus":
 		runErr = r.runJanus(ctx)
+	case "livekit":
+		runErr = r.runLiveKit(ctx)
 	default:
-		runErr = fmt.Errorf("unknown target %q (petrel, whip, janus)", cfg.Target)
+		runErr = fmt.Errorf("unknown target %q (petrel, whip, janus, livekit)", cfg.Target)
 	}
 	if runErr != nil && len(r.allPeers()) == 0 {
 		return nil, runErr

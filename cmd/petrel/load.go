@@ -14,20 +14,20 @@ import (
 )
 
 func init() {
-	register("load", "WebRTC load generator: many lean peers against Petrel, WHIP/WHEP or Janus (docs/load.md)", loadMain)
+	register("load", "WebRTC load generator: many lean peers against Petrel, WHIP/WHEP, Janus or LiveKit (docs/load.md)", loadMain)
 }
 
 func loadMain(args []string) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	var c loadtest.Config
 	fs.StringVar(&c.Scenario, "scenario", "stream", "echo, room, stream, whip or whep")
-	fs.StringVar(&c.Target, "target", "petrel", "petrel, whip (any WHIP/WHEP server) or janus")
-	fs.StringVar(&c.URL, "url", "http://127.0.0.1:7880", "petrel: the server's HTTP base; janus: its WebSocket or HTTP API")
+	fs.StringVar(&c.Target, "target", "petrel", "petrel, whip (any WHIP/WHEP server), janus or livekit (room and stream)")
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:7880", "petrel, livekit: the server's HTTP base; janus: its WebSocket or HTTP API")
 	fs.StringVar(&c.WHIPURL, "whip", "", "target whip: the WHIP endpoint")
 	fs.StringVar(&c.WHEPURL, "whep", "", "target whip: the WHEP endpoint")
 	fs.StringVar(&c.Token, "token", "", "target whip: bearer token")
-	fs.StringVar(&c.APIKey, "api-key", os.Getenv("PETREL_API_KEY"), "petrel: API key to sign tokens (empty: the server's development token endpoint)")
-	fs.StringVar(&c.Secret, "api-secret", os.Getenv("PETREL_API_SECRET"), "petrel: API secret")
+	fs.StringVar(&c.APIKey, "api-key", os.Getenv("PETREL_API_KEY"), "petrel, livekit: API key to sign tokens (empty: petrel's development token endpoint; livekit's development key devkey)")
+	fs.StringVar(&c.Secret, "api-secret", os.Getenv("PETREL_API_SECRET"), "petrel, livekit: API secret (livekit with no key: its development secret)")
 	fs.StringVar(&c.Room, "room", "load", "room name (prefix for per-peer rooms)")
 	fs.StringVar(&c.Proto, "proto", "ws", "petrel: ws (room protocol) or whip (WHIP publisher, WHEP viewers)")
 	fs.IntVar(&c.Peers, "n", 10, "viewers, subscribers, echo peers or WHIP publishers")
@@ -54,6 +54,7 @@ func loadMain(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: petrel load [flags]\n\nExamples:\n"+
 			"  petrel load -scenario stream -n 200 -rate 20 -pid $(pidof petrel) -json out.json -report out/\n"+
 			"  petrel load -scenario room -publishers 3 -n 30\n"+
+			"  petrel load -target livekit -url http://127.0.0.1:7880 -scenario stream -n 20 -pid $(pidof livekit-server)\n"+
 			"  petrel load -target whip -scenario whep -whip http://127.0.0.1:8889/cam/whip -whep http://127.0.0.1:8889/cam/whep -n 50\n"+
 			"  petrel load -controller 127.0.0.1:7890\n\nflags:\n")
 		fs.PrintDefaults()

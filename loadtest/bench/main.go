@@ -1,12 +1,14 @@
-// Command bench runs the same load against Petrel and Janus in one run and
-// rewrites the "## Petrel vs Janus" and "## Load generator" sections of
-// docs/benchmarks.md.
+// Command bench runs the same load against Petrel, LiveKit and Janus in one
+// run and rewrites the "## Petrel vs Janus" and "## Load generator" sections
+// of docs/benchmarks.md.
 //
-// Both servers run, one at a time, in a network namespace this command creates
-// (Janus 1.1.2 gathers no ICE candidates on loopback; Petrel runs there too so
-// both see the same veth path). The generator runs here and binds the host end
-// of the veth pair. Janus runs in its default mode (a thread per handle) and
-// with event_loops = 2.
+// The servers run, one at a time, in a network namespace this command creates
+// (Janus 1.1.2 gathers no ICE candidates on loopback; Petrel and LiveKit run
+// there too so all see the same veth path). The generator runs here and binds
+// the host end of the veth pair. Janus runs in its default mode (a thread per
+// handle) and with event_loops = 2; LiveKit (livekit-server, found as
+// loadtest.LiveKitBinary says or given by -livekit) with its defaults but for
+// the addresses and ports.
 //
 //	go run ./loadtest/bench -n 25,50,100,200 -room 3x27 -duration 20s
 package main
@@ -35,6 +37,9 @@ const (
 	apiSecret = "loadbench-secret-loadbench-secret-0123456"
 )
 
+// liveKitBin is the livekit-server the livekit runs start.
+var liveKitBin string
+
 type run struct {
 	server   string
 	scenario string
@@ -48,7 +53,8 @@ func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
 	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores); comma-separated sizes give the marginal RSS ratio, e.g. 3x12,3x27")
-	servers := flag.String("servers", "petrel,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room publishers and subscribers for room), janus, janus-loops, janus-streaming, janus-streaming-loops")
+	servers := flag.String("servers", "petrel,livekit,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room publishers and subscribers for room), livekit (its own signalling), janus, janus-loops, janus-streaming, janus-streaming-loops")
+	flag.StringVar(&liveKitBin, "livekit", loadtest.LiveKitBinary(), "livekit-server binary for the livekit runs (default: $PETREL_LIVEKIT_BIN or ../shared/peers/livekit/livekit-server beside the checkout)")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
 	rate := flag.Float64("rate", 25, "peers per second")
@@ -67,6 +73,10 @@ func main() {
 	ensure("gnuplot", "gnuplot-nox")
 	if !*reportOnly && strings.Contains(*servers, "janus") {
 		ensure("janus", "janus")
+	}
+	if !*reportOnly && slices.Contains(strings.Split(*servers, ","), "livekit") && liveKitBin == "" {
+		log.Printf("livekit-server not found (-livekit, $PETREL_LIVEKIT_BIN or ../shared/peers/livekit/ beside the checkout): no livekit runs")
+		*servers = strings.Join(slices.DeleteFunc(strings.Split(*servers, ","), func(s string) bool { return s == "livekit" }), ",")
 	}
 	var runs []*run
 	if *reportOnly {
@@ -253,6 +263,12 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 		}
 		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret, args...)
 		cfg.Target, cfg.APIKey, cfg.Secret = "petrel", apiKey, apiSecret
+	case "livekit":
+		// Its default media path: a UDP socket per peer connection from a
+		// port range (no single-port mux), no ICE-TCP, as Petrel's runs.
+		s, err = loadtest.StartLiveKit(liveKitBin, loadtest.LiveKitOptions{Addr: ns.NSAddr, Port: 7880, UDPFrom: 50000, UDPTo: 60000,
+			Key: apiKey, Secret: apiSecret, NS: ns})
+		cfg.Target, cfg.APIKey, cfg.Secret = "livekit", apiKey, apiSecret
 	case "janus":
 		s, err = loadtest.StartJanus(ns, 0)
 		cfg.Target = "janus"
@@ -310,7 +326,7 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	return &run{server: srv, scenario: scenario, n: n, res: res, threads: th}, nil
 }
 
-var fileRE = regexp.MustCompile(`^(petrel-lean|petrel-whep|petrel|janus-streaming-loops|janus-streaming|janus-loops|janus|hold)-?(stream|room)?-(\d+)(-r\d+)?\.json$`)
+var fileRE = regexp.MustCompile(`^(petrel-lean|petrel-whep|petrel|livekit|janus-streaming-loops|janus-streaming|janus-loops|janus|hold)-?(stream|room)?-(\d+)(-r\d+)?\.json$`)
 
 func load(dir string) []*run {
 	ents, _ := os.ReadDir(dir)
@@ -332,7 +348,7 @@ func load(dir string) []*run {
 		}
 		runs = append(runs, r)
 	}
-	order := map[string]int{"petrel": 0, "petrel-whep": 1, "petrel-lean": 2, "janus": 3, "janus-loops": 4, "janus-streaming": 5, "janus-streaming-loops": 6}
+	order := map[string]int{"petrel": 0, "petrel-whep": 1, "petrel-lean": 2, "livekit": 3, "janus": 4, "janus-loops": 5, "janus-streaming": 6, "janus-streaming-loops": 7}
 	slices.SortFunc(runs, func(a, b *run) int {
 		if a.scenario != b.scenario {
 			return strings.Compare(b.scenario, a.scenario)
@@ -401,6 +417,7 @@ func render(all []*run, out string) (string, string) {
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
 		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md, which in the room scenario serves both sides of every participant: no PeerConnection in the server); " +
+		"LiveKit (`livekit`: livekit-server, the build in `../shared/peers/livekit/`, with its defaults but for its addresses, a UDP port range, no ICE-TCP and log level warn) by its own signalling, two peer connections per participant, every viewer subscribed explicitly at full quality with adaptive stream off; " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
 		"Janus runs in its default mode (a thread per handle) and with `event_loops = 2` (`*-loops`). CPU is utime+stime of the server process " +
@@ -447,19 +464,37 @@ func render(all []*run, out string) (string, string) {
 		}
 		by[k][r.server] = r
 	}
-	b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
-	b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
-	b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | Petrel × floor | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, k := range keys {
-		var prev map[string]*run
-		prevN := 0
-		for _, o := range keys {
-			if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
-				prev, prevN = by[o], o.n
+	if slices.ContainsFunc(runs, func(r *run) bool { return strings.HasPrefix(r.server, "janus") }) {
+		b.WriteString("\nRatios, Petrel ÷ Janus's better mode in the same run (below 1 is Petrel better; the targets are ≤ 0.5 for both):\n\n")
+		b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
+		b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | Petrel × floor | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, k := range keys {
+			var prev map[string]*run
+			prevN := 0
+			for _, o := range keys {
+				if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
+					prev, prevN = by[o], o.n
+				}
+			}
+			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
+				ratioRow(&b, k.scenario, k.n, mode, by[k], prev, fl)
 			}
 		}
-		for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
-			ratioRow(&b, k.scenario, k.n, mode, by[k], prev, fl)
+	}
+	if slices.ContainsFunc(runs, func(r *run) bool { return r.server == "livekit" }) {
+		b.WriteString("\nRatios, Petrel ÷ LiveKit in the same run (the goal: ≤ 0.5 for CPU per packet and RSS per peer at every size, with no more loss and no slower first frame; marginal RSS is (growth here − growth at the next smaller size) ÷ added receivers; first frame is the first complete video frame):\n\n")
+		b.WriteString("| scenario | receivers | Petrel | CPU-µs/packet ratio | user-space CPU ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / LiveKit) | loss % (Petrel / LiveKit) | first frame p50 ms (Petrel / LiveKit) | delay p99 ratio |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, k := range keys {
+			var prev map[string]*run
+			prevN := 0
+			for _, o := range keys {
+				if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
+					prev, prevN = by[o], o.n
+				}
+			}
+			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
+				liveKitRow(&b, k.scenario, k.n, mode, by[k], prev)
+			}
 		}
 	}
 	if notes, err := os.ReadFile(filepath.Join(out, "notes.md")); err == nil {
@@ -520,7 +555,7 @@ func plot(runs []*run, out string) error {
 	}
 	var cmds []string
 	var plotsCPU, plotsRSS []string
-	for _, srv := range []string{"petrel", "petrel-whep", "petrel-lean", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
+	for _, srv := range []string{"petrel", "petrel-whep", "petrel-lean", "livekit", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
 		var dat strings.Builder
 		for _, r := range runs {
 			if r.server != srv || r.scenario != "stream" || r.label == "hold" {
@@ -726,6 +761,39 @@ func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev m
 		xFloor = fmt.Sprintf("%.1f", ps.TargetCPUusPerPkt/floorUs)
 	}
 	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", scenario, n, mode, best.server, ratio(ps.TargetCPUusPerPkt, js.TargetCPUusPerPkt), user, xFloor, ratio(rss(p), rss(best)), marginal, ratio(ps.DelayMs.P99, js.DelayMs.P99))
+}
+
+// liveKitRow writes the ratios of one Petrel mode against LiveKit at one size,
+// if both ran.
+func liveKitRow(b *strings.Builder, scenario string, n int, mode string, m, prev map[string]*run) {
+	p, lk := m[mode], m["livekit"]
+	if p == nil || lk == nil {
+		return
+	}
+	ps, ls := p.res.Summary, lk.res.Summary
+	ratio := func(a, b float64) string {
+		if b <= 0 || stalled(ps.PPS) || stalled(ls.PPS) {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	rss := func(r *run) float64 {
+		s := r.res.Summary
+		return (s.TargetRSSMiB - s.TargetRSSStartMiB) / float64(receivers(r))
+	}
+	user := "–"
+	if ps.TargetSysUsPerPkt > 0 && ls.TargetSysUsPerPkt > 0 {
+		user = ratio(ps.TargetCPUusPerPkt-ps.TargetSysUsPerPkt, ls.TargetCPUusPerPkt-ls.TargetSysUsPerPkt)
+	}
+	marginal := "–"
+	if pp, pl := prev[mode], prev["livekit"]; pp != nil && pl != nil {
+		if mp, ml := marginalRSS(pp, p), marginalRSS(pl, lk); mp > 0 && ml > 0 {
+			marginal = fmt.Sprintf("%.2f (%.0f / %.0f KiB)", mp/ml, mp*1024, ml*1024)
+		}
+	}
+	fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %.3f / %.3f | %.0f / %.0f | %s |\n", scenario, n, mode,
+		ratio(ps.TargetCPUusPerPkt, ls.TargetCPUusPerPkt), user, ratio(rss(p), rss(lk)), marginal,
+		ps.LossPct, ls.LossPct, ps.SetupMs["firstFrame"].P50, ls.SetupMs["firstFrame"].P50, ratio(ps.DelayMs.P99, ls.DelayMs.P99))
 }
 
 // marginalRSS is what one more receiver costs a server, MiB: the growth of

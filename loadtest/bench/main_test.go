@@ -3,7 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/petrel-sfu/petrel/loadtest"
 )
 
 // TestRewrite replaces only the named section, keeps the others, and appends a
@@ -65,5 +68,28 @@ func TestReadFloor(t *testing.T) {
 	}
 	if v, n := readFloor(dir, "recv"); v != 2.5 || n != 3 {
 		t.Fatalf("recv: %v µs of %d", v, n)
+	}
+}
+
+// TestRenderLiveKitRatios: with livekit runs beside petrel's, the report has
+// a Petrel ÷ LiveKit table whose ratios come from the two runs of one size.
+func TestRenderLiveKitRatios(t *testing.T) {
+	mk := func(srv string, n int, cpu, rss, loss, ff float64) *run {
+		s := loadtest.Summary{Connected: n + 1, Receiving: n, PPS: 1000 * float64(n), TargetCPUusPerPkt: cpu,
+			TargetRSSStartMiB: 20, TargetRSSMiB: 20 + rss*float64(n), LossPct: loss,
+			SetupMs: map[string]loadtest.Percentiles{"firstFrame": {P50: ff}}, DelayMs: loadtest.Percentiles{P99: 2}}
+		return &run{server: srv, scenario: "stream", n: n, res: &loadtest.Result{Summary: s}}
+	}
+	runs := []*run{mk("petrel", 100, 3, 0.1, 0, 200), mk("livekit", 100, 12, 0.5, 0.01, 600)}
+	pv, _ := render(runs, t.TempDir())
+	if !strings.Contains(pv, "Ratios, Petrel ÷ LiveKit") {
+		t.Fatalf("no LiveKit ratio table:\n%s", pv)
+	}
+	want := "| stream | 100 | petrel | 0.25 | – | 0.20 | – | 0.000 / 0.010 | 200 / 600 | 1.00 |"
+	if !strings.Contains(pv, want) {
+		t.Errorf("want the row\n%s\nin\n%s", want, pv)
+	}
+	if pv, _ = render(runs[:1], t.TempDir()); strings.Contains(pv, "LiveKit in the same run") {
+		t.Errorf("a LiveKit table without livekit runs:\n%s", pv)
 	}
 }
