@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/pion/stun/v4"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
 
@@ -1017,5 +1018,93 @@ func TestBaselineIdleSockets(t *testing.T) {
 				t.Errorf("the last join_timeout came %s after the upgrades", d)
 			}
 		})
+	})
+}
+
+// TestBaselineGarbageOnMediaPorts: random datagrams, STUN, DTLS- and
+// RTP-looking packets to the media and TURN ports, and garbage or silence
+// on ICE-TCP and TURN over TCP, from another address than the witness's,
+// cost the server nothing that stays; an unauthenticated TURN allocation
+// gets 401.
+func TestBaselineGarbageOnMediaPorts(t *testing.T) {
+	underAttack(t, Options{}, func(t *testing.T, s *Server, w *Witness) {
+		from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)}
+		rnd := func(n int) []byte {
+			b := make([]byte, n)
+			_, _ = rand.Read(b)
+			return b
+		}
+		shapes := func(i int) []byte {
+			b := rnd(3 + i%1400)
+			switch i % 4 {
+			case 0: // STUN binding request with a made-up username
+				m := stun.MustBuild(stun.TransactionID, stun.BindingRequest, stun.NewUsername(fmt.Sprintf("x%d:y", i)), stun.Fingerprint)
+				return m.Raw
+			case 1: // DTLS handshake record header
+				b[0], b[1], b[2] = 22, 0xfe, 0xfd
+			case 2: // RTP version 2
+				b[0] = 0x80
+			}
+			return b
+		}
+		for _, port := range []int{s.UDPPort, s.TURNPort} {
+			c, err := net.DialUDP("udp", from, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 20000; i++ {
+				_, _ = c.Write(shapes(i))
+				if i%500 == 0 {
+					time.Sleep(time.Millisecond) // about 20000 a second, not a socket-buffer test
+				}
+			}
+			c.Close()
+		}
+		w.Check(t)
+
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 4)}, Timeout: 5 * time.Second}
+		var conns []net.Conn
+		for _, port := range []int{s.TCPPort, s.TURNPort} {
+			for i := 0; i < 100; i++ {
+				c, err := d.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+				if err != nil {
+					continue
+				}
+				conns = append(conns, c)
+				if i%2 == 0 {
+					_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+					_, _ = c.Write(rnd(2000)) // garbage, also as a huge RFC 4571 length
+				}
+			}
+		}
+		t.Logf("%d TCP connections to ICE-TCP and TURN; %s", len(conns), s.Footprint(t))
+		s.Healthy(t)
+		w.Check(t)
+		for _, c := range conns {
+			c.Close()
+		}
+
+		// TURN without credentials: 401 with a realm and nonce, not an allocation.
+		c, err := net.DialUDP("udp", from, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: s.TURNPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		req := stun.MustBuild(stun.TransactionID, stun.NewType(stun.MethodAllocate, stun.ClassRequest),
+			stun.RawAttribute{Type: stun.AttrRequestedTransport, Value: []byte{17, 0, 0, 0}}, stun.Fingerprint)
+		if _, err := c.Write(req.Raw); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 1500)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no answer to an unauthenticated TURN allocation: %v", err)
+		}
+		res := &stun.Message{Raw: buf[:n]}
+		var code stun.ErrorCodeAttribute
+		if err := res.Decode(); err != nil || res.Type.Class != stun.ClassErrorResponse || code.GetFrom(res) != nil || code.Code != stun.CodeUnauthorized {
+			t.Errorf("unauthenticated TURN allocation answered %v %v (decode: %v)", res.Type, code, err)
+		}
 	})
 }
