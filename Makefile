@@ -64,6 +64,17 @@ fuzz:
 	$(GO) test ./sfu -run XXX -fuzz FuzzParseData -fuzztime 20s
 	$(GO) test ./signal -run XXX -fuzz FuzzParseFrag -fuzztime 20s
 	$(GO) test ./auth -run XXX -fuzz FuzzVerify -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzControlMessage$$' -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzDatagram$$' -fuzztime 20s
+	$(GO) test ./webtransport/moqt -run XXX -fuzz '^FuzzSubgroupStream$$' -fuzztime 20s
+	$(GO) test ./camera -run XXX -fuzz '^FuzzRTSPDescription$$' -fuzztime 20s
+	$(GO) test ./camera -run XXX -fuzz '^FuzzRTPPush$$' -fuzztime 20s
+	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzAssociation -fuzztime 20s
+	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzDCEP -fuzztime 20s
+	$(GO) test ./rtc/dtlsrec -run XXX -fuzz FuzzRecords -fuzztime 20s
+	$(GO) test ./rtc/lean -run XXX -fuzz FuzzBinding -fuzztime 20s
+	$(GO) test ./egress -run XXX -fuzz 'FuzzOffer$$' -fuzztime 20s
+	$(GO) test ./egress -run XXX -fuzz 'FuzzAnswer$$' -fuzztime 20s
 
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./sfu ./bench

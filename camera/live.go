@@ -41,10 +41,18 @@ import (
 // Verifier checks a token (the signal package's).
 type Verifier func(token string) (*auth.Claims, error)
 
+// Door admits a viewer whose token is verified (per address, then against
+// the server's join budget) and logs refusals without flooding the log: the
+// signal package's front door.
+type Door interface {
+	Admit(r *http.Request) error
+	Refused(door string, r *http.Request, err error)
+}
+
 // Routes adds the camera routes for viewers (viewer tokens, not admin).
-func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier) {
+func (g *Gateway) Routes(mux *http.ServeMux, verify Verifier, door Door) {
 	mux.HandleFunc("GET /v1/cameras/{id}/live.mp4", func(w http.ResponseWriter, r *http.Request) {
-		g.serveLive(w, r, verify)
+		g.serveLive(w, r, verify, door)
 	})
 	// A viewer's view of one camera's state (the app's badges and overlay); a
 	// token for the camera's room or for the wall room will do.
@@ -179,16 +187,30 @@ func (c *Camera) audioPublication() *sfu.Publication {
 	return pub
 }
 
-func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verifier) {
+func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verifier, door Door) {
 	id := r.PathValue("id")
 	claims, err := verify(tokenOf(r))
 	if err != nil {
-		g.log.Info("live.mp4 refused", "camera", id, "err", err, "remote", r.RemoteAddr)
+		door.Refused("live.mp4", r, err)
 		tokenError(w, err)
 		return
 	}
 	if claims.Room != RoomOf(id) || !claims.Grants.Subscribe {
 		liveError(w, http.StatusForbidden, protocol.CodeForbidden, "the token does not allow watching "+RoomOf(id))
+		return
+	}
+	if err := door.Admit(r); err != nil {
+		door.Refused("live.mp4", r, err)
+		status := http.StatusServiceUnavailable
+		if protocol.CodeOf(err) == protocol.CodeRateLimited {
+			status = http.StatusTooManyRequests
+		}
+		msg := err.Error()
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			msg = pe.Message
+		}
+		liveError(w, status, protocol.CodeOf(err), msg)
 		return
 	}
 	c := g.Camera(id)

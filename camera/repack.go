@@ -48,6 +48,13 @@ type videoRepack struct {
 
 	vps, sps, pps []byte
 
+	// keep is set by ingests that read every packet into one reused buffer
+	// (RTP push): the decoder holds on to payloads (STAP-A units, single NAL
+	// units, FU-A fragments) until the access unit's last packet, so they are
+	// copied into arena, which is reused from one access unit to the next.
+	keep  bool
+	arena []byte
+
 	// Per upstream session.
 	synced  bool // the first IDR of this session has gone out
 	tsOff   uint32
@@ -93,13 +100,25 @@ func (r *videoRepack) newSession(vps, sps, pps []byte) {
 		r.vps, r.sps, r.pps = vps, sps, pps
 	}
 	r.synced = false
+	r.resetDecoder()
+}
+
+// resetDecoder drops what the decoder holds (Init alone keeps it).
+func (r *videoRepack) resetDecoder() {
 	switch d := r.dec.(type) {
 	case *rtph264.Decoder:
+		*d = rtph264.Decoder{PacketizationMode: d.PacketizationMode}
 		_ = d.Init()
 	case *rtph265.Decoder:
+		*d = rtph265.Decoder{MaxDONDiff: d.MaxDONDiff}
 		_ = d.Init()
 	}
+	r.arena = r.arena[:0]
 }
+
+// arenaMax bounds the copies of one access unit's packets; past it (an access
+// unit without an end, or larger than the decoders take) they are dropped.
+const arenaMax = 8 << 20
 
 const (
 	naluOther = iota
@@ -133,7 +152,22 @@ func (r *videoRepack) classify(n []byte) (kind int, typ byte) {
 
 // push takes one packet from the camera.
 func (r *videoRepack) push(pkt *rtp.Packet) {
+	if r.keep {
+		if len(r.arena)+len(pkt.Payload) > arenaMax {
+			r.resetDecoder()
+		}
+		n := len(r.arena)
+		r.arena = append(r.arena, pkt.Payload...)
+		// Earlier payloads stay valid when append moves the arena: only
+		// the new array is written.
+		pkt.Payload = r.arena[n:len(r.arena):len(r.arena)]
+	}
 	au, err := r.dec.Decode(pkt)
+	if err == nil {
+		// The access unit is out of the decoder, which now holds nothing:
+		// the arena is free again once au has been sent below.
+		defer func() { r.arena = r.arena[:0] }()
+	}
 	if err != nil {
 		if !errors.Is(err, rtph264.ErrMorePacketsNeeded) && !errors.Is(err, rtph265.ErrMorePacketsNeeded) &&
 			!errors.Is(err, rtph264.ErrNonStartingPacketAndNoPrevious) && !errors.Is(err, rtph265.ErrNonStartingPacketAndNoPrevious) {

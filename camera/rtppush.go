@@ -104,6 +104,7 @@ func (c *Camera) startRTPPush() error {
 		in.close()
 		return err
 	}
+	in.video.keep = true // read() reuses one buffer for every datagram
 	in.video.newSession(nil, sps, pps)
 	if audioCodec.MimeType != "" {
 		assrc := randU32()

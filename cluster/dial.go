@@ -3,15 +3,11 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,8 +17,9 @@ import (
 // Links are set up like WHIP: the dialing node POSTs its offer to the other's
 // /v1/cluster/link and gets the answer in the response, with every candidate in
 // the SDP (no trickle). The request carries a token made with the cluster
-// secret, so only nodes of this cluster can open a link; DTLS then secures the
-// media with the fingerprints the exchange carried.
+// secret for that request alone (linktoken.go), so only nodes of this cluster
+// can open a link and a captured request cannot be sent again; DTLS then
+// secures the media with the fingerprints the exchange carried.
 
 type linkRequest struct {
 	From    string `json:"from"`
@@ -32,33 +29,6 @@ type linkRequest struct {
 
 type linkAnswer struct {
 	SDP string `json:"sdp"`
-}
-
-// linkToken is "<from>.<unix seconds>.<hex hmac>".
-func linkToken(secret []byte, from string, at time.Time) string {
-	ts := strconv.FormatInt(at.Unix(), 10)
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("petrel link\x00" + from + "\x00" + ts))
-	return from + "." + ts + "." + hex.EncodeToString(m.Sum(nil))
-}
-
-// checkLinkToken accepts a token for from made within a minute of now.
-func checkLinkToken(secret []byte, tok, from string, now time.Time) error {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 || parts[0] != from {
-		return errors.New("malformed link token")
-	}
-	ts, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return errors.New("malformed link token time")
-	}
-	if d := now.Sub(time.Unix(ts, 0)); d > time.Minute || d < -time.Minute {
-		return errors.New("link token expired")
-	}
-	if !hmac.Equal([]byte(linkToken(secret, from, time.Unix(ts, 0))), []byte(tok)) {
-		return errors.New("bad link token")
-	}
-	return nil
 }
 
 // ensureLink dials peer unless a link is up or being made.
@@ -117,13 +87,18 @@ func (n *Node) dial(peer NodeInfo) error {
 	body, _ := json.Marshal(linkRequest{From: n.id, Started: n.started.UnixNano(), SDP: sdp})
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, peer.URL+"/v1/cluster/link", bytes.NewReader(body))
+	base, err := n.linkURL(peer)
+	if err != nil {
+		_ = pc.Close()
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+linkPath, bytes.NewReader(body))
 	if err != nil {
 		_ = pc.Close()
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+linkToken(n.secret, n.id, time.Now()))
+	req.Header.Set("Authorization", "Bearer "+signLink(n.secret, n.id, http.MethodPost, linkPath, body, time.Now()))
 	resp, err := n.http.Do(req)
 	if err != nil {
 		_ = pc.Close()
@@ -180,16 +155,43 @@ func localDescription(pc *webrtc.PeerConnection, d webrtc.SessionDescription) (s
 	return pc.LocalDescription().SDP, nil
 }
 
+// linkPath is the endpoint of link offers; maxLinkRequest bounds one (an
+// offer with two data channels and every candidate is a few KiB).
+const (
+	linkPath       = "/v1/cluster/link"
+	maxLinkRequest = 256 << 10
+)
+
 // serveLink answers a peer's link offer.
 func (n *Node) serveLink(w http.ResponseWriter, r *http.Request) {
+	if n.tls != nil && r.TLS == nil {
+		httpErr(w, http.StatusForbidden, "node links come over TLS here (cluster.tls)")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxLinkRequest+1))
+	if err != nil || len(body) > maxLinkRequest {
+		httpErr(w, http.StatusRequestEntityTooLarge, "a link request is at most 256 KiB")
+		return
+	}
 	var req linkRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 256<<10)).Decode(&req); err != nil || req.From == "" || req.SDP == "" {
+	if err := json.Unmarshal(body, &req); err != nil || req.From == "" || req.SDP == "" {
 		httpErr(w, http.StatusBadRequest, "a link request is JSON {from, sdp}")
 		return
 	}
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if err := checkLinkToken(n.secret, tok, req.From, time.Now()); err != nil {
-		n.log.Warn("node link refused", "from", req.From, "remote", r.RemoteAddr, "err", err)
+	now := time.Now()
+	from, id, until, err := checkLink(n.secret, tok, r.Method, r.URL.Path, body, now)
+	if err == nil && from != req.From {
+		err = errors.New("the link token is for another node")
+	}
+	if err == nil {
+		err = n.used.use(id, until, now)
+	}
+	if err != nil {
+		// Anyone can send these: a few lines, then one in a thousand.
+		if k := n.linkRefusals.Add(1); k <= 5 || k%1000 == 0 {
+			n.log.Warn("node link refused", "from", req.From, "remote", r.RemoteAddr, "err", err, "refused", k)
+		}
 		httpErr(w, http.StatusUnauthorized, err.Error())
 		return
 	}

@@ -54,10 +54,15 @@ type Node struct {
 	engine *rtc.Engine
 	log    *slog.Logger
 	secret []byte
-	verify func(string) (string, string, error)
-	rdb    *redis.Client
-	reg    *Registry
-	http   *http.Client
+	// used holds the ids of node request tokens taken (linktoken.go).
+	used         *usedTokens
+	linkRefusals atomic.Int64
+	verify       func(string) (string, string, error)
+	rdb          *redis.Client
+	reg          *Registry
+	http         *http.Client
+	// tls is set with cluster.tls (tls.go).
+	tls *nodeTLS
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,10 +117,17 @@ func Start(o Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: c, id: id, url: strings.TrimRight(url, "/"), mgr: o.Manager, engine: o.Engine,
-		log: o.Log.With("node", id), secret: o.Secret, verify: o.Verify, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
+		log: o.Log.With("node", id), secret: o.Secret, used: newUsedTokens(maxUsedTokens), verify: o.Verify, rdb: rdb, reg: NewRegistry(rdb, c.NodeTTL),
 		http:  &http.Client{Timeout: 5 * time.Second},
 		links: map[string]*Link{}, dialing: map[string]bool{}, probeRTT: map[string]float64{}, pulled: map[string]int{}, started: time.Now(),
 		done: make(chan struct{})}
+	if c.TLS.Enabled() {
+		if n.tls, err = n.startTLS(c.TLS); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		n.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: n.tls.client}}
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.shed.init(c.MaxCPU, c.MaxEgressMbps)
 	n.mgr.SetDataTap(n.onRoomData)
@@ -125,6 +137,7 @@ func Start(o Options) (*Node, error) {
 	// media without a gap.
 	n.mgr.SetHandover(n.isMirror)
 	if err := n.heartbeat(); err != nil {
+		n.stopTLS()
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cluster: first heartbeat: %w", err)
 	}
@@ -263,7 +276,8 @@ func (n *Node) heartbeat() error {
 // snapshot is this node's record as of now.
 func (n *Node) snapshot() NodeInfo {
 	info := NodeInfo{ID: n.id, URL: n.url, Started: n.started.UnixNano(), Draining: n.draining.Load(),
-		Rooms: map[string][]Member{}, RTT: map[string]float64{}}
+		LinkURL: n.linkSelf(),
+		Rooms:   map[string][]Member{}, RTT: map[string]float64{}}
 	var packets uint64
 	for _, r := range n.mgr.Rooms() {
 		var members []Member
@@ -434,6 +448,7 @@ func (n *Node) onRoomData(from *sfu.Participant, reliable bool, h sfu.DataHeader
 func (n *Node) Close() { n.stopOnce.Do(n.leave) }
 
 func (n *Node) leave() {
+	n.stopTLS()
 	nodes.Delete(n)
 	n.cancel()
 	<-n.done
@@ -463,6 +478,7 @@ func (n *Node) leave() {
 func (n *Node) Kill() { n.stopOnce.Do(n.crash) }
 
 func (n *Node) crash() {
+	n.stopTLS()
 	nodes.Delete(n)
 	n.cancel()
 	<-n.done

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"testing"
-	"time"
 )
 
 func TestPlace(t *testing.T) {
@@ -63,31 +62,6 @@ func TestPlace(t *testing.T) {
 	draining[0].Draining = true
 	if got := Place(draining, "r", nil, 0.85); len(got) != 1 || got[0].Node.ID != "us" {
 		t.Fatalf("a draining node was offered: %+v", got)
-	}
-}
-
-func TestLinkToken(t *testing.T) {
-	secret := []byte("s3cret")
-	now := time.Now()
-	tok := linkToken(secret, "a", now)
-	if err := checkLinkToken(secret, tok, "a", now); err != nil {
-		t.Fatal(err)
-	}
-	for name, c := range map[string]struct {
-		secret []byte
-		tok    string
-		from   string
-		at     time.Time
-	}{
-		"other secret": {[]byte("other"), tok, "a", now},
-		"other node":   {secret, tok, "b", now},
-		"expired":      {secret, tok, "a", now.Add(2 * time.Minute)},
-		"garbage":      {secret, "a.x.y", "a", now},
-		"empty":        {secret, "", "a", now},
-	} {
-		if checkLinkToken(c.secret, c.tok, c.from, c.at) == nil {
-			t.Errorf("%s: accepted", name)
-		}
 	}
 }
 

@@ -59,8 +59,10 @@ type Member struct {
 
 // NodeInfo is one node's record.
 type NodeInfo struct {
-	ID       string              `json:"id"`
-	URL      string              `json:"url"`     // HTTP base URL: signaling is URL + /v1/rtc
+	ID  string `json:"id"`
+	URL string `json:"url"` // HTTP base URL: signaling is URL + /v1/rtc
+	// LinkURL is the HTTPS base URL of node requests with cluster.tls.
+	LinkURL  string              `json:"link_url,omitempty"`
 	Started  int64               `json:"started"` // unix ns: tells a restarted node from its predecessor
 	Updated  int64               `json:"updated"` // unix ms of the last heartbeat
 	Draining bool                `json:"draining"`

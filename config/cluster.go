@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Cluster joins this node to a Petrel cluster whose shared state is in Redis
 // (docs/operations.md). Without Redis the server is a single node and no
@@ -31,6 +34,31 @@ type Cluster struct {
 	// the receivers need: the baseline the selective forwarding is measured
 	// against (bench/cluster), never for production.
 	ForwardAll bool `yaml:"forward_all" flag:"cluster-forward-all" usage:"benchmark baseline: send every layer over node links"`
+	// TLS puts node-to-node requests on HTTPS (cluster.tls).
+	TLS ClusterTLS `yaml:"tls"`
+}
+
+// ClusterTLS secures the requests nodes make to each other (link offers):
+// they go to a listener of their own over HTTPS, and each side shows a
+// certificate the cluster's CA signed. Off unless ca_file is set.
+type ClusterTLS struct {
+	CAFile   string `yaml:"ca_file" flag:"cluster-tls-ca" usage:"PEM file of the CA that signs node certificates (turns on TLS between nodes)"`
+	CertFile string `yaml:"cert_file" flag:"cluster-tls-cert" usage:"this node's certificate (PEM), for both serving and dialing other nodes"`
+	KeyFile  string `yaml:"key_file" flag:"cluster-tls-key" usage:"this node's private key (PEM)"`
+	Listen   string `yaml:"listen" flag:"cluster-tls-listen" usage:"address of the node-to-node HTTPS listener (host:port)"`
+	// URL is how other nodes reach Listen; empty: https:// with the host of
+	// cluster.url and the listener's port.
+	URL string `yaml:"url" flag:"cluster-tls-url" usage:"this node's HTTPS URL for other nodes (default: from node-url and the listener)"`
+}
+
+// Enabled reports whether node links use TLS.
+func (t ClusterTLS) Enabled() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }
+
+func (t ClusterTLS) validate() error {
+	if t.Enabled() && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "" || t.Listen == "") {
+		return errors.New("cluster.tls needs ca_file, cert_file, key_file and listen together")
+	}
+	return nil
 }
 
 func defaultCluster() Cluster {

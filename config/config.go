@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"reflect"
 	"strconv"
@@ -29,6 +30,10 @@ type Config struct {
 	LogLevel  string `yaml:"log_level" flag:"log-level" usage:"debug, info, warn or error"`
 	// Loopback binds every socket and offers ICE candidates on 127.0.0.1 only. Tests use it.
 	Loopback bool `yaml:"loopback" flag:"loopback" usage:"bind and offer candidates on 127.0.0.1 only"`
+	// TrustedProxies are the reverse proxies (CIDRs or addresses) whose
+	// X-Forwarded-For or Forwarded header names the client; empty: the TCP
+	// peer is the client.
+	TrustedProxies []string `yaml:"trusted_proxies" flag:"trusted-proxies" usage:"comma-separated CIDRs of reverse proxies whose X-Forwarded-For/Forwarded is believed"`
 
 	RTC    RTC    `yaml:"rtc"`
 	TURN   TURN   `yaml:"turn"`
@@ -77,6 +82,10 @@ type TURN struct {
 	CredentialTTL time.Duration `yaml:"credential_ttl" flag:"turn-ttl" usage:"lifetime of TURN credentials"`
 	// External TURN servers (coturn with use-auth-secret) handed to clients as well.
 	External []string `yaml:"external"`
+	// Live allocations are bounded per identity and per client IP address, so
+	// that one credential or one host cannot take every relay port.
+	MaxAllocationsPerUser int `yaml:"max_allocations_per_user" flag:"turn-max-allocations-per-user" usage:"live TURN allocations per identity (0: no limit)"`
+	MaxAllocationsPerIP   int `yaml:"max_allocations_per_ip" flag:"turn-max-allocations-per-ip" usage:"live TURN allocations per client IP address (0: no limit)"`
 }
 
 // Limits protect the server from clients that misbehave.
@@ -87,9 +96,18 @@ type Limits struct {
 	MessagesPerSecond       int `yaml:"messages_per_second" flag:"messages-per-second" usage:"signaling messages per second per participant"`
 	MaxDataBytes            int `yaml:"max_data_bytes" flag:"max-data-bytes" usage:"largest data-channel message"`
 	DataMessagesPerSecond   int `yaml:"data_messages_per_second" flag:"data-messages-per-second" usage:"data messages per second per participant"`
+	MaxDataChannels         int `yaml:"max_data_channels" flag:"max-data-channels" usage:"data channels a participant may have open (the room uses two)"`
 	JoinsPerSecond          int `yaml:"joins_per_second" flag:"joins-per-second" usage:"joins per second for the whole server"`
+	JoinsPerIP              int `yaml:"joins_per_ip_per_second" flag:"joins-per-ip" usage:"joins per second from one client address (0: no limit)"`
+	MaxConnsPerIP           int `yaml:"max_conns_per_ip" flag:"max-conns-per-ip" usage:"open HTTP connections from one client address (0: no limit)"`
 	MaxRooms                int `yaml:"max_rooms" flag:"max-rooms" usage:"rooms on this server"`
 	MaxSDPBytes             int `yaml:"max_sdp_bytes" flag:"max-sdp-bytes" usage:"largest SDP accepted"`
+	// The HTTP port's timeouts. Streams (live.mp4, exports) have the write
+	// timeout between two writes; the signaling WebSocket pings instead.
+	HTTPHeaderTimeout time.Duration `yaml:"http_header_timeout" flag:"http-header-timeout" usage:"time to send a request's headers"`
+	HTTPBodyTimeout   time.Duration `yaml:"http_body_timeout" flag:"http-body-timeout" usage:"time to send a request's body after its headers"`
+	HTTPWriteTimeout  time.Duration `yaml:"http_write_timeout" flag:"http-write-timeout" usage:"time to answer a request (for streams: between two writes)"`
+	HTTPIdleTimeout   time.Duration `yaml:"http_idle_timeout" flag:"http-idle-timeout" usage:"how long an idle keep-alive connection stays open"`
 }
 
 // Admin controls the REST admin API and /metrics.
@@ -114,6 +132,11 @@ func Default() Config {
 			Port:          3478,
 			Realm:         "petrel",
 			CredentialTTL: time.Hour,
+			// A participant needs up to 4 (publisher and subscriber, UDP and TCP);
+			// 16 leaves room for a few WHEP sessions and reconnects.
+			MaxAllocationsPerUser: 16,
+			// A NAT (an office, a carrier) puts many users behind one address.
+			MaxAllocationsPerIP: 128,
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
@@ -124,9 +147,16 @@ func Default() Config {
 			MessagesPerSecond:       50,
 			MaxDataBytes:            64 << 10,
 			DataMessagesPerSecond:   200,
+			MaxDataChannels:         16,
 			JoinsPerSecond:          50,
+			JoinsPerIP:              10,
+			MaxConnsPerIP:           256,
 			MaxRooms:                1000,
 			MaxSDPBytes:             64 << 10,
+			HTTPHeaderTimeout:       10 * time.Second,
+			HTTPBodyTimeout:         10 * time.Second,
+			HTTPWriteTimeout:        30 * time.Second,
+			HTTPIdleTimeout:         60 * time.Second,
 		},
 	}
 }
@@ -197,17 +227,39 @@ func (c *Config) Validate() error {
 	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < -1 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
 		return errors.New("ports must be between 0 and 65535")
 	}
+	if c.TURN.MaxAllocationsPerUser < 0 || c.TURN.MaxAllocationsPerIP < 0 {
+		return errors.New("turn allocation limits must be 0 (no limit) or positive")
+	}
 	if c.APIKey != "" && len(c.APISecret) < 32 {
 		return errors.New("api_secret must be at least 32 characters")
 	}
 	if c.APIKey == "" && c.APISecret != "" {
 		return errors.New("api_secret given without api_key")
 	}
+	if c.Limits.HTTPHeaderTimeout <= 0 || c.Limits.HTTPBodyTimeout <= 0 || c.Limits.HTTPWriteTimeout <= 0 || c.Limits.HTTPIdleTimeout <= 0 {
+		return errors.New("limits.http_*_timeout must be positive")
+	}
+	if c.Limits.JoinsPerSecond < 1 || c.Limits.JoinsPerIP < 0 || c.Limits.MaxConnsPerIP < 0 {
+		return errors.New("limits.joins_per_second must be at least 1, joins_per_ip_per_second and max_conns_per_ip at least 0")
+	}
+	for _, p := range c.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				return fmt.Errorf("trusted_proxies: %q is neither a CIDR nor an address", p)
+			}
+		}
+	}
 	if c.Limits.MaxMessageBytes < 1024 {
 		return errors.New("limits.max_message_bytes must be at least 1024")
 	}
+	if c.Limits.MaxDataChannels < 2 {
+		return errors.New("limits.max_data_channels must be at least 2 (the room's _reliable and _lossy)")
+	}
 	if c.Cluster.Redis != "" && (c.Cluster.Heartbeat <= 0 || c.Cluster.NodeTTL < 2*c.Cluster.Heartbeat) {
 		return errors.New("cluster.node_ttl must be at least twice cluster.heartbeat")
+	}
+	if err := c.Cluster.TLS.validate(); err != nil {
+		return err
 	}
 	if c.RTC.PacketCache < 64 || c.RTC.PacketCache&(c.RTC.PacketCache-1) != 0 {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
@@ -244,6 +296,8 @@ func bindFlags(fs *flag.FlagSet, v reflect.Value) {
 			fs.BoolVar(p, name, *p, usage)
 		case *time.Duration:
 			fs.DurationVar(p, name, *p, usage)
+		case *[]string:
+			fs.Var((*listFlag)(p), name, usage)
 		}
 	}
 }
@@ -314,6 +368,25 @@ func setValue(fv reflect.Value, s, from string) error {
 			return fmt.Errorf("%s: %w", from, err)
 		}
 		fv.SetInt(int64(d))
+	case []string:
+		fv.Set(reflect.ValueOf(splitList(s)))
 	}
 	return nil
+}
+
+// listFlag is a comma-separated list flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = splitList(v); return nil }
+
+// splitList reads a comma-separated list from a flag or the environment.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -58,3 +58,25 @@ func TestRejects(t *testing.T) {
 		t.Error("bad env value accepted")
 	}
 }
+
+func TestTrustedProxies(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "petrel.yaml")
+	if err := os.WriteFile(file, []byte("trusted_proxies: [10.0.0.0/8]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load("serve", []string{"--config", file})
+	if err != nil || len(c.TrustedProxies) != 1 || c.TrustedProxies[0] != "10.0.0.0/8" {
+		t.Fatalf("file: %v %q", err, c.TrustedProxies)
+	}
+	t.Setenv("PETREL_TRUSTED_PROXIES", "192.0.2.1, 2001:db8::/32")
+	if c, err = Load("serve", []string{"--config", file}); err != nil || len(c.TrustedProxies) != 2 || c.TrustedProxies[1] != "2001:db8::/32" {
+		t.Fatalf("env: %v %q", err, c.TrustedProxies)
+	}
+	if c, err = Load("serve", []string{"--trusted-proxies", "127.0.0.1"}); err != nil || len(c.TrustedProxies) != 1 || c.TrustedProxies[0] != "127.0.0.1" {
+		t.Fatalf("flag: %v %q", err, c.TrustedProxies)
+	}
+	if _, err := Load("serve", []string{"--trusted-proxies", "proxy.example"}); err == nil {
+		t.Fatal("a name was accepted as a trusted proxy")
+	}
+}

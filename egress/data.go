@@ -234,7 +234,8 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 // resolves the collision as RFC 9260 5.2.1 says.
 func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 	d := v.data
-	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log}
+	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log,
+		MaxChannels: v.s.MaxDataChannels}
 	if _, ok := dc.(*dtlsrec.Conn); ok {
 		cfg.MaxMTU = SCTPMaxMTU() // its records' overhead is the one SCTPMaxMTU leaves room for
 	}

@@ -119,13 +119,23 @@ func (v *Viewer) RemoveTrack(mid string) {
 	if o == nil {
 		return
 	}
+	var gone []uint32
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	for i := range o.secs {
 		if x := &o.secs[i]; x.mid == mid && x.active {
 			x.active, x.freedIn = false, 0
+			gone = append(gone, x.ssrc)
 		}
 	}
+	o.mu.Unlock()
+	// Its stream's rollover counter goes too (a reused section gets a new SSRC).
+	v.wmu.Lock()
+	if v.gtx != nil {
+		for _, ssrc := range gone {
+			v.gtx.forget(ssrc)
+		}
+	}
+	v.wmu.Unlock()
 }
 
 // payloadType is the session's payload type for t's codec: one per codec
@@ -271,6 +281,9 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	o := v.off
 	if o == nil {
 		return nil, errors.New("egress: a WHEP viewer answers nothing")
+	}
+	if n := MediaSections(text); n > maxSections {
+		return nil, fmt.Errorf("answer: %d media sections, at most %d", n, maxSections)
 	}
 	var s sdp.SessionDescription
 	if err := s.UnmarshalString(text); err != nil {

@@ -82,6 +82,9 @@ var errNoMedia = errors.New("the offer has no audio or video section that can re
 // parseOffer reads a WHEP offer. Everything in it comes from the network:
 // every field is checked, nothing is trusted to be well formed.
 func parseOffer(text string) (*offer, error) {
+	if n := MediaSections(text); n > maxSections {
+		return nil, fmt.Errorf("offer: %d media sections, at most %d", n, maxSections)
+	}
 	var s sdp.SessionDescription
 	if err := s.UnmarshalString(text); err != nil {
 		return nil, fmt.Errorf("offer: %w", err)
@@ -182,6 +185,24 @@ func parseOffer(text string) (*offer, error) {
 		return nil, errors.New("offer: setup:passive (this server is the DTLS server; offer actpass or active)")
 	}
 	return o, nil
+}
+
+// MediaSections counts the media sections of an SDP without parsing it, so
+// that an offer with too many is refused before a parser builds them all.
+// It counts every line of type m as Pion's parser finds them (a line may
+// start after any run of \r and \n), so it never counts fewer.
+func MediaSections(text string) int {
+	n := 0
+	for i := 0; ; {
+		j := strings.Index(text[i:], "m=")
+		if j < 0 {
+			return n
+		}
+		if at := i + j; at == 0 || text[at-1] == '\n' || text[at-1] == '\r' {
+			n++
+		}
+		i += j + 2
+	}
 }
 
 // transport is what a client's SDP says of its ICE and DTLS side. The first

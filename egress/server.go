@@ -39,6 +39,11 @@ var ConsentTimeout = 30 * time.Second
 
 // Server serves lean viewers on one UDP socket.
 type Server struct {
+	// MaxDataChannels bounds the channels a data session's association
+	// holds at once, refused ones included until the client resets them
+	// (0: datachan's default). Set before the first session.
+	MaxDataChannels int
+
 	conn *net.UDPConn    // shared with Pion's mux: writes only, Handle sees reads
 	raw  syscall.RawConn // conn's, for Batch's sendmmsg(2)
 	v6   bool            // conn is an IPv6 socket (IPv4 peers as mapped addresses)

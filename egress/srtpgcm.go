@@ -21,15 +21,19 @@ type gcmTx struct {
 	// ssrcs holds every stream's rollover counter: one evicted and made
 	// again would start from ROC 0, and after its sequence numbers wrapped
 	// the receiver could not authenticate it any more. A WHEP viewer has
-	// two streams, a room subscriber one per track; last is the index of
-	// the last one used (packets come in runs of one stream).
+	// two streams, a room subscriber one per track; a track's stream is
+	// forgotten when its section goes (RemoveTrack). last is the index of
+	// the last one used (packets come in runs of one stream); tick counts
+	// packets, for each stream's last use.
 	ssrcs []gcmTxSSRC
 	last  int
+	tick  uint64
 }
 
-// maxTxSSRCs bounds the streams a viewer keeps counters for: more than a
-// session's media sections (maxSections), so that only the counters of
-// streams long gone are dropped.
+// maxTxSSRCs bounds the streams a viewer keeps counters for: twice a
+// session's media sections (maxSections), so that with the streams of
+// removed tracks forgotten the table never fills; if a stream sent after
+// its removal fills it, the one unused longest goes, never one still sent.
 const maxTxSSRCs = 2 * maxSections
 
 // gcmTxSSRC is one stream's rollover counter: the highest sequence number
@@ -39,6 +43,7 @@ type gcmTxSSRC struct {
 	started bool
 	roc     uint32
 	last    uint16
+	used    uint64 // the tick of its last packet
 }
 
 const gcmTag = 16
@@ -73,21 +78,43 @@ func (g *gcmTx) seal(buf []byte, n, hl int) []byte {
 }
 
 func (g *gcmTx) state(ssrc uint32) *gcmTxSSRC {
+	g.tick++
 	if g.last < len(g.ssrcs) && g.ssrcs[g.last].ssrc == ssrc {
+		g.ssrcs[g.last].used = g.tick
 		return &g.ssrcs[g.last]
 	}
 	for i := range g.ssrcs {
 		if g.ssrcs[i].ssrc == ssrc {
 			g.last = i
+			g.ssrcs[i].used = g.tick
 			return &g.ssrcs[i]
 		}
 	}
 	if len(g.ssrcs) == maxTxSSRCs {
-		g.ssrcs = append(g.ssrcs[:0], g.ssrcs[1:]...) // the oldest stream
+		lru := 0
+		for i := range g.ssrcs {
+			if g.ssrcs[i].used < g.ssrcs[lru].used {
+				lru = i
+			}
+		}
+		g.ssrcs[lru] = g.ssrcs[len(g.ssrcs)-1]
+		g.ssrcs = g.ssrcs[:len(g.ssrcs)-1]
 	}
-	g.ssrcs = append(g.ssrcs, gcmTxSSRC{ssrc: ssrc})
+	g.ssrcs = append(g.ssrcs, gcmTxSSRC{ssrc: ssrc, used: g.tick})
 	g.last = len(g.ssrcs) - 1
 	return &g.ssrcs[g.last]
+}
+
+// forget drops the counter of a stream that will not be sent again.
+func (g *gcmTx) forget(ssrc uint32) {
+	for i := range g.ssrcs {
+		if g.ssrcs[i].ssrc == ssrc {
+			g.ssrcs[i] = g.ssrcs[len(g.ssrcs)-1]
+			g.ssrcs = g.ssrcs[:len(g.ssrcs)-1]
+			g.last = 0
+			return
+		}
+	}
 }
 
 // viewerGCM is the sealer for a finished server handshake (nil for AES-CM).

@@ -95,3 +95,42 @@ func TestGCMTxManyStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestGCMTxKeepsLiveStream: streams that come and go (a room's tracks, one
+// SSRC each) never push out the counter of a stream still being sent: when
+// the oldest stream was dropped first, a subscriber's first track lost its
+// rollover counter after a thousand others had come and gone, and once its
+// sequence numbers had wrapped the receiver could not open it.
+func TestGCMTxKeepsLiveStream(t *testing.T) {
+	prof := srtp.ProtectionProfileAeadAes128Gcm
+	key, salt := make([]byte, 16), make([]byte, 12)
+	_, _ = rand.Read(key)
+	_, _ = rand.Read(salt)
+	g, err := newGCMTx(prof, key, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := srtp.CreateContext(key, salt, prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, mtu+srtpOverhead)
+	send := func(ssrc uint32, seq uint16) error {
+		h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, SSRC: ssrc}
+		hl, _ := h.MarshalTo(buf)
+		n := hl + copy(buf[hl:], []byte("payload"))
+		_, err := dec.DecryptRTP(nil, g.seal(buf, n, hl), nil)
+		return err
+	}
+	for i := 0; i < 3*maxTxSSRCs; i++ {
+		if err := send(1, uint16(65000+i)); err != nil {
+			t.Fatalf("packet %d of the live stream: %v", i, err)
+		}
+		if err := send(uint32(1000+i), 1); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			g.forget(uint32(1000 + i)) // its track went
+		}
+	}
+}

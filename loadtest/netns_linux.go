@@ -195,7 +195,7 @@ func StartPetrel(bin string, ns *NetNS, key, secret string, extra ...string) (*S
 	ctx, cancel := context.WithCancel(context.Background())
 	args := append([]string{"serve", "--http", ns.NSAddr + ":7880", "--rtc-udp-port", "7882", "--rtc-tcp-port", "-1",
 		"--turn=false", "--api-key", key, "--log-level", "warn", "--max-participants", "5000",
-		"--joins-per-second", "1000", "--messages-per-second", "1000"}, extra...)
+		"--joins-per-second", "1000", "--joins-per-ip", "0", "--max-conns-per-ip", "0", "--messages-per-second", "1000"}, extra...)
 	cmd := ns.Command(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "PETREL_API_SECRET="+secret)
 	cmd.Stdout, cmd.Stderr = lf, lf

@@ -78,18 +78,22 @@ func segmentName(start uint64) string { return strconv.FormatUint(start/90, 10) 
 
 func indexPath(p string) string { return strings.TrimSuffix(p, ".mp4") + ".idx" }
 
-// writeIndex stores the segment's index beside it, atomically (temp + rename), so
-// the next start need not scan the file.
+// writeIndex stores the segment's index beside it, atomically and durably
+// (synced temp, rename, synced directory: durable.go), so the next start need
+// not scan the file.
 func (s *Segment) writeIndex() error {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
 	tmp := indexPath(s.Path) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := writeFileDurable(tmp, b); err != nil {
 		return err
 	}
-	return os.Rename(tmp, indexPath(s.Path))
+	if err := os.Rename(tmp, indexPath(s.Path)); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(s.Path))
 }
 
 // openSegment loads a closed segment's index, or rebuilds it by scanning the file
@@ -112,7 +116,7 @@ func openSegment(path string) (*Segment, error) {
 		return nil, err
 	}
 	if good < st.Size() {
-		if err := os.Truncate(path, good); err != nil {
+		if err := truncateDurable(path, good); err != nil {
 			return nil, fmt.Errorf("truncate torn segment: %w", err)
 		}
 	}

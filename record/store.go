@@ -33,7 +33,7 @@ type camStore struct {
 
 // OpenStore loads (and repairs) what earlier runs recorded in dir.
 func OpenStore(dir string, maxAge time.Duration, maxBytes int64, log *slog.Logger) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := makeDirDurable(dir); err != nil {
 		return nil, fmt.Errorf("recording dir: %w", err)
 	}
 	s := &Store{dir: dir, maxAge: maxAge, maxBytes: maxBytes, log: log, cams: map[string]*camStore{}}

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,7 +262,7 @@ func (r *trackRec) addToFragment(s sample, next *sample) {
 }
 
 func (r *trackRec) openSegment(t uint64) error {
-	if err := os.MkdirAll(r.cam.dir, 0o755); err != nil {
+	if err := makeDirDurable(r.cam.dir); err != nil {
 		return err
 	}
 	aconf := r.aconf.Load()

@@ -43,8 +43,7 @@ type Engine struct {
 	tcp            net.Listener
 	udpMux         ice.UDPMux
 	tcpMux         ice.TCPMux
-	// LocalIPs are the addresses offered as host candidates; the TURN server relays
-	// only to them.
+	// LocalIPs are the addresses offered as host candidates.
 	LocalIPs []net.IP
 	UDPPort  int
 	TCPPort  int
@@ -247,6 +246,22 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.tcpMux.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// RelayPeers are the only addresses the embedded TURN server relays to: the
+// ICE UDP port on each media address. Loopback is one only in loopback mode,
+// where it is the sole address (interfaceIPs lists it, but Pion and the lean
+// egress never offer it as a candidate). Pion's TURN server relays UDP only,
+// so the ICE-TCP port is never a peer.
+func (e *Engine) RelayPeers() []net.UDPAddr {
+	var out []net.UDPAddr
+	for _, ip := range e.LocalIPs {
+		if ip.IsLoopback() && len(e.LocalIPs) > 1 {
+			continue
+		}
+		out = append(out, net.UDPAddr{IP: ip, Port: e.UDPPort})
+	}
+	return out
 }
 
 func interfaceIPs() []net.IP {

@@ -14,48 +14,74 @@ import (
 
 // TURNServer is the embedded TURN server (UDP and TCP on one port number). It
 // accepts only the time-limited REST-API credentials handed out with joins, and
-// relays only to this server's own media addresses, so it cannot be used as an
-// open relay into the network it sits in.
+// relays only to this server's own media ports (turnguard.go), so it cannot be
+// used as an open relay into the network or the host it sits on.
 type TURNServer struct {
 	srv  *turn.Server
 	Port int
 }
 
-// StartTURN listens on bindIP:port (UDP and TCP).
-func StartTURN(bindIP string, port int, realm, secret string, relayIP net.IP, allowed []net.IP, log *slog.Logger) (*TURNServer, error) {
-	udp, tcp, port, err := listenBoth(bindIP, port)
+// TURNOptions configure the embedded TURN server.
+type TURNOptions struct {
+	BindIP string
+	Port   int
+	Realm  string
+	Secret string
+	// RelayIP is the address relayed traffic leaves from.
+	RelayIP net.IP
+	// Peers are the only addresses a client may relay to: the ICE UDP port on
+	// each media address (Engine.RelayPeers).
+	Peers []net.UDPAddr
+	// MaxPerUser and MaxPerIP bound live allocations per identity and per
+	// client address; 0 means no bound.
+	MaxPerUser, MaxPerIP int
+	Log                  *slog.Logger
+}
+
+// StartTURN listens on o.BindIP:o.Port (UDP and TCP).
+func StartTURN(o TURNOptions) (*TURNServer, error) {
+	udp, tcp, port, err := listenBoth(o.BindIP, o.Port)
 	if err != nil {
 		return nil, err
 	}
-	permit := func(_ net.Addr, peer net.IP) bool {
-		for _, ip := range allowed {
-			if ip.Equal(peer) {
-				return true
-			}
+	log := o.Log
+	g := newTURNGuard(o)
+	g.key = func(user, realm string) ([]byte, bool) {
+		pass, ok := auth.CheckTURN(o.Secret, user, time.Now())
+		if !ok || realm != o.Realm {
+			return nil, false
 		}
-		log.Warn("turn permission refused", "peer", peer.String())
-		return false
+		return turn.GenerateAuthKey(user, realm, pass), true
 	}
-	gen := &turn.RelayAddressGeneratorStatic{RelayAddress: relayIP, Address: bindIP}
+	refusedCreds := newLogLimit(10 * time.Second)
+	gen := &relayGenerator{static: turn.RelayAddressGeneratorStatic{RelayAddress: o.RelayIP, Address: o.BindIP}, guard: g}
 	srv, err := turn.NewServer(turn.ServerConfig{
-		Realm: realm,
+		Realm: o.Realm,
 		AuthHandler: func(user, realm string, src net.Addr) ([]byte, bool) {
-			pass, ok := auth.CheckTURN(secret, user, time.Now())
+			k, ok := g.key(user, realm)
+			// Only the source is logged: never a password, nor the username it is derived from.
 			if !ok {
-				log.Info("turn credentials refused", "src", src.String())
-				return nil, false
+				if n, allow := refusedCreds.allow(); allow {
+					log.Info("turn credentials refused", "src", src.String(), "since_last", n)
+				}
 			}
-			return turn.GenerateAuthKey(user, realm, pass), true
+			return k, ok
 		},
-		PacketConnConfigs: []turn.PacketConnConfig{{PacketConn: udp, RelayAddressGenerator: gen, PermissionHandler: permit}},
-		ListenerConfigs:   []turn.ListenerConfig{{Listener: tcp, RelayAddressGenerator: gen, PermissionHandler: permit}},
+		QuotaHandler: g.quota.admit,
+		EventHandler: turn.EventHandler{
+			OnAllocationCreated: func(src, _ net.Addr, _, _, _ string, _ net.Addr, _ int) { g.quota.created(src) },
+			OnAllocationDeleted: func(src, _ net.Addr, _, _, _ string) { g.quota.deleted(src) },
+		},
+		PacketConnConfigs: []turn.PacketConnConfig{{PacketConn: &guardedPacketConn{PacketConn: udp, g: g}, RelayAddressGenerator: gen, PermissionHandler: g.permitIP}},
+		ListenerConfigs:   []turn.ListenerConfig{{Listener: guardedListener{Listener: tcp, g: g}, RelayAddressGenerator: gen, PermissionHandler: g.permitIP}},
 	})
 	if err != nil {
 		udp.Close()
 		tcp.Close()
 		return nil, fmt.Errorf("turn: %w", err)
 	}
-	log.Info("turn server", "port", port, "relay", relayIP.String())
+	log.Info("turn server", "port", port, "relay", o.RelayIP.String(), "peers", g.peerList(),
+		"max_allocations_per_user", o.MaxPerUser, "max_allocations_per_ip", o.MaxPerIP)
 	return &TURNServer{srv: srv, Port: port}, nil
 }
 

@@ -5,12 +5,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/gate"
 )
 
 // startCluster joins the cluster (cluster.redis set) and routes /v1/cluster/
@@ -43,10 +44,16 @@ func (s *Server) startCluster(cfg config.Config, apiSecret string, edge http.Han
 // admin.allow_remote: the same rule as the room admin API (signal/admin.go).
 func (s *Server) adminOnly(cfg config.Config, h http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); !cfg.Admin.AllowRemote && (ip == nil || !ip.IsLoopback()) {
-			http.Error(w, `{"error":"admin endpoints answer only loopback clients (admin.allow_remote)"}`, http.StatusForbidden)
-			return
+		if !cfg.Admin.AllowRemote {
+			var hosts []string
+			if u, err := url.Parse(cfg.Cluster.URL); err == nil && u.Hostname() != "" {
+				hosts = append(hosts, u.Hostname())
+			}
+			if err := gate.Local(r, hosts...); err != nil {
+				log.Info("cluster admin request refused", "remote", r.RemoteAddr, "err", err)
+				http.Error(w, `{"error":"admin endpoints answer only local clients (admin.allow_remote)"}`, http.StatusForbidden)
+				return
+			}
 		}
 		c, err := s.Keys.Verify(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 		if err != nil || !c.Grants.Admin {

@@ -32,6 +32,7 @@ func startLeanEgress(cfg config.Config, e *rtc.Engine, m *sfu.Manager, log *slog
 	if err != nil {
 		return nil, err
 	}
+	srv.MaxDataChannels = cfg.Limits.MaxDataChannels
 	e.SetFilter(srv)
 	m.SetLeanEgress(srv)
 	log.Info("lean egress: WHEP viewers and room subscribers are served without PeerConnections", "candidates", ips)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/petrel-sfu/petrel/auth"
@@ -20,6 +21,7 @@ import (
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/egress"
+	"github.com/petrel-sfu/petrel/gate"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -105,7 +107,10 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		if relay == nil {
 			log.Warn("turn disabled: no relay address (set turn.relay_ip or rtc.node_ip)")
 		} else {
-			if s.turn, err = rtc.StartTURN(bind, cfg.TURN.Port, cfg.TURN.Realm, turnSecret, relay, s.Engine.LocalIPs, log); err != nil {
+			s.turn, err = rtc.StartTURN(rtc.TURNOptions{BindIP: bind, Port: cfg.TURN.Port, Realm: cfg.TURN.Realm, Secret: turnSecret,
+				RelayIP: relay, Peers: s.Engine.RelayPeers(), MaxPerUser: cfg.TURN.MaxAllocationsPerUser,
+				MaxPerIP: cfg.TURN.MaxAllocationsPerIP, Log: log})
+			if err != nil {
 				s.Engine.Close()
 				return nil, err
 			}
@@ -153,7 +158,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	s.HTTPAddr = ln.Addr().String()
-	s.startWebTransport(cfg, keys, log)
+	s.startWebTransport(cfg, keys, edge, log)
 	handler := edge.Handler()
 	if cfg.Cluster.Redis != "" {
 		if handler, err = s.startCluster(cfg, keys[apiKey], handler, log); err != nil {
@@ -163,10 +168,31 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			return nil, err
 		}
 	}
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
-	go func() { s.errc <- s.http.Serve(ln) }()
+	proxies, _ := gate.ParseProxies(cfg.TrustedProxies) // config.Validate checked them
+	timeouts := gate.Timeouts{Body: cfg.Limits.HTTPBodyTimeout, Write: cfg.Limits.HTTPWriteTimeout}
+	handler = proxies.Handler(timeouts.Handler(handler, timing))
+	// No server-wide ReadTimeout or WriteTimeout: gate.Timeouts sets them per
+	// request, so that streams and WebSockets are excepted.
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: cfg.Limits.HTTPHeaderTimeout,
+		IdleTimeout: cfg.Limits.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10}
+	capped := gate.NewListener(ln, cfg.Limits.MaxConnsPerIP, proxies, gate.NewRefusals(log, "connection refused", 10*time.Second))
+	go func() { s.errc <- s.http.Serve(capped) }()
 	log.Info("listening", "http", s.HTTPAddr, "rtc_udp", s.Engine.UDPPort, "rtc_tcp", s.Engine.TCPPort, "turn", s.TURNPort, "dev", dev)
 	return s, nil
+}
+
+// timing tells the HTTP requests that are long by design: the signaling
+// WebSocket and profiles time themselves, live video and exports are
+// streams.
+func timing(r *http.Request) gate.Kind {
+	p := r.URL.Path
+	switch {
+	case p == "/v1/rtc" || strings.HasPrefix(p, "/v1/admin/debug/pprof/"):
+		return gate.Open
+	case strings.HasPrefix(p, "/v1/cameras/") && (strings.HasSuffix(p, "/live.mp4") || strings.HasSuffix(p, "/export")):
+		return gate.Stream
+	}
+	return gate.Bounded
 }
 
 // Err reports the HTTP server's failure.

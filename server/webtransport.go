@@ -12,13 +12,13 @@ import (
 
 // startWebTransport serves WebTransport on UDP at the HTTP server's host and
 // port number. A failure is logged, not fatal: WebRTC keeps working.
-func (s *Server) startWebTransport(cfg config.Config, keys auth.Keys, log *slog.Logger) {
+func (s *Server) startWebTransport(cfg config.Config, keys auth.Keys, door webtransport.Door, log *slog.Logger) {
 	if !cfg.WebTransport.Enabled {
 		return
 	}
 	host, port, _ := net.SplitHostPort(s.HTTPAddr)
 	opt := webtransport.Options{Addr: net.JoinHostPort(host, port), Manager: s.Manager, Keys: keys, Log: log,
-		CertFile: cfg.WebTransport.CertFile, KeyFile: cfg.WebTransport.KeyFile, AllowedOrigins: cfg.WebTransport.AllowedOrigins}
+		CertFile: cfg.WebTransport.CertFile, KeyFile: cfg.WebTransport.KeyFile, AllowedOrigins: cfg.WebTransport.AllowedOrigins, Door: door}
 	w, err := webtransport.Start(opt)
 	if err != nil && cfg.HTTP != "" && portOf(cfg.HTTP) == 0 {
 		// An ephemeral HTTP port whose number is taken on UDP (tests): any port.

@@ -133,34 +133,69 @@ func (c *leanChan) send(b []byte) error {
 func (c *leanChan) buffered() uint64 { return c.dc.BufferedAmount() }
 func (c *leanChan) open() bool       { return !c.closed.Load() }
 
+// admitData takes a data channel the client opened, whatever its transport:
+// the room's labels only, each on one open channel (a second one would get
+// its own reader and take the first one's place), and at most
+// Limits.MaxDataChannels at once. It says why not, or "".
+func (p *Participant) admitData(label string, c dataChan) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case label != labelReliable && label != labelLossy:
+		return "unknown label"
+	case p.dcs[label] != nil:
+		return "label in use"
+	case p.dcOpen >= p.room.mgr.cfg.Limits.MaxDataChannels:
+		return "too many data channels"
+	}
+	p.dcs[label] = c
+	p.dcOpen++
+	return ""
+}
+
+// releaseData forgets an admitted channel once its reader ended.
+func (p *Participant) releaseData(label string, c dataChan) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dcs[label] == c {
+		delete(p.dcs, label)
+	}
+	p.dcOpen--
+}
+
+// refusedData logs a refused channel, at most once every ten seconds: a
+// client can open channels in a loop.
+func (p *Participant) refusedData(label, why string) {
+	if p.dcRefused.warnOnce() {
+		p.log.Warn("data channel refused", "label", label, "why", why)
+	}
+}
+
 // onLeanDataChannel takes a channel a data session accepted.
 func (p *Participant) onLeanDataChannel(dc *datachan.Channel) {
 	label := dc.Label()
-	if label != labelReliable && label != labelLossy {
-		p.log.Info("ignoring unknown data channel", "label", label)
+	c := &leanChan{dc: dc}
+	if why := p.admitData(label, c); why != "" {
+		p.refusedData(label, why)
 		_ = dc.Close()
 		return
 	}
-	c := &leanChan{dc: dc}
-	p.mu.Lock()
-	p.dcs[label] = c
-	p.mu.Unlock()
 	go func() {
 		p.readData(label, dc)
 		c.closed.Store(true)
+		p.releaseData(label, c)
 	}()
 }
 
 func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 	label := dc.Label()
-	if label != labelReliable && label != labelLossy {
-		p.log.Info("ignoring unknown data channel", "label", label)
+	c := pionChan{dc}
+	if why := p.admitData(label, c); why != "" {
+		p.refusedData(label, why)
+		_ = dc.Close() // before it opened: Pion resets its stream once it does
 		return
 	}
 	dc.SetBufferedAmountLowThreshold(maxBufferedData / 2)
-	p.mu.Lock()
-	p.dcs[label] = pionChan{dc}
-	p.mu.Unlock()
 	// The server's data channels are detached (rtc.Engine): Pion's own reader
 	// would hold a 64 KiB buffer per channel for the life of the connection,
 	// the largest part of an idle participant's memory.
@@ -168,9 +203,13 @@ func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 		rw, err := dc.Detach()
 		if err != nil {
 			p.log.Warn("data channel detach", "label", label, "err", err)
+			p.releaseData(label, c)
 			return
 		}
-		go p.readData(label, rw)
+		go func() {
+			p.readData(label, rw)
+			p.releaseData(label, c)
+		}()
 	})
 }
 

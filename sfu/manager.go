@@ -260,11 +260,31 @@ func (m *Manager) Resume(c *auth.Claims, participantSid, resumeToken string) (*P
 	return p, nil
 }
 
+// sectionAllowance is how many media sections an offer may have beyond the
+// participant's track limit: its data channel's, and receive-only or
+// stopped ones a client keeps.
+const sectionAllowance = 4
+
+// checkSections refuses an offer with more media sections than a participant
+// can use, before Pion or the lean egress parse it: each would cost a
+// transceiver (and its buffers) however few tracks are then allowed.
+func (m *Manager) checkSections(offer string) error {
+	max := m.cfg.Limits.MaxTracksPerParticipant + sectionAllowance
+	if n := egress.MediaSections(offer); n > max {
+		return protocol.Errorf(protocol.CodeTooManyTracks, "the offer has %d media sections, at most %d are taken (%d tracks and %d others)",
+			n, max, m.cfg.Limits.MaxTracksPerParticipant, sectionAllowance)
+	}
+	return nil
+}
+
 // PublishWHIP admits a WHIP publisher: one client-offered connection, no
 // signaling channel. It returns the participant and the answer.
 func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, string, error) {
 	if !c.Grants.Publish {
 		return nil, "", protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
+	}
+	if err := m.checkSections(offer); err != nil {
+		return nil, "", err
 	}
 	if srv := m.leanEgress.Load(); srv != nil && egress.Serves(offer) {
 		return m.publishLean(srv, c, offer)
@@ -305,6 +325,9 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []string) (*Participant, string, error) {
 	if !c.Grants.Subscribe {
 		return nil, "", protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing")
+	}
+	if err := m.checkSections(offer); err != nil {
+		return nil, "", err
 	}
 	room := m.Room(c.Room)
 	if room == nil {

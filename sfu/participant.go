@@ -61,6 +61,8 @@ type Participant struct {
 	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
 	subs      map[string]*DownTrack         // by publication sid
 	dcs       map[string]dataChan
+	dcOpen    int         // admitted data channels whose reader runs (data.go)
+	dcRefused dataLimiter // the log of refused data channels
 	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
 	closed    bool
 	dropTimer *time.Timer
@@ -219,6 +221,9 @@ func (p *Participant) subscriberReady() {
 // HandleOffer applies a publisher offer (first one, renegotiation or ICE
 // restart) and returns the answer, with the server's candidates in it.
 func (p *Participant) HandleOffer(sdp string) (string, error) {
+	if err := p.room.mgr.checkSections(sdp); err != nil {
+		return "", err
+	}
 	p.mu.Lock()
 	pc, lp := p.pub, p.leanPub
 	if p.subChoice != nil {
@@ -547,6 +552,7 @@ func (p *Participant) publishStream(src source, id string, kind webrtc.RTPCodecT
 		if len(p.published) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
 			p.mu.Unlock()
 			p.log.Warn("track refused: too many tracks")
+			refuse(src)
 			return
 		}
 		srcName := "camera"

@@ -50,3 +50,19 @@ func (s *webrtcSource) Stop()        { _ = s.receiver.Stop() }
 func (s *webrtcSource) RequestKeyframe() {
 	s.owner.writeRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: s.SSRC()}})
 }
+
+// refuse stops a stream the participant may not publish, so that nothing
+// reads or queues its packets: a PeerConnection's transceiver stops (its
+// receiver ends, and the next answer has the section inactive), a lean
+// session's section binds no more SSRCs (egress.InTrack.Stop). Pion takes
+// packets a client still sends on a stopped receiver's SSRC into a stream
+// nobody reads; rtc's buffer factory caps such a stream at 256 KB.
+func refuse(src source) {
+	if w, ok := src.(*webrtcSource); ok {
+		if tr := w.receiver.RTPTransceiver(); tr != nil {
+			_ = tr.Stop()
+			return
+		}
+	}
+	src.Stop()
+}

@@ -33,7 +33,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/admin/debug/pprof/trace", s.admin(http.HandlerFunc(pprof.Trace)))
 	if s.cameras != nil {
 		s.cameras.AdminRoutes(h)
-		s.cameras.Routes(mux, s.verify) // viewer routes (live.mp4), viewer tokens
+		s.cameras.Routes(mux, s.verify, s) // viewer routes (live.mp4), viewer tokens
 	}
 	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		out := []protocol.RoomInfo{}
@@ -49,7 +49,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Metadata        string `json:"metadata"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
-			return nil, bodyError(err, "body must be {name, maxParticipants?, metadata?}")
+			return nil, jsonBodyError(err, "body must be {name, maxParticipants?, metadata?}")
 		}
 		room, err := s.mgr.CreateRoom(req.Name, req.MaxParticipants, req.Metadata)
 		if err != nil {
@@ -100,7 +100,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Muted *bool `json:"muted"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Muted == nil {
-			return nil, bodyError(err, "body must be {muted: bool}")
+			return nil, jsonBodyError(err, "body must be {muted: bool}")
 		}
 		if err := p.MuteTrack(r.PathValue("track"), *req.Muted); err != nil {
 			return nil, err
@@ -109,9 +109,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	})
 }
 
-// bodyError is a JSON body's refusal: message_too_large (413) when it went
+// jsonBodyError is a JSON body's refusal: message_too_large (413) when it went
 // over its limit, as WHIP's, else bad_request with what was wanted.
-func bodyError(err error, want string) error {
+func jsonBodyError(err error, want string) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		return protocol.Errorf(protocol.CodeTooLarge, "body over %d bytes", tooBig.Limit)
@@ -128,7 +128,7 @@ func (s *Server) admin(h http.Handler) http.Handler {
 	return s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.verify(bearer(r))
 		if err != nil {
-			s.log.Info("admin request refused", "err", err, "remote", r.RemoteAddr)
+			s.refused.Note("admin", r, err)
 			httpError(w, err)
 			return
 		}

@@ -25,7 +25,7 @@ func (s *Server) directICE(r *http.Request, from *sfu.Participant, to string, da
 	if json.Unmarshal(data, &m) != nil || string(m["direct"]) != `"offer"` {
 		return data
 	}
-	ice, err := json.Marshal(s.iceServers(r, q.Identity()))
+	ice, err := json.Marshal(s.iceServers(r, q.Identity(), q.Grants()))
 	if err != nil {
 		return data
 	}

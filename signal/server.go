@@ -12,17 +12,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/time/rate"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/gate"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -40,7 +41,9 @@ type Server struct {
 	turnPort   int
 	web        fs.FS
 	routes     func(*http.ServeMux)
-	joins      *rate.Limiter
+	joins      *gate.Joins
+	refused    *gate.Refusals
+	localHosts []string // names of this machine besides loopback ones
 	wtInfo     func(host string) map[string]any
 	cameras    *camera.Gateway
 	pullRoom   func(ctx context.Context, room string) (release func())
@@ -76,10 +79,36 @@ func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
 		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, wtInfo: o.WebTransport, cameras: o.Cameras, routes: o.Routes,
-		pullRoom: o.PullRoom,
-		joins:    rate.NewLimiter(rate.Limit(o.Config.Limits.JoinsPerSecond), 2*o.Config.Limits.JoinsPerSecond),
-		sessions: map[string]*httpSession{},
+		pullRoom:   o.PullRoom,
+		joins:      gate.NewJoins(o.Config.Limits.JoinsPerSecond, o.Config.Limits.JoinsPerIP),
+		refused:    gate.NewRefusals(o.Log, "request refused", refusalLogInterval),
+		localHosts: nodeHost(o.Config.Cluster.URL),
+		sessions:   map[string]*httpSession{},
 	}
+}
+
+// refusalLogInterval is how often a flood of refused requests is summarized in
+// the log (one line in full, then one count per interval).
+const refusalLogInterval = 10 * time.Second
+
+// nodeHost is the host of the node URL, a name of this machine.
+func nodeHost(u string) []string {
+	if p, err := url.Parse(u); err == nil && p.Hostname() != "" {
+		return []string{p.Hostname()}
+	}
+	return nil
+}
+
+// Admit spends a join from r's client address and one of the server's
+// budget. Every door calls it after the token is verified, so that garbage
+// tokens spend nothing.
+func (s *Server) Admit(r *http.Request) error {
+	return s.joins.Admit(gate.Addr(r))
+}
+
+// Refused logs a refused join, summarized when they come in a flood.
+func (s *Server) Refused(door string, r *http.Request, err error) {
+	s.refused.Note(door, r, err)
 }
 
 // Handler routes every HTTP request.
@@ -186,29 +215,28 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// isLoopback reports whether the request comes from this machine.
-func isLoopback(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.cfg.Admin.AllowRemote && !isLoopback(r) {
-			httpError(w, protocol.Errorf(protocol.CodeForbidden, "admin endpoints answer only loopback clients (admin.allow_remote)"))
+		if s.cfg.Admin.AllowRemote {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if err := gate.Local(r, s.localHosts...); err != nil {
+			s.refused.Note("admin", r, err)
+			httpError(w, protocol.Errorf(protocol.CodeForbidden, "admin endpoints answer only local clients (admin.allow_remote): %v", err))
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// iceServers lists TURN for a client that reached us at host.
-func (s *Server) iceServers(r *http.Request, identity string) []protocol.ICEServer {
+// iceServers lists TURN for a client that reached us at host. Only a token
+// that may publish or subscribe gets credentials: nothing else needs a relay.
+func (s *Server) iceServers(r *http.Request, identity string, g auth.Grants) []protocol.ICEServer {
 	var out []protocol.ICEServer
+	if !g.Publish && !g.Subscribe {
+		return out
+	}
 	user, pass := auth.TURNCredentials(s.turnSecret, identity, s.cfg.TURN.CredentialTTL, time.Now())
 	if s.turnPort > 0 {
 		host := s.cfg.TURN.Host
@@ -235,8 +263,13 @@ func (s *Server) iceServers(r *http.Request, identity string) []protocol.ICEServ
 
 // devToken hands out tokens to the web app in development mode, on loopback only.
 func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
-	if !s.dev || !isLoopback(r) {
-		httpError(w, protocol.Errorf(protocol.CodeForbidden, "development tokens are off (API keys are configured) or the client is not on loopback"))
+	if !s.dev {
+		httpError(w, protocol.Errorf(protocol.CodeForbidden, "development tokens are off (API keys are configured)"))
+		return
+	}
+	if err := gate.Local(r, s.localHosts...); err != nil {
+		s.refused.Note("dev token", r, err)
+		httpError(w, protocol.Errorf(protocol.CodeForbidden, "development tokens are for local clients only: %v", err))
 		return
 	}
 	var req struct {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -42,13 +43,26 @@ func (s *Server) readSDP(w http.ResponseWriter, r *http.Request) (string, error)
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.Limits.MaxSDPBytes)))
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
+		return "", bodyError(err, "SDP", s.cfg.Limits.MaxSDPBytes)
 	}
 	sdp := string(b)
 	if !strings.HasPrefix(strings.TrimSpace(sdp), "v=0") {
 		return "", protocol.Errorf(protocol.CodeSDPInvalid, "the body is not an SDP offer")
 	}
 	return sdp, nil
+}
+
+// maxFragBytes bounds a PATCH's sdpfrag: 64 candidates are kept, a few KiB.
+const maxFragBytes = 16 << 10
+
+// bodyError tells a body over its limit from one that stopped arriving (the
+// body deadline of gate.Timeouts) or was cut off.
+func bodyError(err error, what string, limit int) error {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return protocol.Errorf(protocol.CodeTooLarge, "%s over %d bytes", what, limit)
+	}
+	return &statusError{http.StatusRequestTimeout, protocol.Errorf(protocol.CodeBadRequest, "the %s did not arrive in time: %v", what, err)}
 }
 
 type statusError struct {
@@ -103,19 +117,18 @@ func (s *Server) whepPost(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind string) {
 	c, err := s.tokenFor(r)
+	if err == nil {
+		err = s.Admit(r)
+	}
 	if err != nil {
-		s.log.Info(kind+" refused", "err", err, "remote", r.RemoteAddr)
+		s.Refused(kind, r, err)
 		writeErr(w, err)
 		return
 	}
 	offer, err := s.readSDP(w, r)
 	if err != nil {
-		s.log.Info(kind+" refused", "err", err, "remote", r.RemoteAddr)
+		s.Refused(kind, r, err)
 		writeErr(w, err)
-		return
-	}
-	if !s.joins.Allow() {
-		writeErr(w, protocol.Errorf(protocol.CodeServerBusy, "too many sessions starting, try again shortly"))
 		return
 	}
 	var p *sfu.Participant
@@ -158,11 +171,13 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 		delete(s.sessions, sess.id)
 		s.mu.Unlock()
 	})
-	loc := "/" + kind + "/" + r.PathValue("room") + "/" + sess.id
+	// Escaped: a room name may hold a slash (camera/<id>), and the session's
+	// PATCH and DELETE must reach the {room}/{session} route.
+	loc := "/" + kind + "/" + url.PathEscape(c.Room) + "/" + url.PathEscape(sess.id)
 	w.Header().Set("Location", loc)
 	w.Header().Set("ETag", sess.etag)
 	w.Header().Set("Content-Type", "application/sdp")
-	for _, ice := range s.iceServers(r, c.Identity()) {
+	for _, ice := range s.iceServers(r, c.Identity(), c.Grants) {
 		for _, u := range ice.URLs {
 			w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
 		}
@@ -216,9 +231,9 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, &statusError{415, protocol.Errorf(protocol.CodeBadRequest, "Content-Type must be application/trickle-ice-sdpfrag")})
 		return
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 16<<10))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFragBytes))
 	if err != nil {
-		writeErr(w, protocol.Errorf(protocol.CodeTooLarge, "sdpfrag over 16 KiB"))
+		writeErr(w, bodyError(err, "sdpfrag", maxFragBytes))
 		return
 	}
 	frag := parseFrag(string(b))
@@ -328,7 +343,7 @@ func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
 	// A client with a valid token learns the TURN servers before its offer, so
 	// that a relay-only client (petrel probe --relay) can gather relay candidates.
 	if c, err := s.verify(bearer(r)); err == nil {
-		for _, ice := range s.iceServers(r, c.Identity()) {
+		for _, ice := range s.iceServers(r, c.Identity(), c.Grants) {
 			for _, u := range ice.URLs {
 				w.Header().Add("Link", fmt.Sprintf(`<%s>; rel="ice-server"; username=%q; credential=%q; credential-type="password"`, u, ice.Username, ice.Credential))
 			}

@@ -193,7 +193,11 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(b) > limit {
-			log.Warn("signaling message too large", "bytes", len(b))
+			if p == nil {
+				s.refused.Note("ws", r, protocol.Errorf(protocol.CodeTooLarge, "first message of %d bytes", len(b)))
+			} else {
+				log.Warn("signaling message too large", "bytes", len(b))
+			}
 			fail(nil, protocol.Errorf(protocol.CodeTooLarge, "message of %d bytes is over the %d-byte limit", len(b), limit))
 			w.Close(protocol.CodeTooLarge, "message too large")
 			violation = protocol.CodeTooLarge
@@ -221,7 +225,11 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			if req != nil {
 				id = req.ID
 			}
-			log.Info("bad signaling message", "err", err)
+			if p == nil {
+				s.refused.Note("ws", r, err)
+			} else {
+				log.Info("bad signaling message", "err", err)
+			}
 			fail(id, err)
 			if p == nil && protocol.CodeOf(err) == protocol.CodeUnauthorized {
 				w.Close(protocol.CodeUnauthorized, "no token")
@@ -239,7 +247,11 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			p, err = s.join(r, w, req)
 			if err != nil {
 				metrics.Joins.WithLabelValues(protocol.CodeOf(err)).Inc()
-				log.Info("join refused", "code", protocol.CodeOf(err), "err", err)
+				if protocol.CodeOf(err) == protocol.CodeInternal {
+					log.Error("join failed", "err", err)
+				} else {
+					s.refused.Note("ws", r, err)
+				}
 				fail(req.ID, err)
 				w.Close(protocol.CodeOf(err), "join refused")
 				return
@@ -270,15 +282,16 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 	if req.Protocol != protocol.Version {
 		return nil, protocol.Errorf(protocol.CodeProtocolVersion, "this server speaks protocol %d, not %d", protocol.Version, req.Protocol)
 	}
-	if !s.joins.Allow() {
-		return nil, protocol.Errorf(protocol.CodeServerBusy, "too many joins, try again shortly")
-	}
+	// The token first: it costs an HMAC, and a garbage one spends no budget.
 	claims, err := s.verify(req.Token)
 	if err != nil {
 		return nil, err
 	}
 	if claims.Room == "" {
 		return nil, protocol.Errorf(protocol.CodeUnauthorized, "the token names no room")
+	}
+	if err := s.Admit(r); err != nil {
+		return nil, err
 	}
 	var p *sfu.Participant
 	resumed := false
@@ -304,7 +317,7 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 	joined := protocol.Msg{
 		"type": "joined", "protocol": protocol.Version,
 		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
-		"iceServers": s.iceServers(r, claims.Identity()), "resumeToken": p.ResumeToken(), "resumed": resumed,
+		"iceServers": s.iceServers(r, claims.Identity(), claims.Grants), "resumeToken": p.ResumeToken(), "resumed": resumed,
 	}
 	if s.wtInfo != nil {
 		if info := s.wtInfo(r.Host); info != nil {

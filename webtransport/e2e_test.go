@@ -430,7 +430,7 @@ func TestWebTransportBadInput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("bad token: %v", err)
 	}
-	waitFor(t, "a log line for the bad token", 30*time.Second, func() bool { return e.logs.has("webtransport session refused") })
+	waitFor(t, "a log line for the bad token", 30*time.Second, func() bool { return e.logs.has("door=webtransport") })
 
 	// Garbage after SETUP on the control stream.
 	c := e.dial("bad", "garbage")

@@ -34,6 +34,7 @@ import (
 	wt "github.com/quic-go/webtransport-go"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/webtransport/moqt"
 )
@@ -58,6 +59,16 @@ type Options struct {
 	AllowedOrigins []string
 	// MaxSessions bounds concurrent sessions (0: 1000).
 	MaxSessions int
+	// Door admits a session whose token is verified and logs refusals (the
+	// HTTP server's, shared by every door); nil: admit all, log each.
+	Door Door
+}
+
+// Door admits a verified client (per address, then the server's join
+// budget) and logs refusals without flooding the log.
+type Door interface {
+	Admit(r *http.Request) error
+	Refused(door string, r *http.Request, err error)
 }
 
 // Server is the running WebTransport endpoint.
@@ -224,19 +235,30 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	claims, err := s.opt.Keys.Verify(token)
 	if err != nil {
-		s.log.Warn("webtransport session refused", "remote", r.RemoteAddr, "err", err)
+		s.refused(r, err)
 		http.Error(w, "unauthorized: "+err.Error(), http.StatusUnauthorized)
 		return
 	}
 	if claims.Room == "" || claims.Identity() == "" {
-		s.log.Warn("webtransport session refused: token without room or identity", "remote", r.RemoteAddr)
+		s.refused(r, errors.New("token without room or identity"))
 		http.Error(w, "unauthorized: token names no room or identity", http.StatusUnauthorized)
 		return
 	}
 	if offered := r.Header.Get("WT-Available-Protocols"); offered != "" && !strings.Contains(offered, `"`+Protocol+`"`) {
-		s.log.Warn("webtransport session refused: no common MoQT version", "remote", r.RemoteAddr, "offered", offered)
+		s.refused(r, fmt.Errorf("no common MoQT version (offered %.100s)", offered))
 		http.Error(w, "no mutually supported MoQT version (this server speaks "+Protocol+")", http.StatusBadRequest)
 		return
+	}
+	if s.opt.Door != nil {
+		if err := s.opt.Door.Admit(r); err != nil {
+			s.refused(r, err)
+			status := http.StatusServiceUnavailable
+			if protocol.CodeOf(err) == protocol.CodeRateLimited {
+				status = http.StatusTooManyRequests
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
 	}
 	s.mu.Lock()
 	full := len(s.sessions) >= s.opt.MaxSessions || s.closed
@@ -261,6 +283,14 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		delete(s.sessions, sess)
 		s.mu.Unlock()
 	}()
+}
+
+func (s *Server) refused(r *http.Request, err error) {
+	if s.opt.Door != nil {
+		s.opt.Door.Refused("webtransport", r, err)
+		return
+	}
+	s.log.Warn("webtransport session refused", "remote", r.RemoteAddr, "err", err)
 }
 
 // publisherOf finds the live session in room that announced ns or PUBLISHed

@@ -111,7 +111,7 @@ func run(bin string, n int, forwardAll bool, pubs, viewers int, dur, warm time.D
 		args := []string{"serve", "--loopback", "--http", fmt.Sprintf("127.0.0.1:%d", port), "--rtc-udp-port", "0", "--rtc-tcp-port", "-1",
 			"--turn=false", "--api-key", apiKey, "--api-secret", apiSecret, "--log-level", "warn",
 			"--redis", fmt.Sprintf("127.0.0.1:%d", redisPort), "--node-id", fmt.Sprintf("n%d", i),
-			"--cluster-forward-all=" + strconv.FormatBool(forwardAll), "--max-participants", "500", "--joins-per-second", "200"}
+			"--cluster-forward-all=" + strconv.FormatBool(forwardAll), "--max-participants", "500", "--joins-per-second", "200", "--joins-per-ip", "0", "--max-conns-per-ip", "0"}
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

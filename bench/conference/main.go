@@ -792,7 +792,7 @@ func startServer(maxParticipants int, extra ...string) (*server, error) {
 	}
 	args := append([]string{"--loopback", "--http", "127.0.0.1:0", "--rtc-udp-port", "0", "--rtc-tcp-port", "0",
 		"--turn=false", "--api-key", apiKey, "--log-level", "warn",
-		"--max-participants", strconv.Itoa(maxParticipants), "--joins-per-second", "1000", "--messages-per-second", "1000"}, extra...)
+		"--max-participants", strconv.Itoa(maxParticipants), "--joins-per-second", "1000", "--joins-per-ip", "0", "--max-conns-per-ip", "0", "--messages-per-second", "1000"}, extra...)
 	cmd := exec.Command(*serverBin, args...)
 	cmd.Env = append(os.Environ(), "PETREL_API_SECRET="+apiSecret)
 	cmd.Stderr = logf

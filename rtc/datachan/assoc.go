@@ -33,8 +33,12 @@ type Config struct {
 	// larger one aborts the association. 0: 256 KiB.
 	MaxMessage uint32
 	// ReceiveWindow is the bytes the peer may send ahead of what the
-	// application read. 0: 4 MiB.
+	// application read (recv.go says what counts). 0: 4 MiB; at least twice
+	// MaxMessage, or a message could not complete.
 	ReceiveWindow uint32
+	// MaxChannels bounds the channels open at once; the peer's
+	// DATA_CHANNEL_OPEN beyond it is answered with a stream reset. 0: 64.
+	MaxChannels int
 	// MTU is the SCTP packet size. 0: 1200 (with DTLS's AES-GCM overhead a
 	// datagram stays within 1280 bytes).
 	MTU int
@@ -54,6 +58,10 @@ const (
 
 // ErrClosed is what reads and writes return once the association ended.
 var ErrClosed = errors.New("datachan: association closed")
+
+// errProtocol marks what the peer did wrong enough to abort for: the ABORT
+// carries a Protocol Violation cause (RFC 9260 3.3.10.13).
+var errProtocol = errors.New("datachan: protocol violation")
 
 // Association is one SCTP association and its data channels.
 type Association struct {
@@ -110,6 +118,7 @@ type Stats struct {
 	ReorderWindow          time.Duration
 	PeerWindow             int
 	Abandoned              uint64 // chunks given up (partial reliability)
+	Overrun                uint64 // chunks dropped for want of receive window
 	ReceivedOutOfOrder     uint64
 }
 
@@ -122,6 +131,10 @@ func New(cfg Config) *Association {
 	}
 	if cfg.ReceiveWindow == 0 {
 		cfg.ReceiveWindow = 4 << 20
+	}
+	cfg.ReceiveWindow = max(cfg.ReceiveWindow, 2*cfg.MaxMessage)
+	if cfg.MaxChannels <= 0 {
+		cfg.MaxChannels = 64
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1200
@@ -397,6 +410,12 @@ func (a *Association) handlePacket(b []byte) {
 	if gotData {
 		a.rcv.afterPacket()
 	}
+	if a.rcv.badStream {
+		// One ERROR a packet, however many of its chunks named a stream
+		// the peer may not use: Invalid Stream Identifier (RFC 9260 3.3.10.1).
+		a.rcv.badStream = false
+		a.control(a.peerTag, ctError, 0, []byte{0, 1, 0, 8, 0, 0, 0, 0})
+	}
 	a.snd.transmit()
 }
 
@@ -473,7 +492,7 @@ func (a *Association) establish() {
 	a.state = stateEstablished
 	a.reconfSeq, a.peerReq = a.myTSN, a.peer.tsn // RFC 6525 5.1
 	a.snd.start(a.peer)
-	a.rcv.start(a.peer.tsn)
+	a.rcv.start(a.peer)
 	a.startSearch()
 	close(a.ready)
 }
@@ -496,8 +515,13 @@ func (a *Association) abort(err error) {
 		return
 	}
 	if a.state == stateEstablished {
-		// User-initiated abort cause (12) with the reason.
-		cause := binary.BigEndian.AppendUint16(nil, 12)
+		// User-initiated abort cause (12) with the reason, or Protocol
+		// Violation (13) for what the peer did.
+		code := uint16(12)
+		if errors.Is(err, errProtocol) {
+			code = 13
+		}
+		cause := binary.BigEndian.AppendUint16(nil, code)
 		r := err.Error()
 		if len(r) > 128 {
 			r = r[:128]

@@ -137,13 +137,14 @@ func (a *Association) sendDCEP(c *Channel, m []byte) {
 // deliver hands a complete message to its channel.
 func (a *Association) deliver(stream uint16, ppid uint32, data []byte) error {
 	if ppid == ppidDCEP {
-		a.rcv.held -= len(data)
+		a.rcv.held -= msgCost(data)
 		a.handleDCEP(stream, data)
 		return nil
 	}
 	c := a.chans[stream]
-	if c == nil || c.rclosed {
-		a.rcv.held -= len(data)
+	if c == nil || c.rclosed || c.lclosed {
+		// Nobody reads a channel closed on this side.
+		a.rcv.held -= msgCost(data)
 		a.drop(errors.New("datachan: a message for a channel that is not open"))
 		return nil
 	}
@@ -153,7 +154,7 @@ func (a *Association) deliver(stream uint16, ppid uint32, data []byte) error {
 		data = data[:0]
 	case ppidString, ppidBinary:
 	default:
-		a.rcv.held -= len(data)
+		a.rcv.held -= msgCost(data)
 		a.drop(errors.New("datachan: unknown payload protocol"))
 		return nil
 	}
@@ -184,6 +185,11 @@ func (a *Association) handleDCEP(stream uint16, m []byte) {
 		}
 		if a.chans[stream] != nil {
 			return // already open (a duplicate, or negotiated)
+		}
+		if len(a.chans) >= a.cfg.MaxChannels {
+			a.drop(errors.New("datachan: too many channels open"))
+			a.resetID(stream)
+			return
 		}
 		opt := Options{Unordered: m[1]&chanUnorderedBit != 0, Protocol: string(m[12+ll : 12+ll+pl])}
 		param := binary.BigEndian.Uint32(m[4:])
@@ -236,7 +242,7 @@ func (c *Channel) ReadMessage(p []byte) (int, bool, error) {
 			putMsgBuf(m.data)
 			c.msgs[0] = inMsg{}
 			c.msgs = c.msgs[1:]
-			a.rcv.freed(n)
+			a.rcv.freed(msgCost(m.data))
 			a.unlockAndFlush()
 			return n, m.ppid == ppidString || m.ppid == ppidStringEmpty, nil
 		}
@@ -352,15 +358,19 @@ func (c *Channel) closeLocked() {
 // resetStream sends an outgoing SSN reset request for c's stream.
 func (a *Association) resetStream(c *Channel) {
 	c.lclosed = true
-	p := binary.BigEndian.AppendUint32(nil, a.reconfSeq)
-	p = binary.BigEndian.AppendUint32(p, a.peerReq-1)
-	p = binary.BigEndian.AppendUint32(p, a.snd.nextTSN-1)
-	p = binary.BigEndian.AppendUint16(p, c.id)
-	a.reconfSeq++
-	a.control(a.peerTag, ctReconfig, 0, appendParam(nil, ptOutgoingReset, p))
+	a.resetID(c.id)
 	if c.rclosed {
 		delete(a.chans, c.id)
 	}
+}
+
+func (a *Association) resetID(id uint16) {
+	p := binary.BigEndian.AppendUint32(nil, a.reconfSeq)
+	p = binary.BigEndian.AppendUint32(p, a.peerReq-1)
+	p = binary.BigEndian.AppendUint32(p, a.snd.nextTSN-1)
+	p = binary.BigEndian.AppendUint16(p, id)
+	a.reconfSeq++
+	a.control(a.peerTag, ctReconfig, 0, appendParam(nil, ptOutgoingReset, p))
 }
 
 // handleReconfig answers the peer's outgoing stream resets: the channels

@@ -495,7 +495,7 @@ func TestGapHoldback(t *testing.T) {
 	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16}, log: slog.New(slog.DiscardHandler)}
 	r := &a.rcv
 	r.init(a)
-	r.start(100)
+	r.start(initChunk{tsn: 100, outStreams: 16})
 	data := func(tsn uint32) {
 		t.Helper()
 		a.mu.Lock()
@@ -574,7 +574,7 @@ func TestStretchSack(t *testing.T) {
 	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16}, log: slog.New(slog.DiscardHandler)}
 	r := &a.rcv
 	r.init(a)
-	r.start(100)
+	r.start(initChunk{tsn: 100, outStreams: 16})
 	r.hold = 0
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -653,7 +653,7 @@ func TestSackFillsPacket(t *testing.T) {
 	a := &Association{epoch: time.Now(), cfg: Config{ReceiveWindow: 1 << 20, MaxMessage: 1 << 16, MTU: 1200}, log: slog.New(slog.DiscardHandler)}
 	r := &a.rcv
 	r.init(a)
-	r.start(100)
+	r.start(initChunk{tsn: 100, outStreams: 16})
 	r.hold = 0 // report at once
 	a.mu.Lock()
 	defer a.mu.Unlock()

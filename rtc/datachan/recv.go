@@ -25,6 +25,30 @@ import (
 // holdInit, rises to the age of a hole whose chunk came twice (resent while
 // only late) and shrinks with each hole filled after it was reported.
 
+// The window (RFC 9260 6.2) bounds everything the receiver holds: chunks
+// past a gap, the message being reassembled, ordered messages waiting for
+// an earlier one and messages not yet read. Each is charged its bytes and
+// itemCost, so a flood of one-byte messages is bounded like one of large
+// ones. A chunk that does not fit is dropped unacknowledged (the peer sends
+// it again when the window opens), except the one that fills the gap before
+// held chunks: it may use gapSlack more, or a window full of chunks past a
+// loss would never take the retransmission that lets them go. A peer that
+// goes on sending maxOverrun windows past a closed window is aborted.
+const (
+	// itemCost is what a held chunk or message costs besides its bytes: an
+	// entry in a map or slice and the allocation's rounding, as
+	// TestHostileMemory measures them.
+	itemCost   = 128
+	gapSlack   = 8 // a window's 1/gapSlack
+	maxOverrun = 4
+	// maxParked is how many ordered messages a stream holds behind a
+	// missing one. A FORWARD-TSN names the SSNs it skips, so a peer that
+	// follows RFC 3758 parks none for longer than a packet.
+	maxParked = 1024
+)
+
+var errOverrun = fmt.Errorf("%w: the peer kept sending past a closed receive window", errProtocol)
+
 const (
 	ackDelay = 20 * time.Millisecond
 	maxAhead = 1 << 16 // how far past the cumulative TSN a chunk may be
@@ -47,7 +71,8 @@ type inChunk struct {
 	ssn    uint16
 	ppid   uint32
 	data   []byte
-	done   bool // handed over early (unordered, one chunk)
+	done   bool // handed over early (unordered, one chunk), or discarded
+	cost   int  // what it holds of the window
 }
 
 type inMsg struct {
@@ -61,21 +86,25 @@ type inStream struct {
 }
 
 type receiver struct {
-	a       *Association
-	window  int
-	cum     uint32
-	seen    []uint64 // bit i: TSN cum+1+i is held in ooo
-	ooo     map[uint32]inChunk
-	held    int // bytes received and not yet read
-	dups    []uint32
-	blocks  []uint16 // gap blocks of the next SACK, start and end pairs
-	partial struct {
+	a         *Association
+	window    int
+	inStreams int // the stream ids the peer may send on: 0 to inStreams-1
+	overrun   int // charged to the window by chunks dropped for lack of room since the last one taken
+	badStream bool
+	cum       uint32
+	seen      []uint64 // bit i: TSN cum+1+i is held in ooo
+	ooo       map[uint32]inChunk
+	held      int // charged to the window: received and not yet read
+	dups      []uint32
+	blocks    []uint16 // gap blocks of the next SACK, start and end pairs
+	partial   struct {
 		active    bool
 		stream    uint16
 		ssn       uint16
 		ppid      uint32
 		unordered bool
 		data      []byte
+		cost      int
 	}
 	streams    map[uint16]*inStream
 	unacked    int  // packets with DATA since the last SACK
@@ -109,7 +138,10 @@ func (r *receiver) init(a *Association) {
 	r.maxGaps = max((a.cfg.MTU-headerSize-chunkHeader-12-4*maxDups)/4, 16)
 }
 
-func (r *receiver) start(peerTSN uint32) { r.cum, r.highest = peerTSN-1, peerTSN-1 }
+func (r *receiver) start(peer initChunk) {
+	r.cum, r.highest = peer.tsn-1, peer.tsn-1
+	r.inStreams = int(peer.outStreams) // Petrel takes 65535, as many as a peer can send on
+}
 
 func (r *receiver) stop() {
 	if r.ackTimer != nil {
@@ -171,6 +203,11 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 	c := inChunk{flags: flags, stream: binary.BigEndian.Uint16(v[4:]), ssn: binary.BigEndian.Uint16(v[6:]),
 		ppid: binary.BigEndian.Uint32(v[8:])}
 	data := v[12:]
+	if int(c.stream) >= r.inStreams {
+		// RFC 9260 6.5: acknowledged, reported with an ERROR, discarded.
+		r.badStream = true
+		c.done, data = true, nil
+	}
 	if flags&flagImmediate != 0 {
 		r.urgent = true
 	}
@@ -184,7 +221,7 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 	}
 	if tsn-r.cum > maxAhead {
 		r.a.drop(errors.New("datachan: DATA too far ahead"))
-		return nil
+		return r.overran(len(data) + itemCost)
 	}
 	if tsnLess(r.highest, tsn) {
 		if tsn != r.highest+1 {
@@ -194,19 +231,33 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 	} else if r.hold > 0 {
 		r.filled(tsn)
 	}
-	if tsn != r.cum+1 && (r.held+len(data) > r.window || len(r.ooo) >= maxEarly) {
-		return nil // no room: not acknowledged, so the peer resends it
+	inOrder := tsn == r.cum+1
+	c.cost = len(data) + itemCost
+	if inOrder && c.done {
+		c.cost = 0
 	}
-	r.held += len(data)
-	if tsn != r.cum+1 {
-		c.data = append([]byte(nil), data...) // it waits: its own copy
+	if room := r.window - r.held; c.cost > room && !(inOrder && len(r.ooo) > 0 && c.cost <= room+r.window/gapSlack) {
+		// No room: not acknowledged, so the peer resends it.
+		return r.overran(c.cost)
+	}
+	if !inOrder && len(r.ooo) >= maxEarly {
+		return nil
+	}
+	r.overrun = 0
+	r.held += c.cost
+	if !inOrder {
+		if !c.done {
+			c.data = append([]byte(nil), data...) // it waits: its own copy
+		}
 		r.a.stats.ReceivedOutOfOrder++
 		r.urgent = true
-		if flags&(flagUnordered|flagBegin|flagEnd) == flagUnordered|flagBegin|flagEnd {
+		if !c.done && flags&(flagUnordered|flagBegin|flagEnd) == flagUnordered|flagBegin|flagEnd {
+			// The message takes the chunk's charge; its entry here keeps itemCost.
+			r.held += itemCost
 			if err := r.message(c.stream, c.ssn, c.ppid, true, c.data); err != nil {
 				return err
 			}
-			c.done, c.data = true, nil
+			c.done, c.data, c.cost = true, nil, itemCost
 		}
 		r.ooo[tsn] = c
 		r.mark(tsn)
@@ -218,6 +269,17 @@ func (r *receiver) handleData(flags byte, v []byte) error {
 		return err
 	}
 	return r.pull()
+}
+
+// overran counts a chunk dropped for want of window: a peer that sends
+// maxOverrun windows past the one it was told is aborted.
+func (r *receiver) overran(cost int) error {
+	r.overrun += cost
+	r.a.stats.Overrun++
+	if r.overrun > maxOverrun*r.window {
+		return errOverrun
+	}
+	return nil
 }
 
 // pull takes the chunks that waited for the cumulative TSN to reach them.
@@ -241,6 +303,7 @@ func (r *receiver) pull() error {
 func (r *receiver) consume(c inChunk) error {
 	p := &r.partial
 	if c.done {
+		r.held -= c.cost
 		return nil
 	}
 	if c.flags&flagBegin != 0 {
@@ -248,6 +311,7 @@ func (r *receiver) consume(c inChunk) error {
 			r.discardPartial()
 		}
 		p.active, p.stream, p.ssn, p.ppid, p.unordered = true, c.stream, c.ssn, c.ppid, c.flags&flagUnordered != 0
+		p.cost = 0
 		if c.flags&flagEnd != 0 {
 			p.data = append([]byte(nil), c.data...) // a whole message: exactly its size
 		} else {
@@ -255,11 +319,12 @@ func (r *receiver) consume(c inChunk) error {
 		}
 	} else {
 		if !p.active || p.stream != c.stream {
-			r.held -= len(c.data) // a fragment of a message that was skipped
+			r.held -= c.cost // a fragment of a message that was skipped
 			return nil
 		}
 		p.data = append(p.data, c.data...)
 	}
+	p.cost += c.cost
 	if len(p.data) > int(r.a.cfg.MaxMessage) {
 		return fmt.Errorf("datachan: a message over the %d-byte limit", r.a.cfg.MaxMessage)
 	}
@@ -267,36 +332,71 @@ func (r *receiver) consume(c inChunk) error {
 		p.active = false
 		d := p.data
 		p.data = nil
+		if c.flags&flagBegin == 0 && len(d) < msgBufSize*3/4 {
+			// A message that may wait holds no more than its size.
+			small := append([]byte(nil), d...)
+			putMsgBuf(d)
+			d = small
+		}
+		r.held -= p.cost - msgCost(d)
+		p.cost = 0
 		return r.message(p.stream, p.ssn, p.ppid, p.unordered, d)
 	}
 	return nil
 }
 
+// msgCost is what a complete message holds of the window.
+func msgCost(d []byte) int { return len(d) + itemCost }
+
 func (r *receiver) discardPartial() {
-	r.held -= len(r.partial.data)
-	r.partial.active, r.partial.data = false, nil
+	if !r.partial.active {
+		return
+	}
+	r.held -= r.partial.cost
+	putMsgBuf(r.partial.data)
+	r.partial.active, r.partial.data, r.partial.cost = false, nil, 0
 }
 
-// message orders a complete message on its stream.
+// message orders a complete message on its stream. Only a stream with a
+// channel keeps an order; on another, only a first message (a
+// DATA_CHANNEL_OPEN) is taken.
 func (r *receiver) message(stream, ssn uint16, ppid uint32, unordered bool, data []byte) error {
 	if unordered {
 		return r.a.deliver(stream, ppid, data)
 	}
 	st := r.streams[stream]
 	if st == nil {
+		if r.a.chans[stream] == nil {
+			if ssn != 0 {
+				r.held -= msgCost(data)
+				r.a.drop(errors.New("datachan: an ordered message for a channel that is not open"))
+				return nil
+			}
+			if err := r.a.deliver(stream, ppid, data); err != nil || r.a.chans[stream] == nil {
+				return err
+			}
+			r.streams[stream] = &inStream{next: 1}
+			return nil
+		}
 		st = &inStream{}
 		r.streams[stream] = st
 	}
 	switch {
 	case ssn == st.next:
 	case ssnLess(st.next, ssn):
+		if len(st.waiting) >= maxParked {
+			return fmt.Errorf("%w: over %d ordered messages wait behind a missing one on stream %d", errProtocol, maxParked, stream)
+		}
 		if st.waiting == nil {
 			st.waiting = map[uint16]inMsg{}
+		}
+		if old, ok := st.waiting[ssn]; ok {
+			r.held -= msgCost(old.data)
 		}
 		st.waiting[ssn] = inMsg{ppid, data}
 		return nil
 	default:
-		r.held -= len(data)
+		r.held -= msgCost(data)
 		return nil
 	}
 	for {
@@ -328,18 +428,27 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 	}
 	// What came of the skipped range is taken in order (the sender skips
 	// acknowledged chunks along with abandoned ones); a message that misses
-	// a chunk is discarded.
-	for t := r.cum + 1; tsnLessEq(t, to); t++ {
-		if c, ok := r.ooo[t]; ok {
-			delete(r.ooo, t)
-			if err := r.consume(c); err != nil {
-				return err
-			}
-		} else if r.partial.active {
+	// a chunk is discarded. Only the chunks held are visited: a range is up
+	// to maxAhead TSNs.
+	span := to - r.cum
+	for off := uint32(0); off < span; {
+		b, ok := r.nextBit(off, true)
+		if !ok || b >= span {
+			r.discardPartial()
+			break
+		}
+		if b > off {
 			r.discardPartial()
 		}
+		t := r.cum + 1 + b
+		c := r.ooo[t]
+		delete(r.ooo, t)
+		if err := r.consume(c); err != nil {
+			return err
+		}
+		off = b + 1
 	}
-	r.advance(to - r.cum)
+	r.advance(span)
 	if tsnLess(r.highest, r.cum) {
 		r.highest = r.cum
 	}
@@ -349,10 +458,20 @@ func (r *receiver) handleForwardTSN(v []byte) error {
 		if st == nil || ssnLess(ssn, st.next) {
 			continue
 		}
-		for s := st.next; s != ssn+1; s++ {
-			if m, ok := st.waiting[s]; ok {
-				delete(st.waiting, s)
-				r.held -= len(m.data)
+		// The fewer of the skipped SSNs and the waiting messages are visited.
+		if int(ssn-st.next) < len(st.waiting) {
+			for s := st.next; s != ssn+1; s++ {
+				if m, ok := st.waiting[s]; ok {
+					delete(st.waiting, s)
+					r.held -= msgCost(m.data)
+				}
+			}
+		} else {
+			for s, m := range st.waiting {
+				if s-st.next <= ssn-st.next {
+					delete(st.waiting, s)
+					r.held -= msgCost(m.data)
+				}
 			}
 		}
 		st.next = ssn + 1

@@ -445,6 +445,14 @@ func (c *Conn) seen(seq uint64, mark bool) bool {
 	return was
 }
 
+// maxSeq is the last 48-bit record sequence number; DTLS forbids wrapping
+// (RFC 6347 4.1), and WebRTC does not renegotiate, so the connection ends.
+const maxSeq = 1<<48 - 1
+
+// ErrSequenceExhausted is what Write returns once every sequence number of
+// the epoch was used; the connection is closed then.
+var ErrSequenceExhausted = errors.New("dtlsrec: record sequence numbers exhausted")
+
 // Write seals b as one application data record and sends it.
 func (c *Conn) Write(b []byte) (int, error) {
 	k := c.k.Load()
@@ -457,6 +465,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	seq := c.wseq
+	if seq > maxSeq {
+		c.Close()
+		return 0, ErrSequenceExhausted
+	}
 	c.wseq++
 	w := c.wbuf[:headerSize+nonceSize]
 	w[0], w[1], w[2] = typeAppData, 0xfe, 0xfd

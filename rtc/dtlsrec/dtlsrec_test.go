@@ -294,3 +294,36 @@ func TestReplayWindow(t *testing.T) {
 	check(20000+replayWindow, false)
 	check(20000+replayWindow, true)
 }
+
+// TestSequenceExhausted: the last 48-bit sequence number is used, the next
+// write is refused rather than wrapping into the epoch (RFC 6347 4.1), and
+// the connection ends.
+func TestSequenceExhausted(t *testing.T) {
+	s, c := handshake(t, true, true)
+	if err := exchange(s.rw, c.rw, 2); err != nil {
+		t.Fatal(err)
+	}
+	s.c.wmu.Lock()
+	s.c.wseq = maxSeq
+	s.c.wmu.Unlock()
+	if _, err := s.rw.Write([]byte("last")); err != nil {
+		t.Fatalf("the last sequence number: %v", err)
+	}
+	buf := make([]byte, 100)
+	if n, err := c.rw.Read(buf); err != nil || string(buf[:n]) != "last" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if _, err := s.rw.Write([]byte("wrapped")); !errors.Is(err, ErrSequenceExhausted) {
+		t.Fatalf("a write past the last sequence number: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.rw.Read(buf); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("read on an exhausted connection")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an exhausted connection did not end")
+	}
+}

@@ -185,7 +185,7 @@ func startServer(bin string, n int, verbose bool) (*server, error) {
 	}
 	cmd := exec.Command(bin, "--loopback", "--http", "127.0.0.1:0", "--rtc-udp-port", "0", "--rtc-tcp-port", "0",
 		"--turn=false", "--api-key", apiKey, "--log-level", "warn",
-		"--max-participants", strconv.Itoa(n+10), "--joins-per-second", "1000", "--messages-per-second", "1000")
+		"--max-participants", strconv.Itoa(n+10), "--joins-per-second", "1000", "--joins-per-ip", "0", "--max-conns-per-ip", "0", "--messages-per-second", "1000")
 	cmd.Env = append(os.Environ(), "PETREL_API_SECRET="+apiSecret)
 	if verbose {
 		cmd.Stderr = io.MultiWriter(logf, os.Stderr)
