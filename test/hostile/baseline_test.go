@@ -940,7 +940,7 @@ func TestBaselineIdleSockets(t *testing.T) {
 				}
 				conns = append(conns, c)
 			}
-			t.Logf("%d idle connections open, %d refused; %s", len(conns), failed, s.Footprint(t))
+			t.Logf("%d idle connections dialed (the server may close some at once), %d refused; %s", len(conns), failed, s.Footprint(t))
 			s.Healthy(t)
 			legit(t, "during-tcp")
 			w.Check(t)
