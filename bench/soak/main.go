@@ -67,7 +67,12 @@ func main() {
 
 func realMain(duration, every, warmup time.Duration, limit float64, bin, out, png string, churners, viewers int) error {
 	if _, err := os.Stat(bin); err != nil {
-		bin = filepath.Join(out, "petrel")
+		tmp, err := os.MkdirTemp("", "petrel-soak-bin")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		bin = filepath.Join(tmp, "petrel")
 		log.Printf("building %s", bin)
 		cmd := exec.Command("go", "build", "-o", bin, "./cmd/petrel")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
