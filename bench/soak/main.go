@@ -133,11 +133,9 @@ func realMain(duration, every, warmup time.Duration, limit float64, bin, out, pn
 		URL: base, PID: cmd.Process.Pid, Keys: auth.Keys{apiKey: secret}, APIKey: apiKey,
 		Camera: "soak", CameraPort: camPort, Clip: clip,
 		Duration: duration, Every: every, Churners: churners, Viewers: viewers,
-		Logf: func(f string, a ...any) { log.Printf(f, a...) },
+		Logf:     func(f string, a ...any) { log.Printf(f, a...) },
+		OnSample: func(s soak.Sample) { fmt.Fprintln(csv, s.CSV()) }, // as it comes: an interrupted soak keeps its samples
 	})
-	for _, s := range samples {
-		fmt.Fprintln(csv, s.CSV())
-	}
 	if err != nil {
 		return err
 	}

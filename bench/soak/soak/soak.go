@@ -61,6 +61,8 @@ type Config struct {
 
 	// Logf, when set, gets a line per sample and per failure.
 	Logf func(format string, args ...any)
+	// OnSample, when set, gets each sample as it is taken.
+	OnSample func(Sample)
 }
 
 func (c *Config) defaults() {
@@ -165,6 +167,9 @@ func Run(ctx context.Context, cfg Config) ([]Sample, error) {
 			return samples, err
 		}
 		samples = append(samples, s)
+		if cfg.OnSample != nil {
+			cfg.OnSample(s)
+		}
 		cfg.Logf("%s rss %.1f MB, %d goroutines, %d files; %d joins, %d WHEP, %d camera restarts, %d anchor packets, %d failures",
 			s.At.Round(time.Second), float64(s.RSS)/(1<<20), s.Goroutines, s.OpenFiles, s.Joins, s.WHEPSessions, s.CameraRestarts, s.AnchorPackets, s.Failures)
 		select {
