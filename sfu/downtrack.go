@@ -389,6 +389,9 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 		return false // older than this segment
 	}
 	o := &d.out
+	if int16(p.Header.SequenceNumber-o.syncSeq) > segmentHorizon {
+		d.trailSegment(p.Header.SequenceNumber)
+	}
 	h := &d.hdr
 	h.SequenceNumber = p.Header.SequenceNumber + o.seqOffset
 	h.Marker = p.Header.Marker
@@ -509,6 +512,29 @@ func (d *DownTrack) sync(p *Packet) {
 	}
 	d.pushSegment(segment{startOut: p.Header.SequenceNumber + o.seqOffset, layer: p.Layer, seqOffset: o.seqOffset,
 		tsOffset: o.tsOffset, picOffset: o.picOffset, tl0Offset: o.tl0Offset})
+}
+
+// segmentHorizon is how far the current segment's start may trail the newest
+// packet. Sequence numbers compare only within half their space: a start left
+// 32768 packets behind makes every new packet look older than the segment,
+// and NACKs of new packets map to an older segment.
+const segmentHorizon = 1 << 14
+
+// trailSegment moves the current segment's start, in and out, up to half the
+// horizon behind the newest packet (in: seq; out: the last one sent, which
+// temporal-layer filtering may keep behind) and forgets the older segments,
+// whose packets are far out of any cache.
+func (d *DownTrack) trailSegment(seq uint16) {
+	o := &d.out
+	o.syncSeq = seq - segmentHorizon/2
+	if d.nsegs == 0 {
+		return
+	}
+	cur := d.segs[d.nsegs-1]
+	if start := o.lastSeq + 1 - segmentHorizon/2; int16(start-cur.startOut) > 0 {
+		cur.startOut = start
+	}
+	d.segs[0], d.nsegs = cur, 1
 }
 
 func (d *DownTrack) pushSegment(seg segment) {

@@ -399,3 +399,34 @@ func TestLayerBackOnIsTakenAtItsFirstKeyframe(t *testing.T) {
 		t.Fatalf("the top layer's first keyframe was not forwarded (%d packets)", len(ws[0].hdrs))
 	}
 }
+
+// A stream that runs long past one sync point (a camera, a call without
+// layer switches) keeps being forwarded, and NACKs of its recent packets
+// map to its current numbering: the segment's start must not fall half the
+// sequence space behind (32768 packets: 18 minutes of 30 packets a second).
+func TestDownTrackForwardsPastHalfTheSequenceSpace(t *testing.T) {
+	pub, ws := testPub(1, false)
+	d := pub.Subscribers()[0]
+	var pkt Packet
+	feed := func(seq uint16, ts uint32, key bool) {
+		if !pub.layer(0).parse(&pkt, vp8Packet(seq, ts, key, 0)) {
+			t.Fatal("parse")
+		}
+		pub.fanout(&pkt)
+	}
+	// A first segment, then a resync (a mute) so that an older segment exists.
+	feed(1000, 0, true)
+	d.resync()
+	const n = 70000 // past two wraps of the 16-bit numbering
+	for i := 0; i < n; i++ {
+		feed(uint16(5000+i), uint32(3000+i*3000), i%3000 == 0)
+	}
+	if ws[0].n != n+1 {
+		t.Fatalf("forwarded %d of %d packets", ws[0].n, n+1)
+	}
+	last := uint16((5000 + n - 1) & 0xffff)
+	seg, ok := d.source(last + d.out.seqOffset)
+	if !ok || seg.seqOffset != d.out.seqOffset {
+		t.Fatalf("a NACK of the last packet maps to segment %+v (found %v), want offset %d", seg, ok, d.out.seqOffset)
+	}
+}

@@ -2,6 +2,7 @@ package signal
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/pprof"
 
@@ -48,7 +49,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Metadata        string `json:"metadata"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
-			return nil, protocol.Errorf(protocol.CodeBadRequest, "body must be {name, maxParticipants?, metadata?}: %v", err)
+			return nil, jsonBodyError(err, "body must be {name, maxParticipants?, metadata?}")
 		}
 		room, err := s.mgr.CreateRoom(req.Name, req.MaxParticipants, req.Metadata)
 		if err != nil {
@@ -99,13 +100,26 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Muted *bool `json:"muted"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Muted == nil {
-			return nil, protocol.Errorf(protocol.CodeBadRequest, "body must be {muted: bool}")
+			return nil, jsonBodyError(err, "body must be {muted: bool}")
 		}
 		if err := p.MuteTrack(r.PathValue("track"), *req.Muted); err != nil {
 			return nil, err
 		}
 		return map[string]bool{"muted": *req.Muted}, nil
 	})
+}
+
+// jsonBodyError is a JSON body's refusal: message_too_large (413) when it went
+// over its limit, as WHIP's, else bad_request with what was wanted.
+func jsonBodyError(err error, want string) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return protocol.Errorf(protocol.CodeTooLarge, "body over %d bytes", tooBig.Limit)
+	}
+	if err != nil {
+		return protocol.Errorf(protocol.CodeBadRequest, "%s: %v", want, err)
+	}
+	return protocol.Errorf(protocol.CodeBadRequest, "%s", want)
 }
 
 // admin lets through requests with an admin token from loopback (unless
