@@ -111,17 +111,6 @@ func liveError(w http.ResponseWriter, status int, code, msg string) {
 	_, _ = fmt.Fprintf(w, "{\"code\":%q,\"message\":%q}\n", code, msg)
 }
 
-// tokenError answers a refused token with the verifier's code (unauthorized
-// or token_expired, as every other door does) and its message alone.
-func tokenError(w http.ResponseWriter, err error) {
-	msg := err.Error()
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		msg = pe.Message
-	}
-	liveError(w, http.StatusUnauthorized, protocol.CodeOf(err), msg)
-}
-
 // videoPublication is the camera's video track, whatever its ingest.
 func (c *Camera) videoPublication() *sfu.Publication {
 	if p := c.webrtcParticipant(); c.cfg.WebRTC && p != nil {
