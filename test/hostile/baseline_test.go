@@ -253,36 +253,10 @@ func expectError(t *testing.T, what string, r reply, status int, code string) {
 // WHIP, recvonly video and audio for WHEP.
 func offer(t *testing.T, whip bool) string {
 	t.Helper()
-	pc, err := client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
 	if whip {
-		tr, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "v", "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pc.AddTrack(tr); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecTypeAudio} {
-			if _, err := pc.AddTransceiverFromKind(k, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		return pcOffer(t, sendTrack(t, webrtc.MimeTypeVP8))
 	}
-	o, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(o); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	return pc.LocalDescription().SDP
+	return pcOffer(t, recvAV(t))
 }
 
 // --- WebSocket helpers ---

@@ -21,7 +21,6 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
-	"github.com/petrel-sfu/petrel/client"
 )
 
 // The front door's attacks: floods of joins with bad tokens, slow and idle
@@ -394,27 +393,6 @@ func TestForwardedClientAddress(t *testing.T) {
 	s.Healthy(t)
 }
 
-// frontOffer makes a Pion offer; pc is closed when the test ends.
-func frontOffer(t *testing.T, setup func(pc *webrtc.PeerConnection)) string {
-	t.Helper()
-	pc, err := client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
-	setup(pc)
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	return pc.LocalDescription().SDP
-}
-
 // frontSession posts offer to /kind/room and then PATCHes and DELETEs the
 // Location exactly as the server returned it, as a standard client does.
 func frontSession(t *testing.T, s *Server, kind, room, token, offer string) {
@@ -461,22 +439,13 @@ func frontSession(t *testing.T, s *Server, kind, room, token, offer string) {
 // room (camera/<id>).
 func TestSessionLocation(t *testing.T) {
 	s := Start(t, Options{YAML: "cameras:\n  - id: door\n    rtp:\n      port: " + strconv.Itoa(freeBoth(t)) + "\n"})
-	video := func(pc *webrtc.PeerConnection) {
-		tr, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000}, "v", "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pc.AddTrack(tr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	recv := func(pc *webrtc.PeerConnection) {
+	video, recv := sendTrack(t, webrtc.MimeTypeH264), func(pc *webrtc.PeerConnection) {
 		if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	frontSession(t, s, "whip", "lobby", s.Token(t, "lobby", "pub", auth.Grants{Publish: true}), frontOffer(t, video))
-	frontSession(t, s, "whip", "team/a", s.Token(t, "team/a", "pub", auth.Grants{Publish: true}), frontOffer(t, video))
-	frontSession(t, s, "whep", "camera/door", s.Token(t, "camera/door", "viewer", auth.Grants{Subscribe: true}), frontOffer(t, recv))
+	frontSession(t, s, "whip", "lobby", s.Token(t, "lobby", "pub", auth.Grants{Publish: true}), pcOffer(t, video))
+	frontSession(t, s, "whip", "team/a", s.Token(t, "team/a", "pub", auth.Grants{Publish: true}), pcOffer(t, video))
+	frontSession(t, s, "whep", "camera/door", s.Token(t, "camera/door", "viewer", auth.Grants{Subscribe: true}), pcOffer(t, recv))
 	s.Healthy(t)
 }

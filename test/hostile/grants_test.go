@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
@@ -233,26 +232,7 @@ func cameraSid(t *testing.T, s *Server) string {
 // whepOffer is a complete receive-only offer for video and audio.
 func whepOffer(t *testing.T) string {
 	t.Helper()
-	pc, err := client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
-	for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecTypeAudio} {
-		if _, err := pc.AddTransceiverFromKind(k, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	return pc.LocalDescription().SDP
+	return pcOffer(t, recvAV(t))
 }
 
 // Identities the server uses for its own participants cannot be taken with a

@@ -228,16 +228,7 @@ func publishWHIP(t *testing.T, s *Server, token string, n int) []*webrtc.TrackLo
 			close(connected)
 		}
 	})
-	o, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(o); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	st, body := postSDP(t, s.URL+"/whip/extra", token, pc.LocalDescription().SDP)
+	st, body := postSDP(t, s.URL+"/whip/extra", token, localOffer(t, pc))
 	if st != http.StatusCreated {
 		t.Fatalf("WHIP: %d %s", st, body)
 	}
@@ -268,21 +259,6 @@ func sendTracks(t *testing.T, pc *webrtc.PeerConnection, n int) []*webrtc.TrackL
 		tracks = append(tracks, tr)
 	}
 	return tracks
-}
-
-// localOffer makes pc's offer with all its candidates in it.
-func localOffer(t *testing.T, pc *webrtc.PeerConnection) string {
-	t.Helper()
-	o, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(o); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	return pc.LocalDescription().SDP
 }
 
 func waitConnected(t *testing.T, pc *webrtc.PeerConnection) {
