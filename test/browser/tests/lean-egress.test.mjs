@@ -74,7 +74,7 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
     const chromium = own(await launchChromium());
     const pub = await chromium.newPage();
     await pub.goto(`${server.base}/healthz`);
-    await pub.evaluate(whipPublish, { base: server.base, token: await server.token('lean', 'camera') });
+    await pub.evaluate(whipPublish, { base: server.base, token: await server.token('lean', 'publisher') });
 
     const viewer = await chromium.newPage();
     await viewer.goto(`${server.base}/healthz`);
