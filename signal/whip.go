@@ -153,7 +153,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 		}
 	}
 	if err != nil {
-		s.log.Info(kind+" failed", "err", err, "room", c.Room)
+		s.refused.Note(kind, r, fmt.Errorf("room %s: %w", c.Room, err))
 		writeErr(w, err)
 		return
 	}
