@@ -437,12 +437,8 @@ func render(all []*run, out string) (string, string) {
 	}
 	b.WriteString("| server | scenario | receivers | connected / failed | packets/s received | server CPU % | server CPU-µs/packet (kernel) | RSS/peer MiB | threads | NACKed (receivers / server→publisher) | loss % | delay p50 / p99 ms | first frame p50 / p95 ms | generator CPU % |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	type key struct {
-		scenario string
-		n        int
-	}
-	by := map[key]map[string]*run{}
-	var keys []key
+	by := map[sizeKey]map[string]*run{}
+	var keys []sizeKey
 	for _, r := range runs {
 		if r.label == "hold" {
 			continue
@@ -457,7 +453,7 @@ func render(all []*run, out string) (string, string) {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d / %d | %.0f | %.1f | %s | %.3f | %s | %d / %d | %.3f | %.2f / %.2f | %.0f / %.0f | %.1f |\n",
 			r.server, r.scenario, r.n, s.Connected, s.Failed, s.PPS, s.TargetCPU, perPktSys(s), rssPer, th,
 			s.NACKsSent, s.NACKsRecv, s.LossPct, s.DelayMs.P50, s.DelayMs.P99, ff.P50, ff.P95, s.SelfCPU)
-		k := key{r.scenario, r.n}
+		k := sizeKey{r.scenario, r.n}
 		if by[k] == nil {
 			by[k] = map[string]*run{}
 			keys = append(keys, k)
@@ -469,13 +465,7 @@ func render(all []*run, out string) (string, string) {
 		b.WriteString("The marginal RSS ratio compares what one more receiver costs each server, from the next smaller size of the same run to this one ((growth here − growth there) ÷ added receivers).\n\n")
 		b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | Petrel × floor | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, k := range keys {
-			var prev map[string]*run
-			prevN := 0
-			for _, o := range keys {
-				if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
-					prev, prevN = by[o], o.n
-				}
-			}
+			prev := smaller(keys, by, k)
 			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
 				ratioRow(&b, k.scenario, k.n, mode, by[k], prev, fl)
 			}
@@ -485,13 +475,7 @@ func render(all []*run, out string) (string, string) {
 		b.WriteString("\nRatios, Petrel ÷ LiveKit in the same run (the goal: ≤ 0.5 for CPU per packet and RSS per peer at every size, with no more loss and no slower first frame; marginal RSS is (growth here − growth at the next smaller size) ÷ added receivers; first frame is the first complete video frame):\n\n")
 		b.WriteString("| scenario | receivers | Petrel | CPU-µs/packet ratio | user-space CPU ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / LiveKit) | loss % (Petrel / LiveKit) | first frame p50 ms (Petrel / LiveKit) | delay p99 ratio |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, k := range keys {
-			var prev map[string]*run
-			prevN := 0
-			for _, o := range keys {
-				if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
-					prev, prevN = by[o], o.n
-				}
-			}
+			prev := smaller(keys, by, k)
 			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
 				liveKitRow(&b, k.scenario, k.n, mode, by[k], prev)
 			}
@@ -724,6 +708,25 @@ func perPkt(v, pps float64) string {
 // ratioRow writes the ratios of one Petrel mode against Janus's best mode
 // (lowest CPU per packet) at one size, if both ran. prev holds the runs of
 // the next smaller size of the scenario (nil: none), for the marginal RSS.
+// sizeKey is one size of one scenario in a report.
+type sizeKey struct {
+	scenario string
+	n        int
+}
+
+// smaller is the runs of the next smaller size of k's scenario, nil if none:
+// the base of the marginal cost per added receiver.
+func smaller(keys []sizeKey, by map[sizeKey]map[string]*run, k sizeKey) map[string]*run {
+	var prev map[string]*run
+	prevN := 0
+	for _, o := range keys {
+		if o.scenario == k.scenario && o.n < k.n && (prev == nil || o.n > prevN) {
+			prev, prevN = by[o], o.n
+		}
+	}
+	return prev
+}
+
 func ratioRow(b *strings.Builder, scenario string, n int, mode string, m, prev map[string]*run, floorUs float64) {
 	p := m[mode]
 	var best *run
