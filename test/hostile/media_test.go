@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/test/redistest"
 )
 
 // loopbackAPI is a Pion client that gathers only loopback UDP candidates.
@@ -339,27 +338,7 @@ func TestExtraTracksStopped(t *testing.T) {
 // startRedis runs redis-server on a free loopback port for the test.
 func startRedis(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not installed (scripts/install-deps.sh installs Debian's redis-server)")
-	}
-	port := freeBoth(t)
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("redis-server did not start")
-	return ""
+	return redistest.Start(t, "127.0.0.1", func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
 }
 
 type captured struct {
