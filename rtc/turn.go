@@ -10,6 +10,7 @@ import (
 	"github.com/pion/turn/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/lograte"
 )
 
 // TURNServer is the embedded TURN server (UDP and TCP on one port number). It
@@ -53,7 +54,7 @@ func StartTURN(o TURNOptions) (*TURNServer, error) {
 		}
 		return turn.GenerateAuthKey(user, realm, pass), true
 	}
-	refusedCreds := newLogLimit(10 * time.Second)
+	var refusedCreds lograte.Limit
 	gen := &relayGenerator{static: turn.RelayAddressGeneratorStatic{RelayAddress: o.RelayIP, Address: o.BindIP}, guard: g}
 	srv, err := turn.NewServer(turn.ServerConfig{
 		Realm: o.Realm,
@@ -61,7 +62,7 @@ func StartTURN(o TURNOptions) (*TURNServer, error) {
 			k, ok := g.key(user, realm)
 			// Only the source is logged: never a password, nor the username it is derived from.
 			if !ok {
-				if n, allow := refusedCreds.allow(); allow {
+				if n, allow := refusedCreds.Allow(refusedLogEvery); allow {
 					log.Info("turn credentials refused", "src", src.String(), "since_last", n)
 				}
 			}

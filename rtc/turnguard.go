@@ -9,10 +9,11 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pion/stun/v3"
 	"github.com/pion/turn/v4"
+
+	"github.com/petrel-sfu/petrel/lograte"
 )
 
 // turnGuard decides what a TURN client may reach: exactly the media ports in
@@ -31,11 +32,11 @@ type turnGuard struct {
 	key     func(user, realm string) ([]byte, bool)
 	quota   *turnQuota
 	log     *slog.Logger
-	refused *logLimit
+	refused lograte.Limit
 }
 
 func newTURNGuard(o TURNOptions) *turnGuard {
-	g := &turnGuard{log: o.Log, refused: newLogLimit(10 * time.Second), relayIP: o.RelayIP}
+	g := &turnGuard{log: o.Log, relayIP: o.RelayIP}
 	g.relays.Store(&map[netip.AddrPort]bool{})
 	for _, p := range o.Peers {
 		if ip4 := p.IP.To4(); ip4 != nil {
@@ -43,7 +44,7 @@ func newTURNGuard(o TURNOptions) *turnGuard {
 		}
 		g.peers = append(g.peers, p)
 	}
-	g.quota = &turnQuota{perUser: o.MaxPerUser, perIP: o.MaxPerIP, log: o.Log, refused: newLogLimit(10 * time.Second),
+	g.quota = &turnQuota{perUser: o.MaxPerUser, perIP: o.MaxPerIP, log: o.Log,
 		users: map[string]int{}, ips: map[netip.Addr]int{}, pending: map[string]quotaEntry{}, live: map[string]quotaEntry{}}
 	return g
 }
@@ -106,7 +107,7 @@ func (g *turnGuard) peerList() []string {
 }
 
 func (g *turnGuard) logRefused(src net.Addr, peer string) {
-	if n, ok := g.refused.allow(); ok {
+	if n, ok := g.refused.Allow(refusedLogEvery); ok {
 		g.log.Warn("turn relay refused: not a media port of this server", "src", src.String(), "peer", peer, "since_last", n)
 	}
 }

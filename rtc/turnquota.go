@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/petrel-sfu/petrel/lograte"
 )
 
 // turnQuota bounds live allocations per identity (the username is
@@ -16,7 +18,7 @@ import (
 type turnQuota struct {
 	perUser, perIP int
 	log            *slog.Logger
-	refused        *logLimit
+	refused        lograte.Limit
 
 	mu      sync.Mutex
 	users   map[string]int
@@ -48,7 +50,7 @@ func (q *turnQuota) admit(user, _ string, src net.Addr) bool {
 		}
 	}
 	if (q.perUser > 0 && q.users[id] >= q.perUser) || (q.perIP > 0 && q.ips[ip] >= q.perIP) {
-		if n, ok := q.refused.allow(); ok {
+		if n, ok := q.refused.Allow(refusedLogEvery); ok {
 			q.log.Warn("turn allocation quota reached", "src", src.String(), "identity", id, "since_last", n)
 		}
 		return false
@@ -100,26 +102,6 @@ func addrIP(a net.Addr) netip.Addr {
 	return addr.Unmap()
 }
 
-// logLimit lets one log line through per period and counts the rest, for
-// events an attacker can repeat at will.
-type logLimit struct {
-	every time.Duration
-	mu    sync.Mutex
-	last  time.Time
-	quiet int
-}
-
-func newLogLimit(every time.Duration) *logLimit { return &logLimit{every: every} }
-
-// allow reports whether to log now, and how many were suppressed since the last line.
-func (l *logLimit) allow() (int, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); now.Sub(l.last) >= l.every {
-		n := l.quiet
-		l.last, l.quiet = now, 0
-		return n, true
-	}
-	l.quiet++
-	return 0, false
-}
+// refusedLogEvery is how often a refused TURN request is logged: an attacker
+// can repeat one at will.
+const refusedLogEvery = 10 * time.Second

@@ -166,8 +166,8 @@ func (p *Participant) releaseData(label string, c dataChan) {
 // refusedData logs a refused channel, at most once every ten seconds: a
 // client can open channels in a loop.
 func (p *Participant) refusedData(label, why string) {
-	if p.dcRefused.warnOnce() {
-		p.log.Warn("data channel refused", "label", label, "why", why)
+	if n, ok := p.dcRefused.Allow(10 * time.Second); ok {
+		p.log.Warn("data channel refused", "label", label, "why", why, "unlogged", n)
 	}
 }
 

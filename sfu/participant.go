@@ -18,6 +18,7 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/egress"
+	"github.com/petrel-sfu/petrel/lograte"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
@@ -64,8 +65,8 @@ type Participant struct {
 	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
 	subs      map[string]*DownTrack         // by publication sid
 	dcs       map[string]dataChan
-	dcOpen    int         // admitted data channels whose reader runs (data.go)
-	dcRefused dataLimiter // the log of refused data channels
+	dcOpen    int           // admitted data channels whose reader runs (data.go)
+	dcRefused lograte.Limit // the log of refused data channels
 	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
 	closed    bool
 	dropTimer *time.Timer

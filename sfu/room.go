@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/petrel-sfu/petrel/lograte"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
 )
@@ -37,9 +38,7 @@ type Room struct {
 	done     chan struct{}
 	doneOnce sync.Once
 
-	// refusedAt (unix ns) and refusedN rate-limit the log of refused joins.
-	refusedAt atomic.Int64
-	refusedN  atomic.Int64
+	refusedLog lograte.Limit // the log of refused joins
 }
 
 // stop ends the room's background work.
@@ -146,13 +145,9 @@ func (r *Room) add(p *Participant) error {
 // refused logs a refused admission, at most once a second per room (a client
 // can repeat it at will), with the number of refusals not logged.
 func (r *Room) refused(p *Participant, why string) {
-	now := time.Now().UnixNano()
-	last := r.refusedAt.Load()
-	if now-last < int64(time.Second) || !r.refusedAt.CompareAndSwap(last, now) {
-		r.refusedN.Add(1)
-		return
+	if n, ok := r.refusedLog.Allow(time.Second); ok {
+		p.log.Warn("join refused", "why", why, "origin", p.origin, "unlogged", n)
 	}
-	p.log.Warn("join refused", "why", why, "origin", p.origin, "unlogged", r.refusedN.Swap(0))
 }
 
 func (r *Room) remove(p *Participant, reason string) {
