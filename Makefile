@@ -39,12 +39,6 @@ deps:
 test-go:
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 20m ./...
-	# The bandwidth, demand and ICE-TCP tests again with the lean egress
-	# serving the participants (the room, NACK, renegotiation, ICE restart,
-	# simulcast and WHIP/WHEP tests run both ways on their own;
-	# docs/lean-egress.md).
-	PETREL_LEAN_EGRESS=true $(GO) test -count=1 -timeout 10m ./test/integration/ \
-		-run 'TestBandwidth|TestDemand|TestICETCP'
 
 # The SDK's and app's unit tests (node --test on the compiled TypeScript).
 test-web: web/node_modules/.package-lock.json
@@ -55,8 +49,6 @@ test-browser: build
 
 test-interop: build
 	bash test/interop/run.sh
-	# The same viewers against the lean egress (docs/lean-egress.md).
-	PETREL_BIN=$(CURDIR)/bin/petrel PETREL_SERVE_ARGS=--lean-egress bash test/interop/run.sh
 
 # Short fuzzing of every parser of network input.
 fuzz:

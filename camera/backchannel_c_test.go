@@ -19,7 +19,6 @@ import (
 	"github.com/petrel-sfu/petrel/camera/emulator"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
-	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -143,7 +142,7 @@ func TestBackchannelAudioReachesCamera(t *testing.T) {
 
 	mic, err := alice.p.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 0x1234},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1}, PayloadType: 0},
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1, PayloadType: 0},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +198,7 @@ func TestBackchannelCodecMismatch(t *testing.T) {
 	mgr, cam := startGateway(t, "", bcURL)
 	v := joinViewer(t, mgr, cam.Room(), "v")
 	if _, err := v.p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 9},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}}); err != nil {
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, PayloadType: 111}}); err != nil {
 		t.Fatal(err)
 	}
 	v.send("talk", `{"id":1,"op":"start"}`)
@@ -250,8 +249,7 @@ func TestDeviceTopicsThroughGateway(t *testing.T) {
 // http topics, whatever its transport: a participant inside the server (a
 // WebTransport session, or even the server's own) is refused without it.
 func TestControlNeedsGrant(t *testing.T) {
-	cfg, eng := testEngine(t)
-	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "c", RTSP: "rtsp://127.0.0.1:1/none"})
@@ -282,8 +280,7 @@ func TestControlNeedsGrant(t *testing.T) {
 // talks the camera is subscribed to her microphone and to no other viewer's,
 // and after she stops to none.
 func TestTalkWebRTCCameraFloor(t *testing.T) {
-	cfg, eng := testEngine(t)
-	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "wcam", WebRTC: true})
@@ -292,7 +289,7 @@ func TestTalkWebRTCCameraFloor(t *testing.T) {
 	}
 	mic := func(v *viewer, ssrc uint32) *sfu.LocalTrack {
 		lt, err := v.p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: ssrc},
-			Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}})
+			Codec: sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, PayloadType: 111}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,25 +331,19 @@ func TestTalkWebRTCCameraFloor(t *testing.T) {
 }
 
 // testEngine makes a WebRTC engine on free loopback ports, closed at the end.
-func testEngine(t *testing.T) (config.Config, *rtc.Engine) {
-	t.Helper()
+// testConfig is a loopback server's configuration; the gateway's tests run
+// local participants only, so their manager needs no transport.
+func testConfig() config.Config {
 	cfg := config.Default()
 	cfg.Loopback = true
-	cfg.RTC.UDPPort, cfg.RTC.TCPPort = 0, -1
-	eng, err := rtc.NewEngine(cfg, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return cfg, eng
+	return cfg
 }
 
 // A WebRTC camera that answers ptz itself (no ONVIF declared) gets only the
 // requests of senders with the ptz grant: the gateway refuses the others, the
 // device never sees them.
 func TestWebRTCCameraTopicsNeedGrant(t *testing.T) {
-	cfg, eng := testEngine(t)
-	mgr := sfu.NewManager(cfg, eng, slog.Default())
+	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "w", WebRTC: true})

@@ -387,7 +387,8 @@ func (c *Camera) publish(kind string, codec webrtc.RTPCodecParameters, ssrc uint
 	}
 	lt, err := c.part.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: kind, Source: source, Name: c.cfg.ID + " " + source, SSRC: ssrc, Width: w, Height: h},
-		Codec: codec,
+		Codec: sfu.Codec{MimeType: codec.MimeType, ClockRate: codec.ClockRate, Channels: codec.Channels,
+			SDPFmtpLine: codec.SDPFmtpLine, PayloadType: uint8(codec.PayloadType)},
 	})
 	if err != nil {
 		return nil, err

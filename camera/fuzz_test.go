@@ -29,12 +29,12 @@ func fuzzTracks(f *testing.F) (video, audio *sfu.LocalTrack) {
 	}
 	f.Cleanup(func() { p.Close("done") })
 	video, err = p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "video", Source: "camera", SSRC: 1},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000}, PayloadType: 102}})
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeH264, ClockRate: 90000, PayloadType: 102}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	audio, err = p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 2},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}})
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, PayloadType: 111}})
 	if err != nil {
 		f.Fatal(err)
 	}

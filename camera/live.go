@@ -115,7 +115,7 @@ func liveError(w http.ResponseWriter, status int, code, msg string) {
 func (c *Camera) videoPublication() *sfu.Publication {
 	if p := c.webrtcParticipant(); c.cfg.WebRTC && p != nil {
 		for _, pub := range p.Publications() {
-			if pub.Kind() == webrtc.RTPCodecTypeVideo {
+			if pub.Kind() == sfu.Video {
 				return pub
 			}
 		}
@@ -177,7 +177,7 @@ func (c *Camera) audioPublication() *sfu.Publication {
 	var pub *sfu.Publication
 	if p := c.webrtcParticipant(); c.cfg.WebRTC && p != nil {
 		for _, x := range p.Publications() {
-			if x.Kind() == webrtc.RTPCodecTypeAudio {
+			if x.Kind() == sfu.Audio {
 				pub = x
 				break
 			}

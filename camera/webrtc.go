@@ -3,8 +3,6 @@ package camera
 import (
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -68,7 +66,7 @@ func (c *Camera) watchWebRTC() {
 		var w, h int
 		for _, pub := range p.Publications() {
 			info := pub.Info()
-			if pub.Kind() == webrtc.RTPCodecTypeVideo {
+			if pub.Kind() == sfu.Video {
 				pub.SetGOPStart(true)
 				c.syncWall(pub)
 				video, w, h = pub.Codec().MimeType, info.Width, info.Height
@@ -96,7 +94,7 @@ func (c *Camera) webrtcViewers() int {
 	}
 	n := 0
 	for _, pub := range p.Publications() {
-		if pub.Kind() == webrtc.RTPCodecTypeVideo {
+		if pub.Kind() == sfu.Video {
 			n = max(n, len(pub.Subscribers()))
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -142,7 +140,7 @@ func (e *exporter) sync(local []string) {
 func (e *exporter) add(room string, p *sfu.Participant, t *sfu.Publication) {
 	e.mu.Lock()
 	e.nextN++
-	x := &export{l: e.l, n: e.nextN, pub: t, owner: p, video: t.Kind() == webrtc.RTPCodecTypeVideo,
+	x := &export{l: e.l, n: e.nextN, pub: t, owner: p, video: t.Kind() == sfu.Video,
 		all: e.l.node.cfg.ForwardAll, rtx: make([]byte, 1600)}
 	for i := range x.bufs {
 		x.bufs[i] = make([]byte, 1600)

@@ -4,10 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // A node link carries two data channels over one DTLS association (a Pion
@@ -70,15 +69,9 @@ type codecJSON struct {
 	PayloadType uint8  `json:"pt"`
 }
 
-func codecToJSON(c webrtc.RTPCodecParameters) *codecJSON {
-	return &codecJSON{MimeType: c.MimeType, ClockRate: c.ClockRate, Channels: c.Channels, SDPFmtpLine: c.SDPFmtpLine, PayloadType: uint8(c.PayloadType)}
-}
+func codecToJSON(c sfu.Codec) *codecJSON { j := codecJSON(c); return &j }
 
-func (c *codecJSON) params() webrtc.RTPCodecParameters {
-	return webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{
-		MimeType: c.MimeType, ClockRate: c.ClockRate, Channels: c.Channels, SDPFmtpLine: c.SDPFmtpLine},
-		PayloadType: webrtc.PayloadType(c.PayloadType)}
-}
+func (c *codecJSON) params() sfu.Codec { return sfu.Codec(*c) }
 
 // ctlMsg is every control message; T says which fields matter.
 type ctlMsg struct {

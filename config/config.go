@@ -61,11 +61,6 @@ type RTC struct {
 	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
-	// LeanEgress serves WHEP viewers and both sides of room participants
-	// (media out, media and data channels in) without a Pion PeerConnection
-	// each (egress/, docs/lean-egress.md), on the same UDP port; a client
-	// that can only use ICE-TCP or TURN still gets PeerConnections.
-	LeanEgress bool `yaml:"lean_egress" flag:"lean-egress" usage:"serve WHEP viewers and room participants with the lean egress (ICE-lite, no PeerConnection)"`
 }
 
 // TURN configures the embedded TURN server.

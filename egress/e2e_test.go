@@ -19,7 +19,7 @@ const testKey = "egresskey"
 
 var testSecret = strings.Repeat("e", 40)
 
-// TestWHEPThroughLeanEgress runs a real Petrel with --lean-egress and plays a
+// TestWHEPThroughLeanEgress runs a real Petrel and plays a
 // WHIP publisher's video and audio to the load generator's two kinds of WHEP
 // viewer: its lean peers (hand-made ICE/DTLS/SRTP) and Pion
 // PeerConnections. Every viewer must get both streams, and the egress must
@@ -30,7 +30,6 @@ func TestWHEPThroughLeanEgress(t *testing.T) {
 	cfg.HTTP = "127.0.0.1:0"
 	cfg.RTC.UDPPort = 0
 	cfg.RTC.TCPPort = 0
-	cfg.RTC.LeanEgress = true
 	cfg.TURN.Enabled = false
 	cfg.APIKey, cfg.APISecret = testKey, testSecret
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -43,8 +42,8 @@ func TestWHEPThroughLeanEgress(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	if s.LeanEgress == nil {
-		t.Fatal("lean egress not started")
+	if s.Sessions == nil {
+		t.Fatal("session server not started")
 	}
 	url := "http://" + s.HTTPAddr
 	for _, peer := range []string{"lean", "pion"} {
@@ -76,10 +75,10 @@ func TestWHEPThroughLeanEgress(t *testing.T) {
 			}
 			// The viewers hung up (WHEP DELETE): the egress forgets them.
 			deadline := time.Now().Add(10 * time.Second)
-			for s.LeanEgress.Viewers() > 0 && time.Now().Before(deadline) {
+			for s.Sessions.Viewers() > 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
-			if v := s.LeanEgress.Viewers(); v != 0 {
+			if v := s.Sessions.Viewers(); v != 0 {
 				t.Errorf("%d lean viewers left after the run", v)
 			}
 		})

@@ -3,14 +3,21 @@ package protocol
 import (
 	"fmt"
 	"strings"
-
-	"github.com/pion/webrtc/v4"
 )
+
+// Candidate is a trickled ICE candidate, as a browser's RTCIceCandidateInit
+// encodes it in JSON.
+type Candidate struct {
+	Candidate        string  `json:"candidate"`
+	SDPMid           *string `json:"sdpMid,omitempty"`
+	SDPMLineIndex    *uint16 `json:"sdpMLineIndex,omitempty"`
+	UsernameFragment *string `json:"usernameFragment,omitempty"`
+}
 
 // CheckCandidate validates a trickled ICE candidate from the network (a relay
 // message of a direct camera session): an ICE
 // candidate attribute value of sane length, one line, for a known m-line.
-func CheckCandidate(c *webrtc.ICECandidateInit) error {
+func CheckCandidate(c *Candidate) error {
 	switch {
 	case c == nil:
 		return fmt.Errorf("no candidate")

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/pion/webrtc/v4"
 )
 
 // Version is the protocol version this server speaks.
@@ -147,8 +145,8 @@ type Request struct {
 	SDP string `json:"sdp,omitempty"`
 
 	// trickle
-	Target    string                   `json:"target,omitempty"`
-	Candidate *webrtc.ICECandidateInit `json:"candidate,omitempty"`
+	Target    string     `json:"target,omitempty"`
+	Candidate *Candidate `json:"candidate,omitempty"`
 
 	// publishTrack
 	Cid    string      `json:"cid,omitempty"`

@@ -105,7 +105,7 @@ func TestRecordG711AndAAC(t *testing.T) {
 			case "pcmu":
 				ulaw := toneFile(t, 8000, "5", "-c:a", "pcm_mulaw", "-f", "mulaw")
 				alt, err := e.cam.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 43},
-					Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1}, PayloadType: 0}})
+					Codec: sfu.Codec{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1, PayloadType: 0}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -48,7 +48,7 @@ func TestRecordOpusWithVideo(t *testing.T) {
 	dir := t.TempDir()
 	e := newCamEnv(t, dir, time.Hour)
 	alt, err := e.cam.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 43},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}})
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, PayloadType: 111}})
 	if err != nil {
 		t.Fatal(err)
 	}

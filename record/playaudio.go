@@ -32,10 +32,7 @@ import (
 // after the access units went in, and its first packets after a start wait
 // for ffmpeg. Without a transcoder (no ffmpeg) AAC recordings play video only.
 
-var opusCodec = webrtc.RTPCodecParameters{
-	RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: audioClock, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"},
-	PayloadType:        111,
-}
+var opusCodec = sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: audioClock, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1", PayloadType: 111}
 
 // audioLead is how far past the frame shown the audio is sent (48 kHz ticks).
 const audioLead = 2 * 960
@@ -86,7 +83,7 @@ func (s *Session) publishAudio() error {
 	case "opus":
 	case "pcmu", "pcma":
 		a.div = audioClock / 8000
-		codec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1}, PayloadType: 0}
+		codec = sfu.Codec{MimeType: webrtc.MimeTypePCMU, ClockRate: 8000, Channels: 1, PayloadType: 0}
 		if a.codec == "pcma" {
 			codec.MimeType, codec.PayloadType = webrtc.MimeTypePCMA, 8
 		}

@@ -189,11 +189,7 @@ type Session struct {
 // PlaybackIdentity is the identity of a viewer's playback participant.
 func PlaybackIdentity(viewer string) string { return auth.PlaybackPrefix + viewer }
 
-var h264Codec = webrtc.RTPCodecParameters{
-	RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: clock,
-		SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"},
-	PayloadType: 102,
-}
+var h264Codec = sfu.Codec{MimeType: webrtc.MimeTypeH264, ClockRate: clock, SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f", PayloadType: 102}
 
 func (r *Recorder) newSession(c *camStore, viewer string) (*Session, error) {
 	room := RoomPrefix + c.id

@@ -175,7 +175,7 @@ func (r *Recorder) scan() {
 		var audio *sfu.Publication
 		var aconf AudioConf
 		for _, pub := range p.Publications() {
-			if pub.Kind() != webrtc.RTPCodecTypeAudio {
+			if pub.Kind() != sfu.Audio {
 				continue
 			}
 			if c, ok := confOf(pub); ok {
@@ -183,7 +183,7 @@ func (r *Recorder) scan() {
 			}
 		}
 		for _, pub := range p.Publications() {
-			if pub.Kind() != webrtc.RTPCodecTypeVideo || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
+			if pub.Kind() != sfu.Video || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
 				continue
 			}
 			seen[pub] = true

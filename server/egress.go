@@ -7,14 +7,13 @@ import (
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/rtc"
-	"github.com/petrel-sfu/petrel/sfu"
 )
 
-// startLeanEgress puts the lean egress in front of Pion's ICE mux on the
-// shared UDP port and gives it WHEP viewers. Its host candidates are the
-// engine's: 127.0.0.1 with --loopback, the node IP if one is set, else the
-// machine's non-loopback addresses (as Pion gathers them).
-func startLeanEgress(cfg config.Config, e *rtc.Engine, m *sfu.Manager, log *slog.Logger) (*egress.Server, error) {
+// startSessions puts the session server in front of Pion's ICE mux on the
+// shared UDP port (Pion keeps the node links: cluster/). Its host candidates
+// are the engine's: 127.0.0.1 with --loopback, the node IP if one is set,
+// else the machine's non-loopback addresses.
+func startSessions(cfg config.Config, e *rtc.Engine, log *slog.Logger) (*egress.Server, error) {
 	var ips []net.IP
 	switch {
 	case cfg.Loopback:
@@ -34,7 +33,6 @@ func startLeanEgress(cfg config.Config, e *rtc.Engine, m *sfu.Manager, log *slog
 	}
 	srv.MaxDataChannels = cfg.Limits.MaxDataChannels
 	e.SetFilter(srv)
-	m.SetLeanEgress(srv)
-	log.Info("lean egress: WHEP viewers and room subscribers are served without PeerConnections", "candidates", ips)
+	log.Info("webrtc sessions", "candidates", ips)
 	return srv, nil
 }

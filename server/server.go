@@ -48,8 +48,9 @@ type Server struct {
 	Recorder *record.Recorder
 	// Cluster is this server's cluster membership; nil without cluster.redis.
 	Cluster *cluster.Node
-	// LeanEgress serves WHEP viewers without PeerConnections; nil unless rtc.lean_egress.
-	LeanEgress *egress.Server
+	// Sessions serves every client's WebRTC sessions on the ICE ports
+	// (egress/, docs/lean-egress.md).
+	Sessions *egress.Server
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -77,13 +78,11 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	if s.Engine, err = rtc.NewEngine(cfg, log); err != nil {
 		return nil, err
 	}
-	s.Manager = sfu.NewManager(cfg, s.Engine, log)
-	if cfg.RTC.LeanEgress {
-		if s.LeanEgress, err = startLeanEgress(cfg, s.Engine, s.Manager, log); err != nil {
-			s.Engine.Close()
-			return nil, err
-		}
+	if s.Sessions, err = startSessions(cfg, s.Engine, log); err != nil {
+		s.Engine.Close()
+		return nil, err
 	}
+	s.Manager = sfu.NewManager(cfg, egress.NewTransport(s.Sessions, sfu.MaxDataMessage(cfg)), log)
 	turnSecret := cfg.TURN.Secret
 	if turnSecret == "" {
 		// Derived, so that the API secret itself never reaches a TURN server.
@@ -220,8 +219,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeMedia() {
-	if s.LeanEgress != nil {
-		s.LeanEgress.Close()
+	if s.Sessions != nil {
+		s.Sessions.Close()
 	}
 	if s.turn != nil {
 		s.turn.Close()

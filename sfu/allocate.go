@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 )
 
 // Sharing one subscriber's bandwidth estimate among its video subscriptions.
@@ -66,7 +65,7 @@ func (p *Participant) allocate() {
 	est := budget
 	var video []*DownTrack
 	for _, d := range subs {
-		if d.pub.kind == webrtc.RTPCodecTypeAudio {
+		if d.pub.kind == Audio {
 			if !d.Paused() {
 				budget -= d.pub.audioRate()
 			}

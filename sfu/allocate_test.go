@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/bwe"
 )
 
@@ -21,7 +19,7 @@ func TestAllocationByPriority(t *testing.T) {
 	for _, owner := range []string{"PA_a", "PA_b"} {
 		op := &Participant{sid: owner, room: room, joinedAt: time.Now()}
 		room.participants[owner] = op
-		pub := &Publication{sid: "TR_" + owner, owner: op, kind: webrtc.RTPCodecTypeVideo, cacheSize: 64}
+		pub := &Publication{sid: "TR_" + owner, owner: op, kind: Video, cacheSize: 64}
 		empty := []*DownTrack{}
 		pub.downs.Store(&empty)
 		for i, rate := range []int64{100_000, 300_000, 900_000} {
@@ -203,7 +201,7 @@ func TestAudioTakesItsMeasuredRate(t *testing.T) {
 	room.participants[sub.sid] = sub
 	op := &Participant{sid: "PA_a", room: room, joinedAt: time.Now()}
 	room.participants[op.sid] = op
-	pubOf := func(sid string, kind webrtc.RTPCodecType, rates ...int64) (*Publication, *DownTrack) {
+	pubOf := func(sid string, kind Kind, rates ...int64) (*Publication, *DownTrack) {
 		pub := &Publication{sid: sid, owner: op, kind: kind, cacheSize: 64}
 		empty := []*DownTrack{}
 		pub.downs.Store(&empty)
@@ -219,8 +217,8 @@ func TestAudioTakesItsMeasuredRate(t *testing.T) {
 		sub.subs[sid] = d
 		return pub, d
 	}
-	audio, _ := pubOf("TR_audio", webrtc.RTPCodecTypeAudio, 40_000)
-	_, video := pubOf("TR_video", webrtc.RTPCodecTypeVideo, 100_000, 300_000)
+	audio, _ := pubOf("TR_audio", Audio, 40_000)
+	_, video := pubOf("TR_video", Video, 100_000, 300_000)
 	sub.allocate()
 	if got := video.allocLayer.Load(); got != 1 {
 		t.Fatalf("with the audio measured at 40 kbit/s the video got layer %d, want 1", got)
@@ -269,7 +267,7 @@ func BenchmarkSelectionRound(b *testing.B) {
 		p.lastN = -1
 		room.participants[p.sid] = p
 		if i < 10 {
-			pub := &Publication{sid: "TR_" + p.sid, owner: p, kind: webrtc.RTPCodecTypeVideo, cacheSize: 64}
+			pub := &Publication{sid: "TR_" + p.sid, owner: p, kind: Video, cacheSize: 64}
 			empty := []*DownTrack{}
 			pub.downs.Store(&empty)
 			for j, rate := range []int64{100_000, 300_000, 900_000} {

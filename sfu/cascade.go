@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/pion/webrtc/v4"
 )
 
 // What node-to-node cascading (package cluster) needs from a room beyond local
@@ -18,7 +16,7 @@ import (
 // best added before media flows, so that receivers know them from the start.
 func (lt *LocalTrack) AddLayer(rid string, ssrc uint32) (*LocalTrack, error) {
 	t := lt.pub
-	if t.kind != webrtc.RTPCodecTypeVideo {
+	if t.kind != Video {
 		return nil, errors.New("only video has simulcast layers")
 	}
 	if rid == "" {
@@ -59,7 +57,7 @@ func (t *Publication) Demand() (layers [maxLayers]bool, active bool) {
 			continue
 		}
 		active = true
-		if t.kind != webrtc.RTPCodecTypeVideo {
+		if t.kind != Video {
 			layers[0] = true // audio has its one layer
 			continue
 		}

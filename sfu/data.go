@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
+	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/metrics"
-	"github.com/petrel-sfu/petrel/rtc/datachan"
 )
 
 // Room data messages travel on two data channels of the publisher connection:
@@ -28,6 +26,12 @@ const (
 	// holding up the room.
 	maxBufferedData = 4 << 20
 )
+
+// MaxDataMessage is the largest data channel message a client may send
+// under cfg: the payload limit, the header and the framing.
+func MaxDataMessage(cfg config.Config) uint32 {
+	return uint32(cfg.Limits.MaxDataBytes + maxDataHeader + 16)
+}
 
 // DataHeader is the JSON header of a room data message.
 type DataHeader struct {
@@ -106,38 +110,22 @@ func (l *dataLimiter) warnOnce() bool {
 	return true
 }
 
-// dataChan is one of a participant's room data channels: a
-// PeerConnection's, or a lean data session's (egress/data.go).
-type dataChan interface {
-	send(b []byte) error
-	buffered() uint64
-	open() bool
-}
-
-type pionChan struct{ *webrtc.DataChannel }
-
-func (c pionChan) send(b []byte) error { return c.Send(b) }
-func (c pionChan) buffered() uint64    { return c.BufferedAmount() }
-func (c pionChan) open() bool          { return c.ReadyState() == webrtc.DataChannelStateOpen }
-
-// leanChan is a data session's channel: open from when the server
-// acknowledged it until its reader ends.
-type leanChan struct {
-	dc     *datachan.Channel
+// openChan is one of a participant's room data channels, admitted: open
+// until its reader ends.
+type openChan struct {
+	dc     DataChannel
 	closed atomic.Bool
 }
 
-func (c *leanChan) send(b []byte) error {
-	return c.dc.Send(b, false)
-}
-func (c *leanChan) buffered() uint64 { return c.dc.BufferedAmount() }
-func (c *leanChan) open() bool       { return !c.closed.Load() }
+func (c *openChan) send(b []byte) error { return c.dc.Send(b) }
+func (c *openChan) buffered() uint64    { return c.dc.BufferedAmount() }
+func (c *openChan) open() bool          { return !c.closed.Load() }
 
 // admitData takes a data channel the client opened, whatever its transport:
 // the room's labels only, each on one open channel (a second one would get
 // its own reader and take the first one's place), and at most
 // Limits.MaxDataChannels at once. It says why not, or "".
-func (p *Participant) admitData(label string, c dataChan) string {
+func (p *Participant) admitData(label string, c *openChan) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -154,7 +142,7 @@ func (p *Participant) admitData(label string, c dataChan) string {
 }
 
 // releaseData forgets an admitted channel once its reader ended.
-func (p *Participant) releaseData(label string, c dataChan) {
+func (p *Participant) releaseData(label string, c *openChan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dcs[label] == c {
@@ -171,10 +159,10 @@ func (p *Participant) refusedData(label, why string) {
 	}
 }
 
-// onLeanDataChannel takes a channel a data session accepted.
-func (p *Participant) onLeanDataChannel(dc *datachan.Channel) {
+// onDataChannel takes a channel the client opened on its publisher side.
+func (p *Participant) onDataChannel(dc DataChannel) {
 	label := dc.Label()
-	c := &leanChan{dc: dc}
+	c := &openChan{dc: dc}
 	if why := p.admitData(label, c); why != "" {
 		p.refusedData(label, why)
 		_ = dc.Close()
@@ -185,32 +173,6 @@ func (p *Participant) onLeanDataChannel(dc *datachan.Channel) {
 		c.closed.Store(true)
 		p.releaseData(label, c)
 	}()
-}
-
-func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
-	label := dc.Label()
-	c := pionChan{dc}
-	if why := p.admitData(label, c); why != "" {
-		p.refusedData(label, why)
-		_ = dc.Close() // before it opened: Pion resets its stream once it does
-		return
-	}
-	dc.SetBufferedAmountLowThreshold(maxBufferedData / 2)
-	// The server's data channels are detached (rtc.Engine): Pion's own reader
-	// would hold a 64 KiB buffer per channel for the life of the connection,
-	// the largest part of an idle participant's memory.
-	dc.OnOpen(func() {
-		rw, err := dc.Detach()
-		if err != nil {
-			p.log.Warn("data channel detach", "label", label, "err", err)
-			p.releaseData(label, c)
-			return
-		}
-		go func() {
-			p.readData(label, rw)
-			p.releaseData(label, c)
-		}()
-	})
 }
 
 // readData reads one data channel's messages. A blocked read holds no buffer:

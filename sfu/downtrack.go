@@ -1,23 +1,18 @@
 package sfu
 
 import (
-	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/metrics"
-	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // DownTrack is one publication as one subscriber receives it: the end of the
-// packet path. It is a webrtc.TrackLocal bound to the subscriber's connection, and
-// it rewrites each packet's SSRC, payload type, sequence number, timestamp and
+// packet path. It writes to the subscriber's session (writer.go), and it rewrites each packet's SSRC, payload type, sequence number, timestamp and
 // (VP8) picture ID into the subscriber's stream, so that the subscriber sees one
 // continuous stream across pauses and simulcast layer switches.
 //
@@ -25,11 +20,8 @@ import (
 // own and is uncontended without simulcast. RTCP from the subscriber is handled by
 // the DownTrack's own goroutine.
 type DownTrack struct {
-	pub      *Publication
-	sub      *Participant
-	id       string
-	streamID string
-	sender   *webrtc.RTPSender
+	pub *Publication
+	sub *Participant
 
 	bound atomic.Bool
 	// paused: the subscriber hides the video (userPaused) or Last-N leaves this
@@ -55,7 +47,7 @@ type DownTrack struct {
 	twccBuf [2]byte
 
 	mu      sync.Mutex
-	writer  rtpWriter // Pion's track writer, or a lean egress viewer (writer.go)
+	writer  rtpWriter // the subscriber's session, or a local sink (writer.go)
 	ssrc    uint32
 	pt      uint8
 	clock   uint32
@@ -120,31 +112,24 @@ type segment struct {
 
 func newDownTrack(pub *Publication, sub *Participant) *DownTrack {
 	d := &DownTrack{
-		pub:      pub,
-		sub:      sub,
-		id:       pub.sid,
-		streamID: pub.owner.sid,
-		closed:   make(chan struct{}),
-		current:  -1,
+		pub:     pub,
+		sub:     sub,
+		closed:  make(chan struct{}),
+		current: -1,
 	}
 	d.maxLayer.Store(maxLayers - 1)
 	d.allocLayer.Store(maxLayers - 1)
 	d.allocT.Store(allTemporal)
 	d.target.Store(-1)
 	d.needSync.Store(true)
-	if pub.kind == webrtc.RTPCodecTypeVideo && (pub.ck == codecVP9 || pub.ck == codecAV1) {
+	if pub.kind == Video && (pub.ck == codecVP9 || pub.ck == codecAV1) {
 		d.svc = newSVCDown()
 	}
 	d.chooseLayer()
 	return d
 }
 
-// ID, RID, StreamID and Kind implement webrtc.TrackLocal: the subscriber's msid
-// is (publisher participant sid, track sid).
-func (d *DownTrack) ID() string                { return d.id }
-func (d *DownTrack) RID() string               { return "" }
-func (d *DownTrack) StreamID() string          { return d.streamID }
-func (d *DownTrack) Kind() webrtc.RTPCodecType { return d.pub.kind }
+// Publication is the track d receives.
 func (d *DownTrack) Publication() *Publication { return d.pub }
 func (d *DownTrack) RTT() time.Duration        { return time.Duration(d.rtt.Load()) }
 
@@ -153,75 +138,6 @@ func (d *DownTrack) CurrentLayer() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return int(d.current)
-}
-
-var errNoCodec = errors.New("subscriber does not support the publisher's codec")
-
-// Bind is called by Pion when the subscriber's answer has been applied.
-func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
-	want := d.pub.codec
-	var chosen *webrtc.RTPCodecParameters
-	for _, c := range ctx.CodecParameters() {
-		if !strings.EqualFold(c.MimeType, want.MimeType) {
-			continue
-		}
-		c := c
-		if chosen == nil || fmtpEqual(c.SDPFmtpLine, want.SDPFmtpLine) {
-			chosen = &c
-		}
-	}
-	if chosen == nil {
-		return webrtc.RTPCodecParameters{}, errNoCodec
-	}
-	d.mu.Lock()
-	for _, x := range ctx.HeaderExtensions() {
-		if x.URI == rtc.ExtTransportCC && d.sub != nil && d.sub.bwe != nil {
-			d.twccID = uint8(x.ID)
-		}
-		if x.URI == rtc.ExtDependencyDes {
-			d.ddID = uint8(x.ID)
-		}
-	}
-	d.writer = ctx.WriteStream()
-	d.ssrc = uint32(ctx.SSRC())
-	d.pt = uint8(chosen.PayloadType)
-	d.clock = chosen.ClockRate
-	d.mu.Unlock()
-	d.bound.Store(true)
-	if l := d.pub.layer(int8(d.target.Load())); l != nil {
-		l.requestKeyframe()
-	}
-	return *chosen, nil
-}
-
-// addTo sends d on a PeerConnection (Pion calls Bind once the answer is
-// applied) and reads the RTCP its sender gets.
-func (d *DownTrack) addTo(pc *webrtc.PeerConnection) error {
-	sender, err := pc.AddTrack(d)
-	if err != nil {
-		return err
-	}
-	d.sender = sender
-	go d.readRTCP()
-	return nil
-}
-
-// Unbind is called when the transceiver stops.
-func (d *DownTrack) Unbind(webrtc.TrackLocalContext) error {
-	d.bound.Store(false)
-	return nil
-}
-
-func fmtpEqual(a, b string) bool {
-	pl := func(s string) string {
-		for _, kv := range strings.Split(s, ";") {
-			if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && k == "profile-level-id" {
-				return strings.ToLower(v[:min(4, len(v))]) // profile, ignoring level
-			}
-		}
-		return ""
-	}
-	return pl(a) == pl(b)
 }
 
 // resync makes the next forwarded packet a keyframe that continues the outgoing
@@ -276,7 +192,7 @@ func (d *DownTrack) updatePaused(askKeyframe bool) (resumed bool) {
 // transportReady is called when the subscriber's connection comes up: what it
 // waits for is a keyframe it can actually receive.
 func (d *DownTrack) transportReady() {
-	if d.pub.kind != webrtc.RTPCodecTypeVideo {
+	if d.pub.kind != Video {
 		return
 	}
 	d.mu.Lock()
@@ -294,7 +210,7 @@ func (d *DownTrack) transportReady() {
 // start, resume or switch layers): a request or the keyframe itself may have
 // been lost, and some encoders send keyframes only when asked.
 func (d *DownTrack) retryKeyframe() {
-	if d.pub.kind != webrtc.RTPCodecTypeVideo || !d.bound.Load() || d.Paused() {
+	if d.pub.kind != Video || !d.bound.Load() || d.Paused() {
 		return
 	}
 	target := int8(d.target.Load())
@@ -365,7 +281,7 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	switch {
 	case p.Layer != d.current || d.needSync.Load():
 		// A switch (or a start) happens only at a keyframe of the target layer.
-		if p.Layer != target || (d.pub.kind == webrtc.RTPCodecTypeVideo && !p.Keyframe) {
+		if p.Layer != target || (d.pub.kind == Video && !p.Keyframe) {
 			return false
 		}
 		if d.current != -1 && d.current != p.Layer {
@@ -442,13 +358,13 @@ func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	var n int
 	var err error
 	if bw, ok := d.writer.(batchWriter); ok && fb != nil {
-		n, err = bw.QueueRTP(fb.get(), h, payload)
+		n, err = bw.QueueRTP(fb.get(bw), h, payload)
 	} else {
 		n, err = d.writer.WriteRTP(h, payload)
 	}
 	if err != nil || n == 0 {
 		// n == 0 without an error: the subscriber's DTLS-SRTP is not up yet and
-		// Pion dropped the packet. A stream must not start with a keyframe the
+		// the session dropped the packet. A stream must not start with a keyframe the
 		// subscriber never got: wait for the next one.
 		if !d.started {
 			d.needSync.Store(true)
@@ -557,27 +473,6 @@ func (d *DownTrack) source(outSeq uint16) (segment, bool) {
 		}
 	}
 	return segment{}, false
-}
-
-// readRTCP handles the subscriber's feedback: keyframe requests are aggregated at
-// the publication, NACKs are answered from the layer's packet cache.
-func (d *DownTrack) readRTCP() {
-	buf := make([]byte, maxPacket)
-	rtx := make([]byte, maxPacket)
-	var hdr rtp.Header
-	for {
-		n, _, err := d.sender.Read(buf)
-		if err != nil {
-			return
-		}
-		pkts, err := rtcp.Unmarshal(buf[:n])
-		if err != nil {
-			continue
-		}
-		for _, pkt := range pkts {
-			d.onRTCP(pkt, rtx, &hdr)
-		}
-	}
 }
 
 // onRTCP handles one feedback packet; rtx and hdr are the caller's scratch

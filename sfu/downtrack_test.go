@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/protocol"
 )
@@ -33,7 +32,7 @@ func (w *recWriter) Write(b []byte) (int, error) { return len(b), nil }
 // testPub is a video publication with the given simulcast layers and n bound
 // subscribers whose writers record what they are given.
 func testPub(n int, keep bool, layers ...int8) (*Publication, []*recWriter) {
-	pub := &Publication{sid: "TR_x", kind: webrtc.RTPCodecTypeVideo, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_x"}}
+	pub := &Publication{sid: "TR_x", kind: Video, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_x"}}
 	empty := []*DownTrack{}
 	pub.downs.Store(&empty)
 	if len(layers) == 0 {
@@ -278,8 +277,8 @@ func TestKeyframeRequestsAggregateWithoutLosingLateRequesters(t *testing.T) {
 	pub, _ := testPub(0, false, 0)
 	l := pub.layer(0)
 	sent := func() int64 { return l.lastPLI.Load() }
-	// The owner has no connection, so a request is only recorded in lastPLI.
-	l.src = &webrtcSource{remote: &webrtc.TrackRemote{}, owner: pub.owner}
+	// The source ignores requests, so a request is only recorded in lastPLI.
+	l.src = newBlockSource()
 	t0 := now()
 	l.lastPLI.Store(t0 - int64(100*time.Millisecond))
 	// The requested keyframe has not arrived: a second requester rides on it.

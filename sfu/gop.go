@@ -3,8 +3,6 @@ package sfu
 import (
 	"sync/atomic"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/metrics"
 )
 
@@ -52,7 +50,7 @@ func (l *layer) noteGOP(p *Packet) {
 // last keyframe, when p (not itself a keyframe) would otherwise make it wait.
 // It writes the cached packets before p through writeRTP; p follows normally.
 func (d *DownTrack) replayGOP(p *Packet) {
-	if p.Keyframe || !d.pub.gopStart.Load() || d.pub.kind != webrtc.RTPCodecTypeVideo ||
+	if p.Keyframe || !d.pub.gopStart.Load() || d.pub.kind != Video ||
 		!d.needSync.Load() || !d.bound.Load() || d.paused.Load() || p.Layer != int8(d.target.Load()) {
 		return
 	}
@@ -109,7 +107,7 @@ func (d *DownTrack) replayGOP(p *Packet) {
 // number, so a slot overwritten meanwhile ends the replay early.
 func (t *Publication) CachedGOP(fn func(p *Packet)) (next uint16, ok bool) {
 	l := t.layer(0)
-	if l == nil || t.kind != webrtc.RTPCodecTypeVideo {
+	if l == nil || t.kind != Video {
 		return 0, false
 	}
 	g := l.gop.start.Load()

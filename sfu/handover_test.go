@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -62,7 +60,7 @@ func TestHandoverKeepsTheOldSession(t *testing.T) {
 			defer p.Close("done")
 			if _, err := p.PublishLocal(LocalTrackOptions{
 				Info:  protocol.TrackInfo{Kind: "video", Source: "camera", SSRC: 0x1234},
-				Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+				Codec: Codec{MimeType: "video/VP8", ClockRate: 90000, PayloadType: 96},
 			}); err != nil {
 				t.Fatal(err)
 			}

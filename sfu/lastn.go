@@ -4,8 +4,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
@@ -132,7 +130,7 @@ func (r *Room) applyLastN(speakerChanged bool) {
 		pinned := p.pinned
 		subs = subs[:0]
 		for _, d := range p.subs {
-			if d.pub.kind == webrtc.RTPCodecTypeVideo {
+			if d.pub.kind == Video {
 				subs = append(subs, d)
 			}
 		}
@@ -191,7 +189,7 @@ const (
 // are served by it; it is asked for again only if it has not arrived within
 // the publisher's round-trip time plus a margin.
 func (t *Publication) switchKeyframe() {
-	if t.kind != webrtc.RTPCodecTypeVideo {
+	if t.kind != Video {
 		return
 	}
 	wait := keyframeMargin + defaultPublisRTT
@@ -227,18 +225,16 @@ func (t *Publication) askKeyframe(wait time.Duration, repeats int) {
 	})
 }
 
-// publisherRTT is the round-trip time of the participant's publisher
-// connection, from ICE's binding checks (0 if unknown).
+// publisherRTT is the round-trip time to the participant's publisher side
+// (0 if unknown).
 func (p *Participant) publisherRTT() time.Duration {
-	pc := p.pub
-	if pc == nil {
+	p.mu.Lock()
+	pub := p.pub
+	p.mu.Unlock()
+	if pub == nil {
 		return 0
 	}
-	st, ok := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePairStats()
-	if !ok || st.CurrentRoundTripTime <= 0 {
-		return 0
-	}
-	return time.Duration(st.CurrentRoundTripTime * float64(time.Second))
+	return pub.RTT()
 }
 
 // effectiveLastN is the participant's own limit or the room's.
@@ -296,7 +292,7 @@ func (r *Room) updateDemand() {
 // switch up to a layer turned off as much as the interval. Serialized per
 // track, so that an older computation never overwrites a newer one.
 func (t *Publication) updateDemand() {
-	if t.kind != webrtc.RTPCodecTypeVideo {
+	if t.kind != Video {
 		return
 	}
 	t.demandMu.Lock()

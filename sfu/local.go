@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/metrics"
@@ -81,7 +80,7 @@ func (m *Manager) JoinLocal(opt LocalOptions) (*Participant, error) {
 // LocalTrackOptions describe a track published from inside the server.
 type LocalTrackOptions struct {
 	Info  protocol.TrackInfo // Kind, Source, Name, Width/Height; Sid is assigned
-	Codec webrtc.RTPCodecParameters
+	Codec Codec
 	// AudioLevelExt is the RTP header extension id carrying the RFC 6464 audio
 	// level, 0 if none: it feeds dominant-speaker detection.
 	AudioLevelExt uint8
@@ -117,7 +116,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 	if !p.grants.Publish {
 		return nil, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
 	}
-	kind := webrtc.NewRTPCodecType(opt.Info.Kind)
+	kind := KindOf(opt.Info.Kind)
 	if kind == 0 {
 		return nil, fmt.Errorf("local track: kind %q", opt.Info.Kind)
 	}
@@ -148,7 +147,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 	}
 	t := newPublication(p, ti, kind, opt.Codec, lt, p.room.mgr.cfg.RTC.PacketCache)
 	lt.pub = t
-	if kind == webrtc.RTPCodecTypeAudio && opt.AudioLevelExt != 0 {
+	if kind == Audio && opt.AudioLevelExt != 0 {
 		l := t.layer(0)
 		l.levelExt = opt.AudioLevelExt
 		l.speaker = p.room.speakers.Track(p.sid)
@@ -319,8 +318,8 @@ func (t *Publication) sendSinks(pkt *Packet) {
 }
 
 // Codec is the track's negotiated codec; Owner the participant publishing it.
-func (t *Publication) Codec() webrtc.RTPCodecParameters { return t.codec }
-func (t *Publication) Owner() *Participant              { return t.owner }
+func (t *Publication) Codec() Codec        { return t.codec }
+func (t *Publication) Owner() *Participant { return t.owner }
 
 // RequestLayerKeyframe asks for a keyframe on one simulcast layer (a sink
 // switching layers).

@@ -5,26 +5,23 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/config"
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
-	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // Manager owns the rooms of this server.
 type Manager struct {
-	cfg    config.Config
-	engine *rtc.Engine
-	log    *slog.Logger
+	cfg       config.Config
+	transport Transport
+	log       *slog.Logger
 
 	mu    sync.Mutex
 	rooms map[string]*Room
@@ -37,15 +34,11 @@ type Manager struct {
 	relayTap relayTapPtr // relaytap.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
-
-	leanEgress atomic.Pointer[egress.Server] // lean.go; nil: WHEP viewers get a PeerConnection
-	ingestOnce sync.Once                     // pubside.go: ingestCfg, made once
-	ingestCfg  egress.Ingest
 }
 
-// NewManager returns a manager that builds connections with engine.
-func NewManager(cfg config.Config, engine *rtc.Engine, log *slog.Logger) *Manager {
-	return &Manager{cfg: cfg, engine: engine, log: log, rooms: map[string]*Room{}}
+// NewManager returns a manager whose participants' sessions t makes.
+func NewManager(cfg config.Config, t Transport, log *slog.Logger) *Manager {
+	return &Manager{cfg: cfg, transport: t, log: log, rooms: map[string]*Room{}}
 }
 
 // Room returns the named room or nil.
@@ -162,50 +155,19 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 	}
 	p.autoSubscribe = opt.AutoSubscribe
 	p.out = out
-	srv := m.leanEgress.Load()
-	var pub *webrtc.PeerConnection
-	if srv != nil {
-		p.pubChoice = true // pubside.go: a lean session or a PeerConnection, at the first offer
-	} else {
-		if pub, err = m.engine.NewPublisherPC(c.Grants.Publish); err != nil {
-			return nil, fmt.Errorf("publisher connection: %w", err)
-		}
-		p.setupPublisher(pub)
-	}
+	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	tm := p.startTiming("room", start) // timing.go: the viewer's side of time-to-stream
-	var sub *webrtc.PeerConnection
-	if srv != nil {
-		// subside.go: the lean egress or a PeerConnection, once the client's
-		// candidates show whether it can use UDP.
-		p.subChoice = &subChoice{srv: srv, newPC: m.engine.NewSubscriberPC}
-		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
-	} else {
-		if sub, err = m.engine.NewSubscriberPC(); err != nil {
-			if pub != nil {
-				_ = pub.Close()
-			}
-			return nil, fmt.Errorf("subscriber connection: %w", err)
-		}
-		p.setupSubscriber(sub)
-		tm.watchTransport(sub)
+	// The publisher side comes with the client's first offer (HandleOffer).
+	if err := p.newSubscriberSide(tm); err != nil {
+		return nil, fmt.Errorf("subscriber connection: %w", err)
 	}
 	tm.Mark(StepPCCreated)
 	if err := m.takeIdentity(p, false); err != nil {
-		if pub != nil {
-			_ = pub.Close()
-		}
-		if sub != nil {
-			_ = sub.Close()
-		}
+		p.sub.s.Close("not admitted")
 		return nil, err
 	}
 	if err := m.admit(p); err != nil {
-		if pub != nil {
-			_ = pub.Close()
-		}
-		if sub != nil {
-			_ = sub.Close()
-		}
+		p.sub.s.Close("not admitted")
 		return nil, err
 	}
 	p.log.Info("participant joined")
@@ -268,9 +230,8 @@ func (m *Manager) newParticipant(c *auth.Claims, hidden bool) (*Participant, err
 		joinedAt: time.Now(), resumeToken: newSid(""), hidden: hidden,
 		name: c.Name, metadata: c.Metadata,
 		published: map[string]*Publication{}, announced: map[string]protocol.TrackInfo{},
-		subs: map[string]*DownTrack{}, dcs: map[string]dataChan{},
-		pending: map[*webrtc.PeerConnection][]webrtc.ICECandidateInit{},
-		lastN:   -1,
+		subs: map[string]*DownTrack{}, dcs: map[string]*openChan{},
+		lastN: -1,
 	}
 	p.log = m.log.With("room", room.name, "participant", sid, "identity", c.Identity())
 	return p, nil
@@ -295,11 +256,11 @@ func (m *Manager) Resume(c *auth.Claims, participantSid, resumeToken string) (*P
 const sectionAllowance = 4
 
 // checkSections refuses an offer with more media sections than a participant
-// can use, before Pion or the lean egress parse it: each would cost a
-// transceiver (and its buffers) however few tracks are then allowed.
+// can use, before the transport parses it: each would cost its state however
+// few tracks are then allowed.
 func (m *Manager) checkSections(offer string) error {
 	max := m.cfg.Limits.MaxTracksPerParticipant + sectionAllowance
-	if n := egress.MediaSections(offer); n > max {
+	if n := mediaSections(offer); n > max {
 		return protocol.Errorf(protocol.CodeTooManyTracks, "the offer has %d media sections, at most %d are taken (%d tracks and %d others)",
 			n, max, m.cfg.Limits.MaxTracksPerParticipant, sectionAllowance)
 	}
@@ -315,34 +276,22 @@ func (m *Manager) PublishWHIP(c *auth.Claims, offer string) (*Participant, strin
 	if err := m.checkSections(offer); err != nil {
 		return nil, "", err
 	}
-	if srv := m.leanEgress.Load(); srv != nil && egress.Serves(offer) {
-		return m.publishLean(srv, c, offer)
-	}
 	p, err := m.newParticipant(c, false)
 	if err != nil {
 		return nil, "", err
 	}
-	pc, err := m.engine.NewPublisherPC(true)
+	pub, answer, err := m.transport.Publisher(offer, true, publisherSide{p})
 	if err != nil {
-		return nil, "", err
+		p.log.Info("whip offer refused", "err", err)
+		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
 	}
-	p.setupPublisher(pc)
-	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
-			p.Close("disconnected")
-		}
-	})
+	p.pub = pub // Close closes it
 	if err := m.takeIdentity(p, false); err != nil {
-		_ = pc.Close()
+		pub.Close("not admitted")
 		return nil, "", err
 	}
 	if err := m.admit(p); err != nil {
-		_ = pc.Close()
-		return nil, "", err
-	}
-	answer, err := p.HandleOffer(offer)
-	if err != nil {
-		p.Close("negotiation_failed")
+		pub.Close("not admitted")
 		return nil, "", err
 	}
 	p.log.Info("whip session started")
@@ -368,85 +317,46 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}
 	start := time.Now()
-	if srv := m.leanEgress.Load(); srv != nil && egress.Serves(offer) {
-		return m.playLean(srv, c, offer, tracks, start)
-	}
 	p, err := m.newParticipant(c, true)
-	if err != nil {
-		return nil, "", err
-	}
-	pc, err := m.engine.NewSubscriberPC()
 	if err != nil {
 		return nil, "", err
 	}
 	tm := p.startTiming("whep", start) // timing.go
 	tm.Mark(StepPCCreated)
-	tm.watchTransport(pc)
-	// The viewer's connection is client-offered, so it is this participant's
-	// subscriber connection without server renegotiation.
-	p.sub = pc
 	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
-	p.setupWHEP(pc)
-	if err := m.takeIdentity(p, false); err != nil {
-		_ = pc.Close()
-		return nil, "", err
-	}
-	if err := m.admit(p); err != nil {
-		_ = pc.Close()
-		return nil, "", err
-	}
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
-		p.Close("negotiation_failed")
+	answer, err := p.playViewer(offer, tracks, tm)
+	if err != nil {
+		p.log.Info("whep offer refused", "err", err)
 		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
 	}
 	tm.Mark(StepOfferApplied)
 	if offerHasCandidates(offer) {
 		tm.Mark(StepFirstRemoteCandidate)
 	}
-	for _, t := range tracks {
-		if err := p.subscribeNoNegotiate(t); err != nil {
-			p.Close("negotiation_failed")
-			return nil, "", err
-		}
-	}
-	answer, err := pc.CreateAnswer(nil)
-	if err != nil {
-		p.Close("negotiation_failed")
-		return nil, "", protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
-	}
-	tm.Mark(StepAnswerCreated)
-	sdp, err := setLocalAndGather(pc, answer)
-	if err != nil {
-		p.Close("negotiation_failed")
+	if err := m.takeIdentity(p, false); err != nil {
+		p.Close("not admitted")
 		return nil, "", err
 	}
-	p.log.Info("whep session started", "tracks", len(tracks))
-	return p, sdp, nil
-}
-
-func (p *Participant) setupWHEP(pc *webrtc.PeerConnection) {
-	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		switch s {
-		case webrtc.PeerConnectionStateConnected:
-			p.subscriberReady()
-		case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed:
-			p.Close("disconnected")
-		}
-	})
-	reports.add(p, pc)
-}
-
-func (p *Participant) subscribeNoNegotiate(t *Publication) error {
-	d := newDownTrack(t, p)
-	if err := d.addTo(p.sub); err != nil {
-		return protocol.Errorf(protocol.CodeSDPInvalid, "the offer cannot receive %s: %v", t.kind, err)
+	if err := m.admit(p); err != nil {
+		p.Close("not admitted")
+		return nil, "", err
 	}
-	p.mu.Lock()
-	p.subs[t.sid] = d
-	p.mu.Unlock()
-	metrics.Subscriptions.Inc()
-	t.addDown(d)
-	return nil
+	tm.Mark(StepAnswerCreated)
+	p.log.Info("whep session started", "tracks", len(tracks))
+	return p, answer, nil
+}
+
+// mediaSections counts the m= lines of an SDP without parsing it.
+func mediaSections(sdp string) int {
+	n := 0
+	for len(sdp) > 0 {
+		line, rest, _ := strings.Cut(sdp, "\n")
+		if strings.HasPrefix(line, "m=") {
+			n++
+		}
+		sdp = rest
+	}
+	return n
 }
 
 func selectTracks(room *Room, identity string, sids []string) []*Publication {
@@ -468,10 +378,10 @@ func selectTracks(room *Room, identity string, sids []string) []*Publication {
 		p.mu.Lock()
 		for _, t := range p.published {
 			at := p.joinedAt
-			if t.kind == webrtc.RTPCodecTypeVideo && (video == nil || at.After(vAt)) {
+			if t.kind == Video && (video == nil || at.After(vAt)) {
 				video, vAt = t, at
 			}
-			if t.kind == webrtc.RTPCodecTypeAudio && (audio == nil || at.After(aAt)) {
+			if t.kind == Audio && (audio == nil || at.After(aAt)) {
 				audio, aAt = t, at
 			}
 		}

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -55,7 +53,7 @@ func TestLocalParticipantGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.PublishLocal(LocalTrackOptions{Info: protocol.TrackInfo{Kind: "audio"},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111}})
+		Codec: Codec{MimeType: "audio/opus", ClockRate: 48000, Channels: 2, PayloadType: 111}})
 	if protocol.CodeOf(err) != protocol.CodeForbidden {
 		t.Fatalf("publish without the grant: %v", err)
 	}

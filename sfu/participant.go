@@ -6,22 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/rtcp"
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/bwe"
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/lograte"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
-	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // Sender delivers server messages to one client. Send never blocks: a client that
@@ -32,10 +26,11 @@ type Sender interface {
 	Close(code, message string)
 }
 
-// Participant is one member of a room. It has a publisher connection (the client
-// offers; media and data flow in) and, for room participants, a subscriber
-// connection (the server offers; media flows out). Each connection has exactly one
-// offerer, so renegotiation never collides.
+// Participant is one member of a room: who it is, what it publishes and what it
+// subscribes to. The transport's sessions carry its media: a publisher side
+// (the client offers; media and data flow in) and, for room participants, a
+// subscriber side (the server offers; media flows out). Each side has exactly
+// one offerer, so renegotiation never collides.
 type Participant struct {
 	sid         string
 	identity    string
@@ -55,20 +50,25 @@ type Participant struct {
 	// audience limits who sees a hidden local participant's tracks (local.go).
 	audience []string
 
-	mu        sync.Mutex
-	name      string
-	metadata  string
-	out       Sender
-	pub       *webrtc.PeerConnection
-	sub       *webrtc.PeerConnection
+	mu       sync.Mutex
+	name     string
+	metadata string
+	out      Sender
+	// pub is the session the client sends on: made at a room participant's
+	// first offer, or with a WHIP publisher. Set once.
+	pub Publisher
+	// sub sends the participant its subscriptions (sides.go): a room
+	// participant's server-offered session, or a WHEP viewer's. nil for a
+	// WHIP publisher and for local participants.
+	sub       *subscriberSide
 	published map[string]*Publication
 	announced map[string]protocol.TrackInfo // publishTrack requests by cid, waiting for media
 	subs      map[string]*DownTrack         // by publication sid
-	dcs       map[string]dataChan
+	dcs       map[string]*openChan
 	dcOpen    int           // admitted data channels whose reader runs (data.go)
 	dcRefused lograte.Limit // the log of refused data channels
-	pending   map[*webrtc.PeerConnection][]webrtc.ICECandidateInit
 	closed    bool
+	offerMu   sync.Mutex // one publisher offer at a time
 	dropTimer *time.Timer
 	onClose   []func()
 
@@ -90,19 +90,6 @@ type Participant struct {
 
 	// bwe estimates the bandwidth toward this participant's subscriber connection.
 	bwe *bwe.Estimator
-
-	// lean is set for a WHEP viewer served by the lean egress (lean.go),
-	// which has no subscriber PeerConnection, and for a room participant
-	// whose subscriber side the lean egress is. Under mu once joined.
-	lean *leanViewer
-	// subChoice is set while a room participant's subscriber side is still
-	// to be chosen (subside.go). Under mu.
-	subChoice *subChoice
-	// pubChoice: the publisher side is chosen at the first offer, a data
-	// session (leanPub) or a PeerConnection (pubside.go). Under mu.
-	pubChoice bool
-	choosing  bool // a first publisher offer waits for the choice
-	leanPub   *egress.Viewer
 }
 
 func newSid(prefix string) string {
@@ -210,41 +197,6 @@ func (p *Participant) subscriptions() []*DownTrack {
 // Send is send for the signaling layer.
 func (p *Participant) Send(m protocol.Msg) { p.send(m) }
 
-// writeRTCP sends RTCP to the publisher. It takes no lock: p.pub of a
-// participant that may publish is set before it is admitted and never
-// changes (one that may not has no publications to ask keyframes of), and
-// keyframe requests come from other participants' goroutines that may hold
-// their own locks.
-func (p *Participant) writeRTCP(pkts []rtcp.Packet) {
-	if pc := p.pub; pc != nil {
-		_ = pc.WriteRTCP(pkts)
-	}
-}
-
-// setupPublisher creates the publisher connection.
-func (p *Participant) setupPublisher(pc *webrtc.PeerConnection) {
-	p.pub = pc
-	pc.OnTrack(p.onTrack)
-	pc.OnDataChannel(p.onDataChannel)
-	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		p.log.Debug("publisher connection", "state", s.String())
-	})
-}
-
-func (p *Participant) setupSubscriber(pc *webrtc.PeerConnection) {
-	p.sub = pc
-	if p.bwe == nil {
-		p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
-	}
-	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		p.log.Debug("subscriber connection", "state", s.String())
-		if s == webrtc.PeerConnectionStateConnected {
-			p.subscriberReady()
-		}
-	})
-	reports.add(p, pc)
-}
-
 // subscriberReady asks for the keyframes that subscriptions bound before the
 // connection was up are still waiting for.
 func (p *Participant) subscriberReady() {
@@ -253,104 +205,56 @@ func (p *Participant) subscriberReady() {
 	}
 }
 
-// HandleOffer applies a publisher offer (first one, renegotiation or ICE
-// restart) and returns the answer, with the server's candidates in it.
+// HandleOffer answers a publisher offer: the first one makes the publisher
+// side, later ones (renegotiation, ICE restart) go to it.
 func (p *Participant) HandleOffer(sdp string) (string, error) {
 	if err := p.room.mgr.checkSections(sdp); err != nil {
 		return "", err
 	}
+	p.offerMu.Lock()
+	defer p.offerMu.Unlock()
 	p.mu.Lock()
-	pc, lp := p.pub, p.leanPub
-	if p.subChoice != nil {
-		p.subChoice.sawSDP(sdp)
-	}
-	choose := p.pubChoice && pc == nil && lp == nil
-	if choose && p.choosing {
-		p.mu.Unlock()
-		return "", protocol.Errorf(protocol.CodeBadRequest, "the first publisher offer is still being answered")
-	}
-	if choose {
-		p.choosing = true // until choosePublisherSide returns
-	}
+	pub, closed := p.pub, p.closed
 	p.mu.Unlock()
-	if choose {
-		var answer string
-		var err error
-		if pc, lp, answer, err = p.choosePublisherSide(sdp); err != nil || lp != nil {
-			return answer, err
-		}
+	if closed {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "the participant left")
 	}
-	if lp != nil {
-		answer, err := lp.Reoffer(sdp)
+	if pub != nil {
+		answer, err := pub.Reoffer(sdp)
 		if err != nil {
 			return "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
 		}
 		return answer, nil
 	}
-	if pc == nil {
-		return "", protocol.Errorf(protocol.CodeBadRequest, "no publisher connection")
-	}
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: sdp}); err != nil {
-		return "", protocol.Errorf(protocol.CodeSDPInvalid, "offer: %v", err)
-	}
-	p.flushCandidates(pc)
-	answer, err := pc.CreateAnswer(nil)
+	pub, answer, err := p.room.mgr.transport.Publisher(sdp, p.grants.Publish, publisherSide{p})
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
+		return "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
 	}
-	return setLocalAndGather(pc, answer)
-}
-
-func setLocalAndGather(pc *webrtc.PeerConnection, desc webrtc.SessionDescription) (string, error) {
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(desc); err != nil {
-		return "", protocol.Errorf(protocol.CodeSDPInvalid, "local description: %v", err)
+	p.mu.Lock()
+	closed = p.closed
+	if !closed {
+		p.pub = pub // Close closes it
 	}
-	// Host candidates on the shared sockets are known at once; waiting for them
-	// puts every candidate in the SDP, which WHIP/WHEP clients need and which
-	// saves a round of trickle for the others.
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
+	p.mu.Unlock()
+	if closed {
+		pub.Close("left")
+		return "", protocol.Errorf(protocol.CodeBadRequest, "the participant left")
 	}
-	return pc.LocalDescription().SDP, nil
+	return answer, nil
 }
 
 // HandleAnswer applies the client's answer to the server's subscriber offer.
 func (p *Participant) HandleAnswer(sdp string) error {
 	p.mu.Lock()
-	pc, lv := p.sub, p.leanRoom()
+	sub, waiting := p.sub, p.negotiating
 	p.mu.Unlock()
-	if lv != nil {
-		return p.handleLeanAnswer(lv, sdp)
-	}
-	if pc == nil {
+	if sub == nil || !sub.offers {
 		return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 	}
-	if pc.SignalingState() != webrtc.SignalingStateHaveLocalOffer {
-		return protocol.Errorf(protocol.CodeBadRequest, "no offer is waiting for an answer")
-	}
-	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: sdp}); err != nil {
-		// The subscriber connection is unusable in an undefined state; ask again.
-		p.mu.Lock()
-		p.negotiating = false
-		p.mu.Unlock()
-		return protocol.Errorf(protocol.CodeSDPInvalid, "answer: %v", err)
-	}
-	p.flushCandidates(pc)
-	p.answered()
-	return nil
-}
-
-// handleLeanAnswer is HandleAnswer for a lean subscriber side.
-func (p *Participant) handleLeanAnswer(lv *leanViewer, sdp string) error {
-	p.mu.Lock()
-	waiting := p.negotiating
-	p.mu.Unlock()
 	if !waiting {
 		return protocol.Errorf(protocol.CodeBadRequest, "no offer is waiting for an answer")
 	}
-	if err := lv.answer(sdp); err != nil {
+	if err := sub.answer(sdp); err != nil {
 		p.mu.Lock()
 		p.negotiating = false
 		p.mu.Unlock()
@@ -373,59 +277,29 @@ func (p *Participant) answered() {
 	}
 }
 
-// AddCandidate applies a trickled candidate; candidates that arrive before the
-// remote description are kept until it is set.
-func (p *Participant) AddCandidate(target string, c *webrtc.ICECandidateInit) error {
-	p.mu.Lock()
-	pc := p.pub
-	if target == "subscriber" {
-		if p.leanRoom() != nil {
-			// ICE-lite: the server learns the client's address from its checks.
-			p.mu.Unlock()
-			return nil
-		}
-		pc = p.sub
-	}
-	// A publisher side still to be chosen keeps candidates until it is; a
-	// data session has no use for them (pubside.go).
-	pubLater := target != "subscriber" && p.pubChoice
-	if pc == nil && !pubLater {
+// AddCandidate takes a trickled candidate for the "publisher" or
+// "subscriber" side. The server's sessions are ICE-lite: they learn the
+// client's addresses from its checks, so a valid candidate is not needed.
+func (p *Participant) AddCandidate(target string, c *protocol.Candidate) error {
+	switch target {
+	case "subscriber":
+		p.mu.Lock()
+		sub := p.sub
 		p.mu.Unlock()
+		if sub == nil || !sub.offers {
+			return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
+		}
+	case "publisher", "":
+	default:
 		return protocol.Errorf(protocol.CodeBadRequest, "no %s connection", target)
 	}
 	if c == nil { // end of candidates
-		p.mu.Unlock()
 		return nil
 	}
-	if target != "subscriber" && p.subChoice != nil {
-		p.subChoice.saw(c.Candidate)
-	}
-	if pubLater && p.leanPub != nil {
-		p.mu.Unlock()
-		return nil // ICE-lite, as above
-	}
-	if pc == nil || pc.RemoteDescription() == nil {
-		if len(p.pending[pc]) < 64 {
-			p.pending[pc] = append(p.pending[pc], *c)
-		}
-		p.mu.Unlock()
-		return nil
-	}
-	p.mu.Unlock()
-	if err := pc.AddICECandidate(*c); err != nil {
+	if err := protocol.CheckCandidate(c); err != nil {
 		return protocol.Errorf(protocol.CodeBadRequest, "candidate: %v", err)
 	}
 	return nil
-}
-
-func (p *Participant) flushCandidates(pc *webrtc.PeerConnection) {
-	p.mu.Lock()
-	cs := p.pending[pc]
-	delete(p.pending, pc)
-	p.mu.Unlock()
-	for _, c := range cs {
-		_ = pc.AddICECandidate(c)
-	}
 }
 
 // negotiate sends a new subscriber offer soon. Calls close together are batched,
@@ -453,22 +327,6 @@ func (p *Participant) doNegotiate() {
 		p.mu.Unlock()
 		return
 	}
-	if c := p.subChoice; c != nil {
-		lean, ok := c.decide(p.joinedAt)
-		if !ok {
-			p.negotiateSet = true
-			time.AfterFunc(20*time.Millisecond, p.doNegotiate)
-			p.mu.Unlock()
-			return
-		}
-		p.subChoice = nil
-		if err := p.makeSubscriberSide(c, lean); err != nil {
-			p.mu.Unlock()
-			p.log.Warn("subscriber connection failed", "err", err)
-			p.Close("negotiation_failed")
-			return
-		}
-	}
 	if p.negotiating {
 		p.renegotiate = true
 		p.mu.Unlock()
@@ -483,10 +341,10 @@ func (p *Participant) doNegotiate() {
 	p.negotiating = true
 	restart := p.iceRestart
 	p.iceRestart = false
-	pc, lv := p.sub, p.leanRoom()
+	sub := p.sub
 	p.mu.Unlock()
 
-	sdp, err := subscriberOffer(pc, lv, restart)
+	sdp, err := sub.s.Offer(restart)
 	if err == nil {
 		p.send(protocol.Msg{"type": "offer", "sdp": sdp})
 		return
@@ -495,19 +353,6 @@ func (p *Participant) doNegotiate() {
 	p.mu.Lock()
 	p.negotiating = false
 	p.mu.Unlock()
-}
-
-// subscriberOffer writes the next offer of the subscriber side: the lean
-// egress's own SDP, or the PeerConnection's with its candidates.
-func subscriberOffer(pc *webrtc.PeerConnection, lv *leanViewer, restart bool) (string, error) {
-	if lv != nil {
-		return lv.v.Offer(restart)
-	}
-	offer, err := pc.CreateOffer(&webrtc.OfferOptions{ICERestart: restart})
-	if err != nil {
-		return "", err
-	}
-	return setLocalAndGather(pc, offer)
 }
 
 // PublishTrack records a track the client is about to send; media arriving with
@@ -539,24 +384,11 @@ func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, err
 	return ti, nil
 }
 
-func (p *Participant) onTrack(remote *webrtc.TrackRemote, receiver *webrtc.RTPReceiver) {
-	var level, dd uint8
-	for _, x := range receiver.GetParameters().HeaderExtensions {
-		switch x.URI {
-		case rtc.ExtAudioLevel:
-			level = uint8(x.ID)
-		case rtc.ExtDependencyDes:
-			dd = uint8(x.ID)
-		}
-	}
-	p.publishStream(&webrtcSource{remote: remote, receiver: receiver, owner: p}, remote.ID(), remote.Kind(), remote.Codec(), level, dd)
-}
-
 // publishStream publishes one stream a publisher sends (a track, or a
 // simulcast encoding of one): id is its msid track id, which PublishTrack
 // announced; levelExt and ddExt are the ids of the audio level and
 // dependency descriptor extensions (0: none).
-func (p *Participant) publishStream(src source, id string, kind webrtc.RTPCodecType, codec webrtc.RTPCodecParameters, levelExt, ddExt uint8) {
+func (p *Participant) publishStream(src Source, id string, kind Kind, codec Codec, levelExt, ddExt uint8) {
 	p.mu.Lock()
 	if p.closed || !p.grants.Publish {
 		p.mu.Unlock()
@@ -587,22 +419,22 @@ func (p *Participant) publishStream(src source, id string, kind webrtc.RTPCodecT
 		if len(p.published) >= p.room.mgr.cfg.Limits.MaxTracksPerParticipant {
 			p.mu.Unlock()
 			p.log.Warn("track refused: too many tracks")
-			refuse(src)
+			src.Stop()
 			return
 		}
 		srcName := "camera"
-		if kind == webrtc.RTPCodecTypeAudio {
+		if kind == Audio {
 			srcName = "microphone"
 		}
 		ti = protocol.TrackInfo{Sid: newSid("TR_"), Cid: id, Kind: kind.String(), Source: srcName}
 	}
 	t := newPublication(p, ti, kind, codec, src, p.room.mgr.cfg.RTC.PacketCache)
 	l := t.layer(layerOf(src.RID()))
-	if t.kind == webrtc.RTPCodecTypeAudio && levelExt != 0 {
+	if t.kind == Audio && levelExt != 0 {
 		l.levelExt = levelExt
 		l.speaker = p.room.speakers.Track(p.sid)
 	}
-	if t.kind == webrtc.RTPCodecTypeVideo && ddExt != 0 {
+	if t.kind == Video && ddExt != 0 {
 		l.svc.ddExt = ddExt
 	}
 	p.published[t.sid] = t
@@ -691,19 +523,9 @@ func (p *Participant) Subscribe(t *Publication) error {
 	return nil
 }
 
-// attach gives d to the participant's subscriber side: the wait for its
-// choice (subside.go), the lean egress's next offer, or the PeerConnection.
+// attach gives d a media section in the subscriber side's next offer.
 // Under p.mu.
-func (p *Participant) attach(d *DownTrack) error {
-	if p.subChoice != nil {
-		p.subChoice.pending = append(p.subChoice.pending, d)
-		return nil
-	}
-	if lv := p.leanRoom(); lv != nil {
-		return lv.add(d)
-	}
-	return d.addTo(p.sub)
-}
+func (p *Participant) attach(d *DownTrack) error { return p.sub.add(d) }
 
 // unsubscribe stops receiving t; renegotiate is false when the connection is
 // being closed anyway.
@@ -713,10 +535,7 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 	if ok {
 		delete(p.subs, t.sid)
 	}
-	sub, lv, c := p.sub, p.leanRoom(), p.subChoice
-	if c != nil && ok {
-		c.pending = slices.DeleteFunc(c.pending, func(x *DownTrack) bool { return x == d })
-	}
+	sub := p.sub
 	p.mu.Unlock()
 	if !ok {
 		return
@@ -735,13 +554,10 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 			return
 		}
 	}
-	if lv != nil {
-		lv.remove(d)
+	if sub != nil && sub.offers {
+		sub.remove(d)
 	}
-	if (sub != nil || lv != nil || c != nil) && renegotiate {
-		if sub != nil {
-			_ = sub.RemoveTrack(d.sender)
-		}
+	if sub != nil && sub.offers && renegotiate {
 		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 		p.negotiate(false)
 	}
@@ -897,7 +713,7 @@ func (p *Participant) Close(reason string) {
 	for _, d := range p.subs {
 		subs = append(subs, d.pub)
 	}
-	pub, sub, lv, lp := p.pub, p.sub, p.leanRoom(), p.leanPub
+	pub, sub := p.pub, p.sub
 	p.mu.Unlock()
 
 	for _, t := range pubs {
@@ -907,16 +723,10 @@ func (p *Participant) Close(reason string) {
 		p.unsubscribe(t, false)
 	}
 	if pub != nil {
-		_ = pub.Close()
+		pub.Close("left")
 	}
 	if sub != nil {
-		_ = sub.Close()
-	}
-	if lv != nil {
-		lv.v.Close("left")
-	}
-	if lp != nil {
-		lp.Close("left")
+		sub.s.Close("left")
 	}
 	p.room.remove(p, reason)
 	p.log.Info("participant left", "reason", reason)
@@ -967,24 +777,9 @@ func constantTimeEqual(a, b string) bool {
 	return v == 0
 }
 
-// hasSubscriberSide: the participant receives media (a PeerConnection, the
-// lean egress, or one of them to be chosen). Under mu.
-func (p *Participant) hasSubscriberSide() bool {
-	return p.sub != nil || p.subChoice != nil || p.leanRoom() != nil
-}
-
-// PublisherPC and SubscriberPC expose the connections to the WHIP/WHEP layer.
-func (p *Participant) PublisherPC() *webrtc.PeerConnection {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pub
-}
-
-func (p *Participant) SubscriberPC() *webrtc.PeerConnection {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sub
-}
+// hasSubscriberSide: the participant's subscriptions are offered to it by
+// the server. Under mu.
+func (p *Participant) hasSubscriberSide() bool { return p.sub != nil && p.sub.offers }
 
 // OnClose registers f to run once the participant has left.
 func (p *Participant) OnClose(f func()) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pion/rtcp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -26,8 +25,8 @@ import (
 type Publication struct {
 	sid   string
 	owner *Participant
-	kind  webrtc.RTPCodecType
-	codec webrtc.RTPCodecParameters
+	kind  Kind
+	codec Codec
 	ck    codecKind
 
 	cacheSize int
@@ -65,7 +64,7 @@ const maxLayers = 3
 type layer struct {
 	index    int8
 	pub      *Publication
-	src      source
+	src      Source
 	cache    *PacketCache
 	lastPLI  atomic.Int64 // monotonic ns of the last keyframe request sent upstream
 	lastRecv atomic.Int64 // monotonic ns of the last packet: a silent layer is not chosen
@@ -119,7 +118,7 @@ func layerOf(rid string) int8 {
 	return 0
 }
 
-func newPublication(owner *Participant, info protocol.TrackInfo, kind webrtc.RTPCodecType, codec webrtc.RTPCodecParameters, src source, cacheSize int) *Publication {
+func newPublication(owner *Participant, info protocol.TrackInfo, kind Kind, codec Codec, src Source, cacheSize int) *Publication {
 	info.MimeType = codec.MimeType
 	info.SSRC = src.SSRC()
 	t := &Publication{
@@ -131,7 +130,7 @@ func newPublication(owner *Participant, info protocol.TrackInfo, kind webrtc.RTP
 		info:      info,
 		cacheSize: cacheSize,
 	}
-	if t.kind == webrtc.RTPCodecTypeAudio {
+	if t.kind == Audio {
 		// Audio is rarely NACKed and its packets are small and frequent.
 		t.cacheSize = 128
 	}
@@ -143,7 +142,7 @@ func newPublication(owner *Participant, info protocol.TrackInfo, kind webrtc.RTP
 }
 
 // addLayer adds a simulcast encoding; it returns nil if that layer exists.
-func (t *Publication) addLayer(src source) *layer {
+func (t *Publication) addLayer(src Source) *layer {
 	idx := layerOf(src.RID())
 	t.layerMu.Lock()
 	defer t.layerMu.Unlock()
@@ -225,7 +224,7 @@ func (t *Publication) Info() protocol.TrackInfo {
 }
 
 // Kind is audio or video.
-func (t *Publication) Kind() webrtc.RTPCodecType { return t.kind }
+func (t *Publication) Kind() Kind { return t.kind }
 
 func (t *Publication) addDown(d *DownTrack) {
 	t.downMu.Lock()
@@ -260,7 +259,7 @@ func (l *layer) forward() {
 	var pkt Packet
 	var workers *fanWorkers
 	var fb fanBatch
-	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == webrtc.RTPCodecTypeVideo {
+	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == Video {
 		workers = newFanWorkers(n)
 		defer workers.close()
 	}
@@ -417,7 +416,7 @@ func (l *layer) parse(pkt *Packet, raw []byte) bool {
 	start := len(raw) - len(payload) - int(pkt.Header.PaddingSize)
 	pkt.Payload = stored[start : start+len(payload)]
 	pkt.Layer = l.index
-	pkt.Keyframe = l.pub.kind == webrtc.RTPCodecTypeVideo && isKeyframe(l.pub.ck, pkt.Payload)
+	pkt.Keyframe = l.pub.kind == Video && isKeyframe(l.pub.ck, pkt.Payload)
 	pkt.VP8 = vp8Descriptor{}
 	if l.pub.ck == codecVP8 {
 		pkt.VP8 = parseVP8(pkt.Payload)
@@ -470,7 +469,7 @@ func (l *layer) readRTCP() {
 // arrived yet it will serve this requester too; if it has already gone by, a new
 // request is sent when the window ends.
 func (l *layer) requestKeyframe() {
-	if l.pub.kind != webrtc.RTPCodecTypeVideo {
+	if l.pub.kind != Video {
 		return
 	}
 	n := now()

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/rtc/dd"
 )
@@ -47,7 +46,7 @@ type svcFixture struct {
 func newSVCFixture(t *testing.T, ck codecKind, subs int) *svcFixture {
 	logs := &bytes.Buffer{}
 	f := &svcFixture{t: t, seq: 1000, logs: logs}
-	f.pub = &Publication{sid: "TR_svc", kind: webrtc.RTPCodecTypeVideo, ck: ck, cacheSize: 1024,
+	f.pub = &Publication{sid: "TR_svc", kind: Video, ck: ck, cacheSize: 1024,
 		owner: &Participant{sid: "PA_x", log: slog.New(slog.NewTextHandler(logs, nil))}}
 	empty := []*DownTrack{}
 	f.pub.downs.Store(&empty)

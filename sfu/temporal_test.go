@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/rtc/dd"
@@ -303,7 +302,7 @@ func TestAllocationLowersFrameRate(t *testing.T) {
 	room.participants[sub.sid] = sub
 	op := &Participant{sid: "PA_a", room: room, joinedAt: time.Now()}
 	room.participants[op.sid] = op
-	sim := &Publication{sid: "TR_a", owner: op, kind: webrtc.RTPCodecTypeVideo, ck: codecVP8, cacheSize: 64}
+	sim := &Publication{sid: "TR_a", owner: op, kind: Video, ck: codecVP8, cacheSize: 64}
 	empty := []*DownTrack{}
 	sim.downs.Store(&empty)
 	for i, rate := range []int64{200_000, 600_000, 1_800_000} {

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/metrics"
 )
 
@@ -161,32 +159,12 @@ func SessionTimings(room string) []SessionTimingInfo {
 	return out
 }
 
-// watchTransport marks ICE and DTLS completion of pc. It registers the ICE
-// connection state and DTLS state handlers, which nothing else uses.
-func (t *SessionTiming) watchTransport(pc *webrtc.PeerConnection) {
-	if t == nil {
-		return
-	}
-	pc.OnICEConnectionStateChange(func(s webrtc.ICEConnectionState) {
-		if s == webrtc.ICEConnectionStateConnected {
-			t.Mark(StepICEConnected)
-		}
-	})
-	if sctp := pc.SCTP(); sctp != nil && sctp.Transport() != nil {
-		sctp.Transport().OnStateChange(func(s webrtc.DTLSTransportState) {
-			if s == webrtc.DTLSTransportStateConnected {
-				t.Mark(StepDTLSConnected)
-			}
-		})
-	}
-}
-
 // offerHasCandidates reports whether a (non-trickled) offer carries candidates.
 func offerHasCandidates(sdp string) bool { return strings.Contains(sdp, "a=candidate:") }
 
 // markFirstRTP is called by a DownTrack when its first packet went out.
 func (d *DownTrack) markFirstRTP() {
-	if d.sub != nil && d.pub.kind == webrtc.RTPCodecTypeVideo {
+	if d.sub != nil && d.pub.kind == Video {
 		if t := d.sub.timing(); t != nil {
 			t.Mark(StepFirstRTP)
 		}

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -29,7 +27,6 @@ type httpSession struct {
 	room  string
 	token string // hash of the bearer token that created it: only it may modify it
 	p     *sfu.Participant
-	pc    func() *webrtc.PeerConnection
 	etag  string
 }
 
@@ -158,11 +155,6 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, kind strin
 		return
 	}
 	sess := &httpSession{id: p.Sid(), kind: kind, room: c.Room, token: hashToken(bearer(r)), p: p, etag: etagOf(answer)}
-	if kind == "whip" {
-		sess.pc = p.PublisherPC
-	} else {
-		sess.pc = p.SubscriberPC
-	}
 	s.mu.Lock()
 	s.sessions[sess.id] = sess
 	s.mu.Unlock()
@@ -237,51 +229,26 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	frag := parseFrag(string(b))
-	if rufrag, ok := sess.p.LeanICE(); ok {
-		// A lean session (ICE-lite) needs no candidates: the server learns
-		// the client's address from its checks.
-		switch {
-		case frag.ufrag == "" || frag.ufrag == rufrag:
-			w.WriteHeader(http.StatusNoContent)
-		case sess.kind != "whip":
-			writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
-		default:
-			s.restartICE(w, sess, replaceICE(sess.p.LeanOffer(), frag.ufrag, frag.pwd), nil)
-		}
-		return
-	}
-	pc := sess.pc()
-	if pc == nil || pc.RemoteDescription() == nil {
+	rufrag, ok := sess.p.LeanICE()
+	if !ok {
 		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "session is closed"))
 		return
 	}
-	cur := pc.RemoteDescription().SDP
-	if frag.ufrag != "" && !strings.Contains(cur, "a=ice-ufrag:"+frag.ufrag) {
-		if sess.kind != "whip" {
-			// RFC 9725 section 4.3: a session that supports trickle but not
-			// restarts answers 422 to a restart.
-			writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
-			return
+	// The server's sessions are ICE-lite and need no candidates: they learn
+	// the client's address from its checks.
+	switch {
+	case frag.ufrag == "" || frag.ufrag == rufrag:
+		if t := sess.p.Timing(); t != nil && len(frag.candidates) > 0 {
+			t.Mark(sfu.StepFirstRemoteCandidate) // a trickling viewer's hole punch starts here
 		}
-		// ICE restart: the same offer with new credentials, answered anew.
-		s.restartICE(w, sess, replaceICE(cur, frag.ufrag, frag.pwd), func() {
-			for _, c := range frag.candidates {
-				_ = pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &frag.mid})
-			}
-		})
-		return
+		w.WriteHeader(http.StatusNoContent)
+	case sess.kind != "whip":
+		// RFC 9725 section 4.3: a session that supports trickle but not
+		// restarts answers 422 to a restart.
+		writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
+	default:
+		s.restartICE(w, sess, replaceICE(sess.p.LeanOffer(), frag.ufrag, frag.pwd))
 	}
-	if t := sess.p.Timing(); t != nil && len(frag.candidates) > 0 {
-		t.Mark(sfu.StepFirstRemoteCandidate) // a trickling viewer's hole punch starts here
-	}
-	for _, c := range frag.candidates {
-		mid := frag.mid
-		if err := pc.AddICECandidate(webrtc.ICECandidateInit{Candidate: c, SDPMid: &mid}); err != nil {
-			writeErr(w, protocol.Errorf(protocol.CodeBadRequest, "candidate %q: %v", c, err))
-			return
-		}
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 type sdpFrag struct {
@@ -355,14 +322,11 @@ func (s *Server) whipOptions(w http.ResponseWriter, r *http.Request) {
 // restartICE answers a WHIP session's ICE restart: offer is its last one
 // with the client's new credentials; then (if not nil) runs before the
 // answer's fragment is written.
-func (s *Server) restartICE(w http.ResponseWriter, sess *httpSession, offer string, then func()) {
+func (s *Server) restartICE(w http.ResponseWriter, sess *httpSession, offer string) {
 	answer, err := sess.p.HandleOffer(offer)
 	if err != nil {
 		writeErr(w, err)
 		return
-	}
-	if then != nil {
-		then()
 	}
 	sess.etag = etagOf(answer)
 	w.Header().Set("Content-Type", "application/trickle-ice-sdpfrag")

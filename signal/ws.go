@@ -268,12 +268,6 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 		if req.Type == "relay" {
 			req.Data = s.directICE(r, p, req.To, req.Data) // direct.go
 		}
-		if req.Type == "offer" && p.ChoosesPublisherSide() {
-			// The answer waits for the candidates the client trickles
-			// next (sfu/pubside.go): read them meanwhile.
-			go respond(p, req)
-			continue
-		}
 		respond(p, req)
 	}
 }

@@ -433,18 +433,16 @@ func (u *upTrack) emit(group, obj uint64, ext, payload []byte) {
 // publish makes the track a LocalTrack of the client's participant.
 func (u *upTrack) publish(m *moqt.Meta) error {
 	kind := codecKind(u.codec)
-	var c webrtc.RTPCodecParameters
+	var c sfu.Codec
 	info := protocol.TrackInfo{Kind: "video", Name: u.name, Width: m.Width, Height: m.Height, SSRC: rand.Uint32()}
 	levelExt := uint8(0)
 	switch kind {
 	case "vp8":
-		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96}
+		c = sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96}
 	case "h264":
-		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
-			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, PayloadType: 102}
+		c = sfu.Codec{MimeType: webrtc.MimeTypeH264, ClockRate: 90000, SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f", PayloadType: 102}
 	case "opus":
-		c = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000,
-			Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
+		c = sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1", PayloadType: 111}
 		info.Kind = "audio"
 		levelExt = audioLevelExt
 	default:

@@ -169,7 +169,7 @@ func (w *WebRTCCamera) remoteCandidate(from string, sig DirectSignal) {
 	if sig.End {
 		return // pion needs no end-of-candidates: checks run on what it has
 	}
-	if err := protocol.CheckCandidate(sig.Candidate); err != nil {
+	if err := protocol.CheckCandidate((*protocol.Candidate)(sig.Candidate)); err != nil {
 		w.DirectCandidateErrors.Add(1)
 		w.log("direct: candidate refused", "viewer", from, "session", sig.Session, "err", err)
 		w.relay(from, DirectSignal{Direct: "error", Session: sig.Session, Reason: "candidate refused: " + err.Error()})

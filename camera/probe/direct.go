@@ -281,7 +281,7 @@ func (v *Viewer) remoteCandidate(sig directSignal) {
 	if sig.End || (sig.Candidate != nil && sig.Candidate.Candidate == "") {
 		return
 	}
-	err := protocol.CheckCandidate(sig.Candidate)
+	err := protocol.CheckCandidate((*protocol.Candidate)(sig.Candidate))
 	if err == nil {
 		err = v.pc.AddICECandidate(*sig.Candidate)
 	}

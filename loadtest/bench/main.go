@@ -53,7 +53,7 @@ func main() {
 	petrelBin := flag.String("petrel", "", "petrel binary (default: go build ./cmd/petrel)")
 	sizes := flag.String("n", "25,50,100,200", "stream viewers per run")
 	roomSpec := flag.String("room", "3x27", "room scenario: publishers x subscribers (the issue's 10x90 scaled to 2 cores); comma-separated sizes give the marginal RSS ratio, e.g. 3x12,3x27")
-	servers := flag.String("servers", "petrel,livekit,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (WHEP, a PeerConnection per viewer), petrel-lean (--lean-egress: WHEP viewers for stream, room publishers and subscribers for room), livekit (its own signalling), janus, janus-loops, janus-streaming, janus-streaming-loops")
+	servers := flag.String("servers", "petrel,livekit,janus,janus-loops", "servers to run: petrel (room protocol), petrel-whep (stream only: WHEP viewers), livekit (its own signalling), janus, janus-loops, janus-streaming, janus-streaming-loops")
 	flag.StringVar(&liveKitBin, "livekit", loadtest.LiveKitBinary(), "livekit-server binary for the livekit runs (default: $PETREL_LIVEKIT_BIN or ../shared/peers/livekit/livekit-server beside the checkout)")
 	duration := flag.Duration("duration", 20*time.Second, "steady window")
 	warmup := flag.Duration("warmup", 3*time.Second, "after the ramp")
@@ -253,15 +253,11 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	cfg := loadtest.Config{Scenario: scenario, Peers: n, Publishers: p, Rate: rate, Duration: duration, Warmup: warmup,
 		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Proto: extra.Proto, Parallel: 8}
 	switch srv {
-	case "petrel", "petrel-whep", "petrel-lean":
-		var args []string
-		if srv == "petrel-lean" {
-			args = append(args, "--lean-egress")
-		}
-		if srv == "petrel-whep" || srv == "petrel-lean" && scenario == "stream" {
+	case "petrel", "petrel-whep":
+		if srv == "petrel-whep" {
 			cfg.Proto = "whip" // WHEP viewers (the generator's lean peers)
 		}
-		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret, args...)
+		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret)
 		cfg.Target, cfg.APIKey, cfg.Secret = "petrel", apiKey, apiSecret
 	case "livekit":
 		// Its default media path: a UDP socket per peer connection from a
@@ -416,7 +412,7 @@ func render(all []*run, out string) (string, string) {
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
-		"or, for stream, by WHEP with the generator's lean viewers: served by a Pion PeerConnection per viewer (`petrel-whep`) or by the lean egress (`petrel-lean`, `--lean-egress`, docs/lean-egress.md, which in the room scenario serves both sides of every participant: no PeerConnection in the server); " +
+		"or, for stream, by WHEP with the generator's lean viewers (`petrel-whep`); either way every client is served by Petrel's own session server (ICE-lite, no PeerConnection in the server: docs/lean-egress.md); " +
 		"LiveKit (`livekit`: livekit-server, the build in `../shared/peers/livekit/`, with its defaults but for its addresses, a UDP port range, no ICE-TCP and log level warn) by its own signalling, two peer connections per participant, every viewer subscribed explicitly at full quality with adaptive stream off; " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
@@ -466,7 +462,7 @@ func render(all []*run, out string) (string, string) {
 		b.WriteString("| scenario | receivers | Petrel | Janus best mode (CPU) | CPU-µs/packet ratio | user-space CPU ratio | Petrel × floor | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / Janus) | delay p99 ratio |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, k := range keys {
 			prev := smaller(keys, by, k)
-			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
+			for _, mode := range []string{"petrel", "petrel-whep"} {
 				ratioRow(&b, k.scenario, k.n, mode, by[k], prev, fl)
 			}
 		}
@@ -476,7 +472,7 @@ func render(all []*run, out string) (string, string) {
 		b.WriteString("| scenario | receivers | Petrel | CPU-µs/packet ratio | user-space CPU ratio | RSS/peer ratio | marginal RSS/receiver ratio (Petrel / LiveKit) | loss % (Petrel / LiveKit) | first frame p50 ms (Petrel / LiveKit) | delay p99 ratio |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, k := range keys {
 			prev := smaller(keys, by, k)
-			for _, mode := range []string{"petrel", "petrel-whep", "petrel-lean"} {
+			for _, mode := range []string{"petrel", "petrel-whep"} {
 				liveKitRow(&b, k.scenario, k.n, mode, by[k], prev)
 			}
 		}
@@ -497,7 +493,7 @@ func render(all []*run, out string) (string, string) {
 		"certificate for the peer connections it creates itself). CPU-µs per received packet is the generator's utime+stime over the steady " +
 		"window ÷ packets its peers received; it also pays for its publisher(s), its sources, the progress line and Go's runtime. " +
 		"The floor to compare with is `bench/floor_test.go`'s BenchmarkFloorReceive (one UDP receive + one SRTP decrypt of a 1200-byte packet). " +
-		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` and stream `petrel-lean` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
+		"`petrel` runs use the room protocol (two peer connections and two data channels each); `petrel-whep` runs use the generator's lean WHEP viewers (`-peer lean`: a socket each, no PeerConnection); the capacity run uses WHEP viewers. " +
 		"RSS growth per peer is (RSS at the end − RSS before the run's first peer) ÷ connected peers; the process returns memory to the OS between runs.\n\n")
 	recorded, floorDesc := receiveFloor("bench/results/floor.txt")
 	floor := recorded
@@ -539,7 +535,7 @@ func plot(runs []*run, out string) error {
 	}
 	var cmds []string
 	var plotsCPU, plotsRSS []string
-	for _, srv := range []string{"petrel", "petrel-whep", "petrel-lean", "livekit", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
+	for _, srv := range []string{"petrel", "petrel-whep", "livekit", "janus", "janus-loops", "janus-streaming", "janus-streaming-loops"} {
 		var dat strings.Builder
 		for _, r := range runs {
 			if r.server != srv || r.scenario != "stream" || r.label == "hold" {

@@ -24,7 +24,7 @@ func simulcast(t *testing.T, n *node, room, identity string) {
 	t.Cleanup(func() { p.Close("done") })
 	base, err := p.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "video", Source: "camera", SSRC: 1000, Width: 1280, Height: 720},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func talk(t *testing.T, n *node, room, identity string, loud bool) {
 	t.Cleanup(func() { p.Close("done") })
 	lt, err := p.PublishLocal(sfu.LocalTrackOptions{
 		Info:          protocol.TrackInfo{Kind: "audio", Source: "microphone", SSRC: 7000},
-		Codec:         webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, PayloadType: 111},
+		Codec:         sfu.Codec{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, PayloadType: 111},
 		AudioLevelExt: 1,
 	})
 	if err != nil {

@@ -288,7 +288,7 @@ func flood(d time.Duration, tracks []*webrtc.TrackLocalStaticRTP) {
 // (Through a PeerConnection, Pion's receive buffer per stream is capped at
 // 256 KB by rtc's buffer factory, and the section limit bounds the streams.)
 func TestExtraTracksStopped(t *testing.T) {
-	s := Start(t, Options{Args: []string{"--max-tracks", "1", "--lean-egress"}})
+	s := Start(t, Options{Args: []string{"--max-tracks", "1"}})
 	const publishers, perPublisher = 3, 5
 	var all [][]*webrtc.TrackLocalStaticRTP
 	for i := 0; i < publishers; i++ {

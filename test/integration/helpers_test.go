@@ -50,10 +50,6 @@ func start(t *testing.T, mod ...func(*config.Config)) *env {
 	cfg.TURN.Port = 0
 	cfg.TURN.RelayIP = "127.0.0.1"
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
-	// PETREL_LEAN_EGRESS=true runs every test with the lean egress serving
-	// room participants, WHEP viewers and WHIP publishers (those that run
-	// with both publisherSides set it themselves).
-	cfg.RTC.LeanEgress = os.Getenv("PETREL_LEAN_EGRESS") == "true"
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -316,27 +312,11 @@ func (e *env) metric(name, direction string) float64 {
 	return 0
 }
 
-// publisherSide is one way a room publisher's media reaches the server.
-type publisherSide struct {
-	lean bool // a lean publisher session (egress/ingest.go), not a PeerConnection
-}
-
-// config serves every participant the side's way: the lean egress (both
-// sides lean), or PeerConnections (whatever PETREL_LEAN_EGRESS says).
-func (s publisherSide) config(c *config.Config) { c.RTC.LeanEgress = s.lean }
-
-// check fails the test if c's publisher connection is not served the way s says.
-func (s publisherSide) check(t *testing.T, c *client.Client) {
+// checkICELite fails the test unless c's publisher connection is answered by
+// the server's session server (ICE-lite), the one way the server speaks WebRTC.
+func checkICELite(t *testing.T, c *client.Client) {
 	t.Helper()
-	d := c.Pub.RemoteDescription()
-	if d == nil || strings.Contains(d.SDP, "a=ice-lite") != s.lean {
-		t.Fatalf("the publisher connection is not served as it should be (lean: %v)", s.lean)
+	if d := c.Pub.RemoteDescription(); d == nil || !strings.Contains(d.SDP, "a=ice-lite") {
+		t.Fatal("the publisher connection is not answered by the session server")
 	}
-}
-
-// forEachPublisherSide runs test with publishers on PeerConnections, then
-// on lean publisher sessions.
-func forEachPublisherSide(t *testing.T, test func(t *testing.T, side publisherSide)) {
-	t.Run("peerconnection", func(t *testing.T) { test(t, publisherSide{}) })
-	t.Run("lean", func(t *testing.T) { test(t, publisherSide{lean: true}) })
 }

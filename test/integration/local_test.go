@@ -46,7 +46,7 @@ func TestLocalParticipantPublishesAndReceives(t *testing.T) {
 	}
 	lt, err := cam.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "video", Source: "camera", SSRC: 0x1234},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestLocalParticipantPublishesAndReceives(t *testing.T) {
 	}
 	plt, err := pb.PublishLocal(sfu.LocalTrackOptions{
 		Info:  protocol.TrackInfo{Kind: "video", Source: "playback", SSRC: 0x99},
-		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+		Codec: sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96},
 	})
 	if err != nil {
 		t.Fatal(err)

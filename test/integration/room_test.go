@@ -14,10 +14,8 @@ import (
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
-func TestPublishSubscribeAndData(t *testing.T) { forEachPublisherSide(t, testPublishSubscribeAndData) }
-
-func testPublishSubscribeAndData(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+func TestPublishSubscribeAndData(t *testing.T) {
+	e := start(t)
 	alice := e.join("r1", "alice")
 	bob := e.join("r1", "bob")
 	ctx := ctxT(t, 15*time.Second)
@@ -33,7 +31,7 @@ func testPublishSubscribeAndData(t *testing.T, side publisherSide) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	side.check(t, alice)
+	checkICELite(t, alice)
 	v.run(t)
 	a := newAudio("mic")
 	asid, _, err := alice.Publish(ctx, a.track, "microphone")
@@ -110,11 +108,7 @@ func testPublishSubscribeAndData(t *testing.T, side publisherSide) {
 }
 
 func TestNACKAnsweredFromCacheAndPLIAggregated(t *testing.T) {
-	forEachPublisherSide(t, testNACKAnsweredFromCacheAndPLIAggregated)
-}
-
-func testNACKAnsweredFromCacheAndPLIAggregated(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+	e := start(t)
 	alice := e.join("r2", "alice")
 	// Bob re-requests packets he already has, which SRTP replay protection would
 	// otherwise discard as replays.
@@ -182,11 +176,7 @@ func testNACKAnsweredFromCacheAndPLIAggregated(t *testing.T, side publisherSide)
 }
 
 func TestRenegotiationMuteAndSelectiveSubscribe(t *testing.T) {
-	forEachPublisherSide(t, testRenegotiationMuteAndSelectiveSubscribe)
-}
-
-func testRenegotiationMuteAndSelectiveSubscribe(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+	e := start(t)
 	alice := e.join("r3", "alice")
 	ctx := ctxT(t, 20*time.Second)
 	no := false
@@ -252,10 +242,8 @@ func testRenegotiationMuteAndSelectiveSubscribe(t *testing.T, side publisherSide
 	}
 }
 
-func TestICERestartAndResume(t *testing.T) { forEachPublisherSide(t, testICERestartAndResume) }
-
-func testICERestartAndResume(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+func TestICERestartAndResume(t *testing.T) {
+	e := start(t)
 	alice := e.join("r4", "alice")
 	bob := e.join("r4", "bob")
 	ctx := ctxT(t, 30*time.Second)
@@ -326,11 +314,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 }
 
 func TestLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T) {
-	forEachPublisherSide(t, testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients)
-}
-
-func testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+	e := start(t)
 	ctx := ctxT(t, 20*time.Second)
 	alice := e.join("k", "alice")
 	v := newVideo("cam")
@@ -369,11 +353,7 @@ func testLateSubscriberGetsKeyframeOnRequestAndShutdownTellsClients(t *testing.T
 }
 
 func TestServerNACKsPublisherForLostPackets(t *testing.T) {
-	forEachPublisherSide(t, testServerNACKsPublisherForLostPackets)
-}
-
-func testServerNACKsPublisherForLostPackets(t *testing.T, side publisherSide) {
-	e := start(t, side.config)
+	e := start(t)
 	ctx := ctxT(t, 15*time.Second)
 	alice := e.join("n", "alice")
 	tr, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "cam", "s")
@@ -395,7 +375,7 @@ func testServerNACKsPublisherForLostPackets(t *testing.T, side publisherSide) {
 	if _, _, err := alice.Publish(ctx, tr, "camera"); err != nil {
 		t.Fatal(err)
 	}
-	side.check(t, alice)
+	checkICELite(t, alice)
 	const lost = 1050
 	go func() {
 		for seq := uint16(1000); seq < 1200; seq++ {

@@ -5,8 +5,7 @@
 #
 #   test/interop/run.sh [pytest args…]
 #
-# PETREL_SERVE_ARGS adds flags to petrel serve (PETREL_SERVE_ARGS=--lean-egress
-# runs the suite against the lean egress).
+# PETREL_SERVE_ARGS adds flags to petrel serve.
 # Needs what install.sh installs. PETREL_BIN=/path/to/petrel skips the build. PYTHON (default python3) must import aiortc
 # and pytest; GST_PYTHON (default /usr/bin/python3) must import gi (python3-gi).
 set -euo pipefail

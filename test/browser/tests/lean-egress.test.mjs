@@ -122,7 +122,7 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
       if (Date.now() > end) assert.fail('the viewer is still connected 15 s after DELETE');
       await new Promise((r) => setTimeout(r, 250));
     }
-  }, { args: ['--lean-egress'] }));
+  }));
 
 test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
@@ -150,7 +150,7 @@ test('a room of Chromium and Firefox ESR publishes and receives without a PeerCo
     // connections (a new offer with its sections inactive); media goes on.
     await b.page.close();
     await expectGrowth("fox's media after b left", () => fox.inbound(), { framesDecoded: 10 });
-  }, { args: ['--lean-egress'] }));
+  }));
 
 test('an audience (no publish grant) in Chromium and Firefox ESR gets data channels and video without a PeerConnection', { timeout: 120_000 }, () =>
   scenario('lean-egress-audience', async ({ server, own, watch }) => {
@@ -237,4 +237,4 @@ test('an audience (no publish grant) in Chromium and Firefox ESR gets data chann
       await p.page.evaluate(async (me) => window.petrel.room.sendData(`again from ${me}`), p.label);
     }
     await got(speaker, ['again from c', 'again from f']);
-  }, { args: ['--lean-egress'] }));
+  }));

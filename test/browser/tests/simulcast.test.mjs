@@ -46,9 +46,7 @@ const downAndUp = (lean) => async ({ server, own, watch }) => {
     }
   };
 test('simulcast: the viewer gets the layer its quality asks for, down and up again', { timeout: 120_000 }, () =>
-  scenario('simulcast', downAndUp(false)));
-test('simulcast through a lean publisher session (--lean-egress): down and up again', { timeout: 120_000 }, () =>
-  scenario('simulcast-lean', downAndUp(true), { args: ['--lean-egress'] }));
+  scenario('simulcast', downAndUp(true)));
 
 test('screen share: a second tile appears at the other side and goes with it', { timeout: 120_000 }, () =>
   scenario('screen', async ({ server, own, watch }) => {
