@@ -386,7 +386,7 @@ func (c *Camera) publish(kind string, codec webrtc.RTPCodecParameters, ssrc uint
 		*cur = nil
 	}
 	lt, err := c.part.PublishLocal(sfu.LocalTrackOptions{
-		Info:  protocol.TrackInfo{Kind: kind, Source: source, Name: c.cfg.ID + " " + source, SSRC: ssrc, Width: w, Height: h},
+		Info: protocol.TrackInfo{Kind: kind, Source: source, Name: c.cfg.ID + " " + source, SSRC: ssrc, Width: w, Height: h},
 		Codec: sfu.Codec{MimeType: codec.MimeType, ClockRate: codec.ClockRate, Channels: codec.Channels,
 			SDPFmtpLine: codec.SDPFmtpLine, PayloadType: uint8(codec.PayloadType)},
 	})
