@@ -18,7 +18,9 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera/emulator"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -249,7 +251,7 @@ func TestDeviceTopicsThroughGateway(t *testing.T) {
 // http topics, whatever its transport: a participant inside the server (a
 // WebTransport session, or even the server's own) is refused without it.
 func TestControlNeedsGrant(t *testing.T) {
-	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
+	mgr := testManager(t)
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "c", RTSP: "rtsp://127.0.0.1:1/none"})
@@ -280,7 +282,7 @@ func TestControlNeedsGrant(t *testing.T) {
 // talks the camera is subscribed to her microphone and to no other viewer's,
 // and after she stops to none.
 func TestTalkWebRTCCameraFloor(t *testing.T) {
-	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
+	mgr := testManager(t)
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "wcam", WebRTC: true})
@@ -331,19 +333,31 @@ func TestTalkWebRTCCameraFloor(t *testing.T) {
 }
 
 // testEngine makes a WebRTC engine on free loopback ports, closed at the end.
-// testConfig is a loopback server's configuration; the gateway's tests run
-// local participants only, so their manager needs no transport.
-func testConfig() config.Config {
+// testManager is a manager on loopback with the server's session server
+// (a WebRTC camera joins the room as a client does).
+func testManager(t *testing.T) *sfu.Manager {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Loopback = true
-	return cfg
+	cfg.RTC.UDPPort, cfg.RTC.TCPPort = 0, -1
+	eng, err := rtc.NewEngine(cfg, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	srv, err := egress.Start(cfg, eng, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return sfu.NewManager(cfg, egress.NewTransport(srv, sfu.MaxDataMessage(cfg)), slog.Default())
 }
 
 // A WebRTC camera that answers ptz itself (no ONVIF declared) gets only the
 // requests of senders with the ptz grant: the gateway refuses the others, the
 // device never sees them.
 func TestWebRTCCameraTopicsNeedGrant(t *testing.T) {
-	mgr := sfu.NewManager(testConfig(), nil, slog.Default())
+	mgr := testManager(t)
 	g := New(Options{Manager: mgr, Loopback: true})
 	defer g.Close()
 	cam, err := g.Add(Config{ID: "w", WebRTC: true})

@@ -102,18 +102,36 @@ type ingestSide struct {
 
 type inSection struct {
 	mid, kind string
-	codec     offeredCodec
-	mime      string
-	sending   bool
-	rids      []string
-	ssrcs     []uint32
-	msid      string
-	exts      []extmap
-	fb        []string
-	tracks    []*InTrack
+	// codecs are the offered codecs the server forwards, in the client's
+	// order of preference, all in the answer: a sender with a fixed codec
+	// (a Pion track, an encoder) sends the one it has. A stream is bound to
+	// the codec of its first packet's payload type.
+	codecs  []inCodec
+	sending bool
+	rids    []string
+	ssrcs   []uint32
+	msid    string
+	exts    []extmap
+	fb      []string
+	tracks  []*InTrack
 	// stopped: the server stopped the track (Stop); its SSRCs are not
 	// bound again until an offer ends or replaces it.
 	stopped bool
+}
+
+type inCodec struct {
+	offeredCodec
+	mime string
+}
+
+// has reports whether pt is one of the section's codecs.
+func (sec *inSection) has(pt uint8) *inCodec {
+	for i := range sec.codecs {
+		if sec.codecs[i].pt == pt {
+			return &sec.codecs[i]
+		}
+	}
+	return nil
 }
 
 // NewIngest answers a client's offer for a publisher connection: its audio
@@ -174,17 +192,20 @@ func (in *ingestSide) update(o *offer) error {
 			if sec.port == 0 && !sec.bundleOnly {
 				continue
 			}
-			c, mime := in.choose(sec)
-			if c == nil {
+			cs := in.choose(sec)
+			if len(cs) == 0 {
 				continue // answered inactive: nothing the server forwards
 			}
 			if len(in.secs) >= maxStreams {
 				return errors.New("offer: too many media sections")
 			}
-			cur = &inSection{mid: sec.mid, kind: sec.kind, codec: *c, mime: mime}
+			cur = &inSection{mid: sec.mid, kind: sec.kind, codecs: cs}
 			in.secs = append(in.secs, cur)
-		} else if !slices.ContainsFunc(sec.codecs, func(c offeredCodec) bool { return c.pt == cur.codec.pt && strings.EqualFold(c.name, cur.codec.name) }) {
-			return fmt.Errorf("offer: section %q dropped its codec %s", sec.mid, cur.codec.name)
+		} else if !slices.ContainsFunc(sec.codecs, func(c offeredCodec) bool {
+			k := cur.has(c.pt)
+			return k != nil && strings.EqualFold(c.name, k.name)
+		}) {
+			return fmt.Errorf("offer: section %q dropped its codecs", sec.mid)
 		}
 		sending := sec.send && (sec.port != 0 || sec.bundleOnly)
 		if !sending || sec.msid != cur.msid {
@@ -213,7 +234,7 @@ func (in *ingestSide) update(o *offer) error {
 
 func (cur *inSection) offeredFeedback(sec *section) []string {
 	for _, c := range sec.codecs {
-		if c.pt == cur.codec.pt {
+		if c.pt == cur.codecs[0].pt {
 			return c.fb
 		}
 	}
@@ -229,9 +250,10 @@ func (in *ingestSide) section(mid string) *inSection {
 	return nil
 }
 
-// choose is the section's codec: the first offered that the server
-// forwards (the client's order is its preference).
-func (in *ingestSide) choose(sec *section) (*offeredCodec, string) {
+// choose is the section's codecs: those offered that the server forwards,
+// in the client's order (its preference).
+func (in *ingestSide) choose(sec *section) []inCodec {
+	var out []inCodec
 	for i := range sec.codecs {
 		c := &sec.codecs[i]
 		for _, t := range in.cfg.Codecs {
@@ -239,12 +261,15 @@ func (in *ingestSide) choose(sec *section) (*offeredCodec, string) {
 				continue
 			}
 			one := section{codecs: []offeredCodec{*c}}
-			if m := one.match(t); m != nil && (!strings.EqualFold(c.name, "h264") || h264Mode(c.fmtp) == h264Mode(t.Fmtp) && h264Profile(c.fmtp) == h264Profile(t.Fmtp)) {
-				return c, t.MimeType
+			// Any H.264 profile is forwarded as it is (a camera's SPS names
+			// its own); the packetization mode must be one the server takes.
+			if m := one.match(t); m != nil && (!strings.EqualFold(c.name, "h264") || h264Mode(c.fmtp) == h264Mode(t.Fmtp)) {
+				out = append(out, inCodec{*c, t.MimeType})
+				break
 			}
 		}
 	}
-	return nil, ""
+	return out
 }
 
 // drop ends streams: their queues close (the forwarding goroutines see the
@@ -310,6 +335,10 @@ func (in *ingestSide) onRTP(v *Viewer, b []byte) {
 			return
 		}
 	}
+	if in.hdr.PayloadType != t.PT {
+		v.s.drop("srtp", "RTP with another payload type than its stream's", v.remoteAddr(), len(b))
+		return
+	}
 	in.n = len(out)
 	_, _, _ = t.reader.Read(out, nil) // NACK generator, receiver reports, TWCC: they keep no error
 	if _, err := t.rtp.Write(out, nil); err != nil {
@@ -345,11 +374,14 @@ func (in *ingestSide) bind(v *Viewer, h *rtp.Header) *InTrack {
 	if trackID == "" {
 		trackID = sec.mid
 	}
-	name := sec.codec.name
+	c := sec.has(h.PayloadType)
+	if c == nil {
+		return nil
+	}
 	t := &InTrack{Mid: sec.mid, rid: rid, Kind: sec.kind, ID: trackID, StreamID: streamID,
-		MimeType: sec.mime, ClockRate: sec.codec.clock, Fmtp: sec.codec.fmtp, PT: sec.codec.pt,
+		MimeType: c.mime, ClockRate: c.clock, Fmtp: c.fmtp, PT: c.pt,
 		ssrc: h.SSRC, v: v, sec: sec, rtp: packetio.NewBuffer(), rtcp: packetio.NewBuffer()}
-	if _, ch, ok := strings.Cut(strings.TrimPrefix(sec.codec.rtpmap, name+"/"), "/"); ok {
+	if _, ch, ok := strings.Cut(strings.TrimPrefix(c.rtpmap, c.name+"/"), "/"); ok {
 		if n, err := strconv.Atoi(ch); err == nil && n > 0 && n < 256 {
 			t.Channels = uint16(n)
 		}
@@ -358,8 +390,8 @@ func (in *ingestSide) bind(v *Viewer, h *rtp.Header) *InTrack {
 	t.DependencyExt = extIn(sec.exts, uriDependency)
 	t.rtp.SetLimitCount(inQueue)
 	t.rtcp.SetLimitCount(16)
-	t.info = &interceptor.StreamInfo{SSRC: h.SSRC, PayloadType: sec.codec.pt, MimeType: sec.mime,
-		ClockRate: sec.codec.clock, Channels: t.Channels, SDPFmtpLine: sec.codec.fmtp}
+	t.info = &interceptor.StreamInfo{SSRC: h.SSRC, PayloadType: c.pt, MimeType: c.mime,
+		ClockRate: c.clock, Channels: t.Channels, SDPFmtpLine: c.fmtp}
 	for _, x := range sec.exts {
 		t.info.RTPHeaderExtensions = append(t.info.RTPHeaderExtensions, interceptor.RTPHeaderExtension{URI: x.uri, ID: int(x.id)})
 	}
@@ -411,7 +443,7 @@ func (in *ingestSide) find(h *rtp.Header) (*inSection, string) {
 		// No a=ssrc, no mid extension: the one sending section with this
 		// payload type and no simulcast.
 		for _, s := range in.secs {
-			if s.sending && s.codec.pt == h.PayloadType && len(s.rids) == 0 && len(s.tracks) == 0 {
+			if s.sending && s.has(h.PayloadType) != nil && len(s.rids) == 0 && len(s.tracks) == 0 {
 				if sec != nil {
 					return nil, ""
 				}
@@ -488,19 +520,23 @@ func (in *ingestSide) mediaAnswer(m *sdp.MediaDescription, mid string) *sdp.Medi
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	sec := in.section(mid)
-	c := sec.codec
-	m.MediaName.Formats = []string{strconv.Itoa(int(c.pt))}
+	m.MediaName.Formats = m.MediaName.Formats[:0]
+	for _, c := range sec.codecs {
+		m.MediaName.Formats = append(m.MediaName.Formats, strconv.Itoa(int(c.pt)))
+	}
 	dir := "inactive"
 	if sec.sending {
 		dir = "recvonly"
 	}
-	m = m.WithPropertyAttribute(dir).WithPropertyAttribute("rtcp-mux").
-		WithValueAttribute("rtpmap", fmt.Sprintf("%d %s", c.pt, c.rtpmap))
-	if c.fmtp != "" {
-		m = m.WithValueAttribute("fmtp", fmt.Sprintf("%d %s", c.pt, c.fmtp))
-	}
-	for _, fb := range sec.fb {
-		m = m.WithValueAttribute("rtcp-fb", fmt.Sprintf("%d %s", c.pt, fb))
+	m = m.WithPropertyAttribute(dir).WithPropertyAttribute("rtcp-mux")
+	for _, c := range sec.codecs {
+		m = m.WithValueAttribute("rtpmap", fmt.Sprintf("%d %s", c.pt, c.rtpmap))
+		if c.fmtp != "" {
+			m = m.WithValueAttribute("fmtp", fmt.Sprintf("%d %s", c.pt, c.fmtp))
+		}
+		for _, fb := range sec.fb {
+			m = m.WithValueAttribute("rtcp-fb", fmt.Sprintf("%d %s", c.pt, fb))
+		}
 	}
 	for _, x := range sec.exts {
 		m = m.WithValueAttribute("extmap", fmt.Sprintf("%d %s", x.id, x.uri))

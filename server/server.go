@@ -78,7 +78,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	if s.Engine, err = rtc.NewEngine(cfg, log); err != nil {
 		return nil, err
 	}
-	if s.Sessions, err = startSessions(cfg, s.Engine, log); err != nil {
+	if s.Sessions, err = egress.Start(cfg, s.Engine, log); err != nil {
 		s.Engine.Close()
 		return nil, err
 	}

@@ -1,19 +1,18 @@
-package server
+package egress
 
 import (
 	"log/slog"
 	"net"
 
 	"github.com/petrel-sfu/petrel/config"
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/rtc"
 )
 
-// startSessions puts the session server in front of Pion's ICE mux on the
+// Start puts the session server in front of Pion's ICE mux on the
 // shared UDP port (Pion keeps the node links: cluster/). Its host candidates
 // are the engine's: 127.0.0.1 with --loopback, the node IP if one is set,
 // else the machine's non-loopback addresses.
-func startSessions(cfg config.Config, e *rtc.Engine, log *slog.Logger) (*egress.Server, error) {
+func Start(cfg config.Config, e *rtc.Engine, log *slog.Logger) (*Server, error) {
 	var ips []net.IP
 	switch {
 	case cfg.Loopback:
@@ -27,7 +26,7 @@ func startSessions(cfg config.Config, e *rtc.Engine, log *slog.Logger) (*egress.
 			}
 		}
 	}
-	srv, err := egress.New(e.UDPConn(), ips, log)
+	srv, err := New(e.UDPConn(), ips, log)
 	if err != nil {
 		return nil, err
 	}
