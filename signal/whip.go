@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pion/ice/v4"
+
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -229,6 +231,13 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	frag := parseFrag(string(b))
+	for _, c := range frag.candidates {
+		// Not needed (below), but hostile input all the same.
+		if _, err := ice.UnmarshalCandidate(c); err != nil {
+			writeErr(w, protocol.Errorf(protocol.CodeBadRequest, "candidate %q: %v", c, err))
+			return
+		}
+	}
 	rufrag, ok := sess.p.LeanICE()
 	if !ok {
 		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "session is closed"))
