@@ -117,6 +117,20 @@ func (p *Participant) LeanICE() (remoteUfrag string, ok bool) {
 	return lp.RemoteUfrag(), true
 }
 
+// RestartLeanICE restarts ICE for a lean WHEP viewer with the client's new
+// credentials; it returns the server's new ones as an sdpfrag.
+func (p *Participant) RestartLeanICE(ufrag, pwd string) (string, error) {
+	if p.lean == nil || p.lean.v.Offered() {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "not a lean WHEP session")
+	}
+	frag, err := p.lean.v.RestartICE(ufrag, pwd)
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "%v", err)
+	}
+	p.log.Debug("whep ice restart", "egress", "lean")
+	return frag, nil
+}
+
 // LeanOffer is a lean WHIP publisher's last offer ("" for anyone else).
 func (p *Participant) LeanOffer() string {
 	p.mu.Lock()
