@@ -9,6 +9,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bwe"
 	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/protocol"
@@ -57,6 +58,9 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 		specs[i] = t.egressTrack()
 	}
 	lv := &leanViewer{p: p, tm: tm}
+	// The viewer's transport-wide feedback (if its offer had it) feeds the
+	// estimate that allocate shares among its tracks, as for room subscribers.
+	p.bwe = bwe.New(initialEstimate, minEstimate, maxEstimate)
 	v, answer, err := srv.NewViewer(offer, specs, lv)
 	if err != nil {
 		p.log.Info("whep offer refused", "err", err)
@@ -81,7 +85,7 @@ func (m *Manager) playLean(srv *egress.Server, c *auth.Claims, offer string, tra
 	for i, t := range tracks {
 		d := newDownTrack(t, p)
 		snd := v.Senders[i]
-		d.bindWriter(v, snd.SSRC, snd.PT, t.codec.ClockRate, 0, 0)
+		d.bindWriter(v, snd.SSRC, snd.PT, t.codec.ClockRate, snd.TransportCC, 0)
 		downs[i] = leanDown{ssrc: snd.SSRC, d: d}
 		p.mu.Lock()
 		p.subs[t.sid] = d

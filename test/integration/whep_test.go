@@ -4,15 +4,18 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 func leanEgress(c *config.Config) { c.RTC.LeanEgress = true }
@@ -171,4 +174,124 @@ func TestWHEPICERestartLean(t *testing.T) {
 
 func newLoopbackPC() (*webrtc.PeerConnection, error) {
 	return client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
+}
+
+// simulcastLocal publishes a three-layer VP8 track from inside the server
+// (as its own camera would) at 30 frames/s: layer i sends 1, 2 and 6
+// packets of 1000 bytes a frame (about 0.25, 0.5 and 1.5 Mbit/s), each
+// packet's last byte the layer.
+func simulcastLocal(t *testing.T, e *env, room string) {
+	p, err := e.srv.Manager.JoinLocal(sfu.LocalOptions{Room: room, Identity: "camera", Name: "camera",
+		Grants: auth.Grants{Publish: true, Subscribe: true}, Origin: sfu.Server})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close("done") })
+	base, err := p.PublishLocal(sfu.LocalTrackOptions{
+		Info:  protocol.TrackInfo{Kind: "video", Source: "camera", SSRC: 1000, Width: 1280, Height: 720},
+		Codec: webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := []*sfu.LocalTrack{base}
+	for i, rid := range []string{"h", "f"} {
+		lt, err := base.AddLayer(rid, uint32(1001+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers = append(layers, lt)
+	}
+	var key [3]atomic.Bool
+	for i, lt := range layers {
+		lt.OnKeyframeRequest(func() { key[i].Store(true) })
+	}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		tick := time.NewTicker(33 * time.Millisecond)
+		defer tick.Stop()
+		var seq [3]uint16
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			for i, lt := range layers {
+				kf := n%90 == 0 || key[i].Swap(false)
+				count := []int{1, 2, 6}[i]
+				for k := 0; k < count; k++ {
+					payload := make([]byte, 1000)
+					if k == 0 {
+						payload[0] = 0x10 // VP8 descriptor: start of partition 0
+						payload[1] = 0x01 // inter frame
+						if kf {
+							payload[1] = 0x00
+						}
+					}
+					payload[len(payload)-1] = byte(i)
+					_ = lt.WritePacket(&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq[i],
+						Timestamp: uint32(n * 3000), SSRC: uint32(1000 + i), Marker: k == count-1}, Payload: payload})
+					seq[i]++
+				}
+			}
+		}
+	}()
+}
+
+// TestWHEPBandwidthEstimateLean: a WHEP viewer of the lean egress that
+// offers transport-cc gets it in the answer, and the server chooses its
+// simulcast layer by the estimate from its feedback, as for a room
+// subscriber: on an unlimited path the top layer, behind a 600 kbit/s
+// bottleneck a lower one.
+func TestWHEPBandwidthEstimateLean(t *testing.T) {
+	e := start(t, leanEgress)
+	simulcastLocal(t, e, "bwe")
+	tok := e.token("bwe", "viewer", auth.Grants{Subscribe: true}, time.Hour)
+	layerOf := func(p rtp.Packet) byte { return p.Payload[len(p.Payload)-1] }
+	// lastLayers reads for d and returns the layers of the packets of its
+	// last second.
+	lastLayers := func(tr *webrtc.TrackRemote, d time.Duration) map[byte]int {
+		got := map[byte]int{}
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			p := readPackets(t, tr, 1, 5*time.Second)[0]
+			if len(p.Payload) == 0 {
+				continue // padding
+			}
+			if time.Until(end) < time.Second {
+				got[layerOf(p)]++
+			}
+		}
+		return got
+	}
+
+	_, _, answer, tr := whepViewer(t, e, "bwe", tok, func() *webrtc.PeerConnection {
+		pc, err := newLoopbackPC()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pc
+	})
+	if !strings.Contains(answer, "transport-cc") || !strings.Contains(answer, "transport-wide-cc") {
+		t.Fatalf("the answer negotiates no transport-cc:\n%s", answer)
+	}
+	if got := lastLayers(tr, 5*time.Second); got[2] == 0 || got[0]+got[1] > 0 {
+		t.Fatalf("unlimited viewer's layers in its last second: %v, want the top (2) only", got)
+	}
+
+	path := newPath(t, 0, 600_000, 200*time.Millisecond)
+	_, _, _, tr = whepViewer(t, e, "bwe", tok, func() *webrtc.PeerConnection {
+		pc, err := path.api().NewPeerConnection(webrtc.Configuration{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pc
+	})
+	got := lastLayers(tr, 12*time.Second)
+	t.Logf("limited viewer's layers in its last second: %v (%d dropped at the bottleneck)", got, path.drops())
+	if got[2] > 0 || got[0]+got[1] == 0 {
+		t.Fatalf("viewer behind 600 kbit/s: layers %v in its last second, want a lower one than the top", got)
+	}
 }
