@@ -228,10 +228,16 @@ func (t *Publication) askKeyframe(wait time.Duration, repeats int) {
 }
 
 // publisherRTT is the round-trip time of the participant's publisher
-// connection, from ICE's binding checks (0 if unknown).
+// connection, from ICE's binding checks (0 if unknown). A lean publisher
+// session sends no checks: its RTCP XR or SCTP round trips stand in.
 func (p *Participant) publisherRTT() time.Duration {
-	pc := p.pub
+	p.mu.Lock()
+	pc, lp := p.pub, p.leanPub
+	p.mu.Unlock()
 	if pc == nil {
+		if lp != nil {
+			return lp.PublisherRTT()
+		}
 		return 0
 	}
 	st, ok := pc.SCTP().Transport().ICETransport().GetSelectedCandidatePairStats()

@@ -53,8 +53,9 @@ func newPath(t *testing.T, delay time.Duration, rate int64, maxQueue time.Durati
 }
 
 // api is a Pion API whose connections all use this path.
-func (p *pathConn) api() *webrtc.API {
+func (p *pathConn) api(t *testing.T) *webrtc.API {
 	mux := ice.NewUDPMuxDefault(ice.UDPMuxParams{UDPConn: p})
+	t.Cleanup(func() { _ = mux.Close() })
 	return client.LoopbackAPI(func(se *webrtc.SettingEngine) { se.SetICEUDPMux(mux) })
 }
 

@@ -283,7 +283,7 @@ func TestWHEPBandwidthEstimateLean(t *testing.T) {
 
 	path := newPath(t, 0, 600_000, 200*time.Millisecond)
 	_, _, _, tr = whepViewer(t, e, "bwe", tok, func() *webrtc.PeerConnection {
-		pc, err := path.api().NewPeerConnection(webrtc.Configuration{})
+		pc, err := path.api(t).NewPeerConnection(webrtc.Configuration{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,6 +124,30 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
     }
   }, { args: ['--lean-egress'] }));
 
+// A lean publisher session sends no ICE checks and gets no receiver
+// reports: the round trip comes from Chromium's answers (DLRR) to the RTCP
+// XR receiver reference times the server sends with its receiver reports.
+test("the server knows a Chromium WHIP publisher's round trip from RTCP XR", { timeout: 60_000 }, () =>
+  scenario('lean-egress-rtt', async ({ server, own }) => {
+    const chromium = own(await launchChromium());
+    const pub = await chromium.newPage();
+    await pub.goto(`${server.base}/healthz`);
+    await pub.evaluate(whipPublish, { base: server.base, token: await server.token('lean', 'publisher') });
+    let rtt = 0;
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      try {
+        rtt = (await server.admin('/v1/admin/rooms/lean/participants/publisher')).stats.publisherRttMs;
+      } catch {
+        // not in the room yet
+      }
+      if (rtt > 0) break;
+      if (Date.now() > deadline) assert.fail('no publisher RTT in 20 s');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.ok(rtt < 100, `publisher RTT on loopback ${rtt} ms`);
+  }, { args: ['--lean-egress'] }));
+
 test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
