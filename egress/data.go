@@ -139,7 +139,7 @@ func (v *Viewer) remoteUfrag() string {
 		defer d.mu.Unlock()
 		return d.rufrag
 	}
-	return v.rufrag
+	return v.creds.Load().remote
 }
 
 // dataSection finds the offer's data channel section (mid, if given, is the

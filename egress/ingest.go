@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
@@ -92,6 +93,11 @@ type ingestSide struct {
 	streams atomic.Pointer[map[uint32]*InTrack]
 	trackMu sync.Mutex // OnTrack, one at a time
 
+	// xrSSRC names the server in its RTCP XR receiver reference times; rtt
+	// is the round trip the publisher's DLRR answers gave (ns, 0: none yet).
+	xrSSRC uint32
+	rtt    atomic.Int64
+
 	// The socket reader's alone, once DTLS set rx.
 	rx   atomic.Pointer[srtp.Context]
 	hdr  rtp.Header
@@ -150,13 +156,13 @@ func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h Ing
 	if err != nil {
 		return nil, "", err
 	}
-	in := &ingestSide{cfg: cfg, h: h, chain: chain, dec: make([]byte, mtu+srtpOverhead)}
+	in := &ingestSide{cfg: cfg, h: h, chain: chain, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
-		return 0, v.WriteRTCP(pkts)
+		return 0, v.WriteRTCP(in.withRRTR(pkts))
 	}))
 	in.rtcpIn = chain.BindRTCPReader(interceptor.RTCPReaderFunc(func(_ []byte, a interceptor.Attributes) (int, interceptor.Attributes, error) {
 		return in.rtcN, a, nil
@@ -471,12 +477,74 @@ func (in *ingestSide) onRTCP(raw []byte, pkts []rtcp.Packet) {
 	_, _, _ = in.rtcpIn.Read(raw, nil)
 	streams := *in.streams.Load()
 	for _, p := range pkts {
-		if sr, ok := p.(*rtcp.SenderReport); ok {
-			if t := streams[sr.SSRC]; t != nil {
+		switch p := p.(type) {
+		case *rtcp.SenderReport:
+			if t := streams[p.SSRC]; t != nil {
 				_, _ = t.rtcp.Write(raw, nil)
+			}
+		case *rtcp.ExtendedReport:
+			in.onXR(p)
+		}
+	}
+}
+
+// withRRTR adds a receiver reference time (RTCP XR, RFC 3611 4.4) to each
+// receiver report the interceptors send: a publisher that answers it with a
+// DLRR block (libwebrtc does) gives the server its round-trip time, which
+// ICE-lite (no checks of its own) and receiver reports (the publisher sends
+// no media report blocks) cannot.
+func (in *ingestSide) withRRTR(pkts []rtcp.Packet) []rtcp.Packet {
+	for _, p := range pkts {
+		if _, ok := p.(*rtcp.ReceiverReport); ok {
+			xr := &rtcp.ExtendedReport{SenderSSRC: in.xrSSRC,
+				Reports: []rtcp.ReportBlock{&rtcp.ReceiverReferenceTimeReportBlock{NTPTimestamp: ntpTime(time.Now())}}}
+			return append(pkts[:len(pkts):len(pkts)], xr)
+		}
+	}
+	return pkts
+}
+
+// onXR takes the round-trip time from a DLRR block answering the server's
+// RRTR: arrival - LRR - DLRR, in 1/65536 s (RFC 3611 4.5).
+func (in *ingestSide) onXR(xr *rtcp.ExtendedReport) {
+	for _, b := range xr.Reports {
+		d, ok := b.(*rtcp.DLRRReportBlock)
+		if !ok {
+			continue
+		}
+		for _, r := range d.Reports {
+			if r.SSRC != in.xrSSRC || r.LastRR == 0 {
+				continue
+			}
+			rtt := uint32(ntpTime(time.Now())>>16) - r.LastRR - r.DLRR
+			if rtt < 10<<16 { // a forged or stale answer wraps around, or claims over 10 s
+				in.rtt.Store(int64(rtt) * int64(time.Second) >> 16)
 			}
 		}
 	}
+}
+
+// ntpTime is t as a 64-bit NTP timestamp.
+func ntpTime(t time.Time) uint64 {
+	const ntpEpochOffset = 2208988800
+	s := uint64(t.Unix()) + ntpEpochOffset
+	f := uint64(t.Nanosecond()) << 32 / uint64(time.Second)
+	return s<<32 | f
+}
+
+// PublisherRTT is the round-trip time to a publisher session's client: from
+// its answers to RTCP XR receiver reference times, else its SCTP
+// association's smoothed RTT; 0 if neither has been measured.
+func (v *Viewer) PublisherRTT() time.Duration {
+	if v.in != nil {
+		if rtt := v.in.rtt.Load(); rtt > 0 {
+			return time.Duration(rtt)
+		}
+	}
+	if st, ok := v.SCTPStats(); ok && st.SRTT > 0 {
+		return st.SRTT
+	}
+	return 0
 }
 
 // ReadRTP blocks for the stream's next packet (decrypted, as sent).

@@ -353,7 +353,15 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 		out = append(out, a)
 	}
 	o.answeredV = o.version
-	v.rufrag, v.fpAlg, v.fp = t.ufrag, t.fpAlg, t.fp
+	v.fpAlg, v.fp = t.fpAlg, t.fp
+	for { // an ICE restart's Offer may replace the credentials meanwhile
+		old := v.creds.Load()
+		c := *old
+		c.remote = t.ufrag
+		if v.creds.CompareAndSwap(old, &c) {
+			break
+		}
+	}
 	o.answeredOnce.Do(func() {
 		o.dtlsClient.Store(t.setup == "passive")
 		v.lastCheck.Store(time.Now().UnixNano()) // the consent clock starts now

@@ -30,6 +30,10 @@ type Sender struct {
 	PT   uint8
 	SSRC uint32
 	Mid  string
+	// TransportCC is the id of the transport-wide sequence number extension
+	// when the viewer offered it with transport-cc feedback (0: not
+	// negotiated, no bandwidth estimate from this viewer).
+	TransportCC uint8
 }
 
 // offer is what the server needs from a viewer's offer.
@@ -299,6 +303,19 @@ func (sec *section) match(t Track) *offeredCodec {
 	return best
 }
 
+// transportCC is the id of the section's transport-wide sequence number
+// extension if the viewer offered it and transport-cc feedback for c.
+func (sec *section) transportCC(c *offeredCodec) uint8 {
+	fb := false
+	for _, f := range c.fb {
+		fb = fb || strings.EqualFold(f, "transport-cc")
+	}
+	if !fb {
+		return 0
+	}
+	return extIn(sec.exts, uriTransportCC)
+}
+
 func fmtpParam(fmtp, key string) string {
 	for _, kv := range strings.Split(fmtp, ";") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && strings.EqualFold(k, key) {
@@ -332,10 +349,11 @@ type answerParams struct {
 
 // negotiate assigns each track to the first offered section of its kind that
 // can receive its codec, and writes the answer: ICE-lite, the server's host
-// candidates, setup:passive, BUNDLE of the accepted sections, rtcp-mux, and
-// the offered NACK/PLI/FIR feedback. No transport-cc or REMB: the lean egress
-// forwards what the publisher sends (docs/lean-egress.md). Sections nothing
-// is sent in are rejected (port 0).
+// candidates, setup:passive, BUNDLE of the accepted sections, rtcp-mux, the
+// offered NACK/PLI/FIR feedback, and transport-cc with the transport-wide
+// sequence number extension where the viewer offered both (the server then
+// estimates the viewer's bandwidth from its feedback). No REMB. Sections
+// nothing is sent in are rejected (port 0).
 func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (string, []Sender, error) {
 	senders := make([]Sender, len(tracks))
 	assigned := make([]int, len(o.sections)) // track index + 1, 0 = none
@@ -349,7 +367,7 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 			}
 			if c := sec.match(t); c != nil {
 				assigned[si], chosen[si] = ti+1, c
-				senders[ti] = Sender{PT: c.pt, SSRC: ssrc(), Mid: sec.mid}
+				senders[ti] = Sender{PT: c.pt, SSRC: ssrc(), Mid: sec.mid, TransportCC: sec.transportCC(c)}
 				found = true
 				break
 			}
@@ -418,11 +436,18 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 		if c.fmtp != "" {
 			m = m.WithValueAttribute("fmtp", fmt.Sprintf("%d %s", c.pt, c.fmtp))
 		}
+		twcc := uint8(0)
+		if assigned[si] != 0 {
+			twcc = senders[assigned[si]-1].TransportCC
+		}
 		for _, fb := range c.fb {
-			switch strings.ToLower(fb) {
-			case "nack", "nack pli", "ccm fir":
+			switch f := strings.ToLower(fb); {
+			case f == "nack", f == "nack pli", f == "ccm fir", f == "transport-cc" && twcc != 0:
 				m = m.WithValueAttribute("rtcp-fb", fmt.Sprintf("%d %s", c.pt, fb))
 			}
+		}
+		if twcc != 0 {
+			m = m.WithValueAttribute("extmap", fmt.Sprintf("%d %s", twcc, uriTransportCC))
 		}
 		if assigned[si] != 0 {
 			t, snd := tracks[assigned[si]-1], senders[assigned[si]-1]

@@ -52,7 +52,7 @@ func (t *Transport) Viewer(offer string, tracks []sfu.TrackSpec, h sfu.SessionHa
 	}
 	slots := make([]sfu.TrackSlot, len(v.Senders))
 	for i, s := range v.Senders {
-		slots[i] = sfu.TrackSlot{Mid: s.Mid, SSRC: s.SSRC, PT: s.PT, OK: true}
+		slots[i] = sfu.TrackSlot{Mid: s.Mid, SSRC: s.SSRC, PT: s.PT, TransportCC: s.TransportCC, OK: true}
 	}
 	return subscriber{v}, slots, answer, nil
 }
@@ -122,8 +122,7 @@ func (b pooledBatch) Flush() {
 // publisher is a Viewer as sfu's Publisher.
 type publisher struct{ *Viewer }
 
-// RTT is not measured yet on a publisher session.
-func (p publisher) RTT() time.Duration { return 0 }
+func (p publisher) RTT() time.Duration { return p.PublisherRTT() }
 
 // publisherHandler hands a session's streams and channels to sfu's handler.
 type publisherHandler struct{ sfu.PublisherHandler }

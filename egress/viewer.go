@@ -43,7 +43,6 @@ type Viewer struct {
 	// previous ones are answered until the next restart.
 	creds  atomic.Pointer[iceCreds]
 	ufrags []string // every ufrag the server maps to this viewer, under s.mu
-	rufrag string   // the client's ufrag (WHEP: from its offer)
 	fpAlg  string
 	fp     []byte
 	// off is the negotiation state of a session the server offers (a room
@@ -112,8 +111,9 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	if err != nil {
 		return nil, "", err
 	}
-	v := &Viewer{s: s, h: h, rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp}
+	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp}
 	c := newCreds(nil)
+	c.remote = o.ufrag
 	v.creds.Store(c)
 	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: c.ufrag, pwd: c.pwd, fingerprint: s.cert.Fingerprint,
 		ips: s.ips, port: s.port, cname: lean.Token(16)}, randomSSRC)
@@ -130,27 +130,29 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 // it has applied the new offer).
 type iceCreds struct {
 	ufrag, pwd string
-	prev       *iceCreds
+	// remote is the client's ufrag that goes with these credentials (a WHEP
+	// viewer's: its offer's, or its ICE restart's).
+	remote string
+	prev   *iceCreds
 }
 
 func newCreds(prev *iceCreds) *iceCreds {
 	if prev != nil {
-		prev = &iceCreds{ufrag: prev.ufrag, pwd: prev.pwd} // one generation back, no more
+		prev = &iceCreds{ufrag: prev.ufrag, pwd: prev.pwd, remote: prev.remote} // one generation back, no more
 	}
 	return &iceCreds{ufrag: lean.Token(16), pwd: lean.Token(32), prev: prev}
 }
 
 // check verifies a binding request against the current credentials, then
-// against the ones before an ICE restart; it returns the password to answer
-// with.
-func (c *iceCreds) check(m *stun.Message) (lean.Binding, string, error) {
+// against the ones before an ICE restart; it returns the set that matched.
+func (c *iceCreds) check(m *stun.Message) (lean.Binding, *iceCreds, error) {
 	b, err := lean.CheckBinding(m, c.ufrag, c.pwd)
 	if err != nil && c.prev != nil {
 		if b, err2 := lean.CheckBinding(m, c.prev.ufrag, c.prev.pwd); err2 == nil {
-			return b, c.prev.pwd, nil
+			return b, c.prev, nil
 		}
 	}
-	return b, c.pwd, err
+	return b, c, err
 }
 
 // onBinding answers an ICE check (ICE-lite, controlled: RFC 8445 2.5). A check
@@ -160,12 +162,17 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 	if m.Type == bindingIndication {
 		return // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
 	}
-	b, pwd, err := v.creds.Load().check(m)
-	// A WHEP viewer's ufrag is known from its offer. A client the server
-	// offered to checks as soon as it has applied the offer, often before its
-	// answer (and ufrag) arrives here; the integrity check with the server's
+	b, gen, err := v.creds.Load().check(m)
+	// A WHEP viewer's ufrag is known from its offer (or ICE restart), one for
+	// each set of the server's credentials. A client the server offered to
+	// checks as soon as it has applied the offer, often before its answer
+	// (and ufrag) arrives here; the integrity check with the server's
 	// password is what proves it read the offer.
-	if err == nil && v.off == nil && b.RemoteUfrag != v.remoteUfrag() {
+	want := gen.remote
+	if v.data != nil {
+		want = v.remoteUfrag()
+	}
+	if err == nil && v.off == nil && b.RemoteUfrag != want {
 		err = errors.New("binding request from another ICE session (remote ufrag)")
 	}
 	if err != nil {
@@ -176,7 +183,7 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 		v.s.drop("stun", "binding request from one address too many", from, len(m.Raw))
 		return
 	}
-	resp, err := lean.BindingSuccess(m, from, pwd)
+	resp, err := lean.BindingSuccess(m, from, gen.pwd)
 	if err != nil {
 		return
 	}

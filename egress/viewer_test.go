@@ -63,6 +63,7 @@ type client struct {
 	ok     chan struct{}
 	okOnce sync.Once
 	media  chan []byte
+	stun   chan *stun.Message // binding responses (for checkWith)
 	mu     sync.Mutex
 }
 
@@ -75,7 +76,7 @@ func newClient(t testing.TB) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &client{t: t, conn: conn, cert: cert, ufrag: lean.Token(8), pwd: lean.Token(24), ok: make(chan struct{}), media: make(chan []byte, 64)}
+	c := &client{t: t, conn: conn, cert: cert, ufrag: lean.Token(8), pwd: lean.Token(24), ok: make(chan struct{}), media: make(chan []byte, 64), stun: make(chan *stun.Message, 16)}
 	t.Cleanup(func() { conn.Close() })
 	return c
 }
@@ -179,6 +180,12 @@ func (c *client) read() {
 			m := &stun.Message{Raw: append([]byte(nil), b...)}
 			if m.Decode() == nil && m.Type == stun.BindingSuccess && stun.NewShortTermIntegrity(c.spwd).Check(m) == nil {
 				c.okOnce.Do(func() { close(c.ok) })
+			}
+			if m.Decode() == nil {
+				select {
+				case c.stun <- m:
+				default:
+				}
 			}
 		case b[0] >= 20 && b[0] < 64:
 			c.pc.Push(b)

@@ -741,6 +741,7 @@ func (p *Participant) Close(reason string) {
 
 // Stats summarises what the participant sends and receives, for the API.
 func (p *Participant) Stats() map[string]any {
+	pubRTT := p.publisherRTT()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var subs []map[string]any
@@ -758,7 +759,7 @@ func (p *Participant) Stats() map[string]any {
 	for sid, t := range p.published {
 		pubs = append(pubs, map[string]any{"trackSid": sid, "packets": t.packets.Load(), "bytes": t.bytes.Load(), "subscribers": len(t.Subscribers())})
 	}
-	out := map[string]any{"published": pubs, "subscribed": subs}
+	out := map[string]any{"published": pubs, "subscribed": subs, "publisherRttMs": float64(pubRTT) / 1e6}
 	if p.bwe != nil {
 		out["estimateBps"] = p.bwe.Estimate()
 		out["receivedBps"] = p.bwe.Received()

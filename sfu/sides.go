@@ -8,6 +8,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // subscriberSide ties a Subscriber session to its participant: it is the
@@ -223,6 +224,23 @@ func (p *Participant) LeanICE() (remoteUfrag string, ok bool) {
 		return pub.RemoteUfrag(), true
 	}
 	return "", false
+}
+
+// RestartViewerICE restarts ICE for a WHEP viewer with the client's new
+// credentials; it returns the server's new ones as an sdpfrag.
+func (p *Participant) RestartViewerICE(ufrag, pwd string) (string, error) {
+	p.mu.Lock()
+	sub := p.sub
+	p.mu.Unlock()
+	if !p.hidden || sub == nil {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "not a WHEP session")
+	}
+	frag, err := sub.s.RestartICE(ufrag, pwd)
+	if err != nil {
+		return "", protocol.Errorf(protocol.CodeBadRequest, "%v", err)
+	}
+	p.log.Debug("whep ice restart")
+	return frag, nil
 }
 
 // LeanOffer is a WHIP publisher's last offer ("" for anyone else).

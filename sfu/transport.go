@@ -63,6 +63,9 @@ type Subscriber interface {
 	RemoveTrack(mid string)
 	Offer(iceRestart bool) (string, error)
 	ApplyAnswer(sdp string) ([]TrackSlot, error)
+	// RestartICE takes a WHEP viewer's new ICE credentials and returns the
+	// server's new ones as an sdpfrag; DTLS and SRTP go on.
+	RestartICE(ufrag, pwd string) (string, error)
 }
 
 // Publisher is the side a participant's media and data arrive on.

@@ -252,9 +252,18 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case sess.kind != "whip":
-		// RFC 9725 section 4.3: a session that supports trickle but not
-		// restarts answers 422 to a restart.
-		writeErr(w, &statusError{http.StatusUnprocessableEntity, protocol.Errorf(protocol.CodeBadRequest, "ICE restart is supported for WHIP sessions; start a new WHEP session")})
+		// RFC 9725 4.3.2: the server's new credentials and candidates;
+		// DTLS and SRTP go on.
+		ans, err := sess.p.RestartViewerICE(frag.ufrag, frag.pwd)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		sess.etag = etagOf(ans)
+		w.Header().Set("Content-Type", "application/trickle-ice-sdpfrag")
+		w.Header().Set("ETag", sess.etag)
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, ans)
 	default:
 		s.restartICE(w, sess, replaceICE(sess.p.LeanOffer(), frag.ufrag, frag.pwd))
 	}

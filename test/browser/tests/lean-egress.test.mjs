@@ -112,6 +112,45 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
     });
     assert.ok(s.width === 640 || s.width === sent, `video at the size the publisher sends (${sent}; the camera's is 640): ${JSON.stringify(s)}`);
 
+    // ICE restart (RFC 9725 4.3.2): the viewer's new credentials by PATCH,
+    // the server's new ones applied to the answer; it keeps decoding over
+    // the same DTLS session (the server offers no other), and the selected
+    // pair is one checked with the new credentials.
+    const restart = await viewer.evaluate(async (base) => {
+      const pc = window.__view;
+      const old = pc.localDescription.sdp.match(/a=ice-ufrag:(.*)\r?\n/)[1];
+      pc.restartIce();
+      await pc.setLocalDescription(await pc.createOffer());
+      const sdp = pc.localDescription.sdp;
+      const ufrag = sdp.match(/a=ice-ufrag:(.*)\r?\n/)[1];
+      const pwd = sdp.match(/a=ice-pwd:(.*)\r?\n/)[1];
+      const res = await fetch(base + window.__session, { method: 'PATCH', headers: { 'Content-Type': 'application/trickle-ice-sdpfrag', 'If-Match': '*', Authorization: `Bearer ${window.__token}` },
+        body: `a=ice-ufrag:${ufrag}\r\na=ice-pwd:${pwd}\r\n` });
+      const frag = await res.text();
+      if (res.status !== 200) return { status: res.status, frag };
+      const sufrag = frag.match(/a=ice-ufrag:(.*)\r?\n/)[1];
+      const spwd = frag.match(/a=ice-pwd:(.*)\r?\n/)[1];
+      const answer = pc.remoteDescription.sdp.replace(/a=ice-ufrag:.*\r?\n/g, `a=ice-ufrag:${sufrag}\r\n`).replace(/a=ice-pwd:.*\r?\n/g, `a=ice-pwd:${spwd}\r\n`);
+      await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+      return { status: res.status, old, ufrag };
+    }, server.base);
+    assert.equal(restart.status, 200, `ICE restart PATCH: ${JSON.stringify(restart)}`);
+    const before = s.frames;
+    const restartDeadline = Date.now() + 15_000;
+    for (;;) {
+      const pair = await viewer.evaluate(async () => {
+        let ufrag = '';
+        for (const r of (await window.__view.getStats()).values()) {
+          if (r.type === 'transport' && r.selectedCandidatePairId) ufrag = r.iceLocalUsernameFragment ?? '';
+        }
+        return { ufrag };
+      });
+      s = await viewer.evaluate(inbound);
+      if (s.frames >= before + 60 && s.state === 'connected' && pair.ufrag === restart.ufrag && restart.ufrag !== restart.old) break;
+      if (Date.now() > restartDeadline) assert.fail(`after the ICE restart: ${JSON.stringify({ s, before, pair, restart })}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+
     // DELETE ends the session: the server closes DTLS, the viewer's
     // connection goes down.
     const del = await viewer.evaluate(async (base) =>
@@ -123,6 +162,30 @@ test('Chromium plays WHEP through the lean egress and decodes video and audio', 
       await new Promise((r) => setTimeout(r, 250));
     }
   }));
+
+// A lean publisher session sends no ICE checks and gets no receiver
+// reports: the round trip comes from Chromium's answers (DLRR) to the RTCP
+// XR receiver reference times the server sends with its receiver reports.
+test("the server knows a Chromium WHIP publisher's round trip from RTCP XR", { timeout: 60_000 }, () =>
+  scenario('lean-egress-rtt', async ({ server, own }) => {
+    const chromium = own(await launchChromium());
+    const pub = await chromium.newPage();
+    await pub.goto(`${server.base}/healthz`);
+    await pub.evaluate(whipPublish, { base: server.base, token: await server.token('lean', 'publisher') });
+    let rtt = 0;
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      try {
+        rtt = (await server.admin('/v1/admin/rooms/lean/participants/publisher')).stats.publisherRttMs;
+      } catch {
+        // not in the room yet
+      }
+      if (rtt > 0) break;
+      if (Date.now() > deadline) assert.fail('no publisher RTT in 20 s');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.ok(rtt < 100, `publisher RTT on loopback ${rtt} ms`);
+  }, { args: ['--lean-egress'] }));
 
 test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
