@@ -33,8 +33,11 @@ func startLeanEgress(cfg config.Config, e *rtc.Engine, m *sfu.Manager, log *slog
 		return nil, err
 	}
 	srv.MaxDataChannels = cfg.Limits.MaxDataChannels
+	if ln := e.TCPListener(); ln != nil {
+		srv.ServeTCP(ln) // passive ICE-TCP candidates in every SDP it writes
+	}
 	e.SetFilter(srv)
 	m.SetLeanEgress(srv)
-	log.Info("lean egress: WHEP viewers and room subscribers are served without PeerConnections", "candidates", ips)
+	log.Info("lean egress: WHEP viewers and room subscribers are served without PeerConnections", "candidates", ips, "ice_tcp_port", srv.TCPPort())
 	return srv, nil
 }

@@ -10,14 +10,15 @@ import (
 )
 
 // With the lean egress on, a room participant's subscriber side is the lean
-// egress (lean.go: ICE-lite, UDP only, no PeerConnection) for a client that
-// can use UDP, and a PeerConnection (which also does ICE-TCP) for one that
-// cannot. Which one is decided at the first subscriber offer, from the
+// egress (lean.go: ICE-lite, no PeerConnection) for a client that can use
+// UDP, or TCP when the lean server has ICE-TCP, and a PeerConnection for one
+// that cannot. Which one is decided at the first subscriber offer, from the
 // candidates the client trickled for its publisher connection, which it
 // opens right after joining: a UDP candidate (host, server-reflexive, or a
 // TURN relay, which reaches the server over UDP whatever the client's leg)
-// chooses the lean egress; only TCP candidates, or none within
-// subChoiceWait, choose a PeerConnection. Until then the participant's
+// chooses the lean egress; without ICE-TCP on the lean server, only TCP
+// candidates, or none within subChoiceWait, choose a PeerConnection (with
+// it, the lean egress after subChoiceWait). Until then the participant's
 // subscriptions wait in pending.
 type subChoice struct {
 	srv      *egress.Server
@@ -58,13 +59,15 @@ func (c *subChoice) sawSDP(sdp string) {
 // decide says whether the lean egress serves the client (lean), or that it
 // is too early to tell (!ok).
 func (c *subChoice) decide(joined time.Time) (lean, ok bool) {
+	// A lean server with ICE-TCP serves clients that cannot use UDP too.
+	tcp := c.srv.TCPPort() != 0
 	switch {
-	case c.udp:
+	case c.udp || c.tcp && tcp:
 		return true, true
 	case c.tcp && time.Since(c.tcpAt) >= subChoiceTCPWait:
 		return false, true
 	case time.Since(joined) >= subChoiceWait:
-		return false, true
+		return tcp, true
 	}
 	return false, false
 }

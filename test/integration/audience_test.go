@@ -17,8 +17,8 @@ import (
 // may not publish has no PeerConnection at all: its publisher connection (the
 // room data channels) is a data session, its subscriber connection the lean
 // egress. It receives video, exchanges data messages both ways, keeps them
-// through an ICE restart, and a client that can only use ICE-TCP still gets
-// a PeerConnection for both.
+// through an ICE restart, and a client that can only use ICE-TCP gets lean
+// sessions over ICE-TCP for both.
 func TestAudienceThroughLeanEgress(t *testing.T) {
 	e := start(t, func(c *config.Config) { c.RTC.LeanEgress = true })
 	ctx := ctxT(t, 30*time.Second)
@@ -78,7 +78,7 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	exchange("after the restart")
 
-	// A client that can only use ICE-TCP gets PeerConnections.
+	// A client that can only use ICE-TCP gets lean sessions too.
 	tcpOnly := client.LoopbackAPI(func(se *webrtc.SettingEngine) {
 		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeTCP4})
 	})
@@ -88,8 +88,10 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 	}
 	defer carol.Close()
 	readPackets(t, waitTrack(t, carol, 10*time.Second).Remote, 20, 5*time.Second)
-	if d := carol.Pub.RemoteDescription(); d == nil || strings.Contains(d.SDP, "a=ice-lite") {
-		t.Error("carol's publisher connection went to the lean egress, which has no ICE-TCP")
+	for name, pc := range map[string]*webrtc.PeerConnection{"publisher": carol.Pub, "subscriber": carol.Sub} {
+		if d := pc.RemoteDescription(); d == nil || !strings.Contains(d.SDP, "a=ice-lite") {
+			t.Errorf("carol's %s connection is not served by the lean egress", name)
+		}
 	}
 	if err := alice.SendData([]byte("to carol"), true, true, "carol"); err != nil {
 		t.Fatal(err)
@@ -109,10 +111,10 @@ func TestAudienceThroughLeanEgress(t *testing.T) {
 }
 
 // TestAudienceChoiceWithoutCandidates: an audience member's first publisher
-// offer waits for the client's candidates; one that sends none gets a
-// PeerConnection's answer after about a second (not the lean egress, whose
-// ICE-lite would leave a client that cannot use UDP without data channels),
-// and junk offered meanwhile is refused without ending the session.
+// offer waits for the client's candidates; one that sends none gets the
+// lean server's answer (ICE-lite, with its ICE-TCP candidate for a client
+// that cannot use UDP) after about a second, and junk offered meanwhile is
+// refused without ending the session.
 func TestAudienceChoiceWithoutCandidates(t *testing.T) {
 	e := start(t, func(c *config.Config) { c.RTC.LeanEgress = true })
 	r := dialRaw(t, e)
@@ -161,8 +163,8 @@ func TestAudienceChoiceWithoutCandidates(t *testing.T) {
 		t.Errorf("the answer came after %v, want about a second", waited)
 	}
 	sdp, _ := answer["sdp"].(string)
-	if strings.Contains(sdp, "a=ice-lite") || !strings.Contains(sdp, "webrtc-datachannel") {
-		t.Errorf("without candidates the publisher side should be a PeerConnection:\n%s", sdp)
+	if !strings.Contains(sdp, "a=ice-lite") || !strings.Contains(sdp, "tcptype passive") || !strings.Contains(sdp, "webrtc-datachannel") {
+		t.Errorf("without candidates the publisher side should be the lean server's, with ICE-TCP:\n%s", sdp)
 	}
 	// Junk as a renegotiation: refused, the session goes on.
 	r.send(t, protocol.Msg{"type": "offer", "id": 3, "sdp": "v=0\r\nnot an offer"})
