@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -209,4 +210,89 @@ func TestICETCPHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, ev.dtls, "DTLS after the attack")
+}
+
+// TestICETCPNomination: a viewer connected over UDP that checks over TCP
+// too gets its media on whichever path its last USE-CANDIDATE named, and
+// when the TCP connection closes the media goes back to UDP instead of the
+// session ending.
+func TestICETCPNomination(t *testing.T) {
+	s := startTCPServer(t)
+	c := newClient(t)
+	ev := newEvents()
+	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.connect(answer); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ev.dtls, "DTLS over UDP")
+	h := rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: 1, Timestamp: 1, SSRC: v.Senders[0].SSRC}
+	payload := bytes.Repeat([]byte{0xef}, 500)
+	if _, err := v.WriteRTP(&h, payload); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, c.media, "media over UDP")
+
+	tc, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(s.TCPPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	readFrame := func() []byte {
+		t.Helper()
+		_ = tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var hdr [2]byte
+		if _, err := io.ReadFull(tc, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, int(hdr[0])<<8|int(hdr[1]))
+		if _, err := io.ReadFull(tc, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	m, err := stun.Build(stun.BindingRequest, stun.TransactionID, stun.NewUsername(c.sufrag+":"+c.ufrag),
+		stun.RawAttribute{Type: stun.AttrICEControlling, Value: make([]byte, 8)},
+		stun.RawAttribute{Type: stun.AttrPriority, Value: []byte{0x6e, 0, 0, 1}},
+		stun.RawAttribute{Type: stun.AttrUseCandidate},
+		stun.NewShortTermIntegrity(c.spwd), stun.Fingerprint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.Write(append([]byte{byte(len(m.Raw) >> 8), byte(len(m.Raw))}, m.Raw...)); err != nil {
+		t.Fatal(err)
+	}
+	resp := &stun.Message{Raw: readFrame()}
+	if err := resp.Decode(); err != nil || resp.Type != stun.BindingSuccess {
+		t.Fatalf("answer over TCP: %v %v", resp.Type, err)
+	}
+	h.SequenceNumber++
+	if _, err := v.WriteRTP(&h, payload); err != nil {
+		t.Fatal(err)
+	}
+	if b := readFrame(); len(b) < 12+len(payload) || b[0]&0xc0 != 0x80 {
+		t.Fatalf("media over the nominated TCP path: %d bytes", len(b))
+	}
+
+	tc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.SequenceNumber++
+		if _, err := v.WriteRTP(&h, payload); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-c.media:
+		case r := <-ev.closed:
+			t.Fatalf("the session ended with its TCP path though UDP remained: %s", r)
+		case <-time.After(50 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("media did not go back to UDP")
+			}
+			continue
+		}
+		break
+	}
 }
