@@ -63,8 +63,8 @@ type RTC struct {
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 	// LeanEgress serves WHEP viewers and both sides of room participants
 	// (media out, media and data channels in) without a Pion PeerConnection
-	// each (egress/, docs/lean-egress.md), on the same UDP port; a client
-	// that can only use ICE-TCP or TURN still gets PeerConnections.
+	// each (egress/, docs/lean-egress.md), on the same UDP port and, for
+	// clients that can only use TCP, on the ICE-TCP port.
 	LeanEgress bool `yaml:"lean_egress" flag:"lean-egress" usage:"serve WHEP viewers and room participants with the lean egress (ICE-lite, no PeerConnection)"`
 }
 
