@@ -36,8 +36,12 @@ const (
 	// behind one NAT that blocks UDP share it).
 	tcpMaxPerIP = 256
 	// tcpQueue is what may wait to be written to one connection: about
-	// 400 ms of 2.5 Mbit/s video on top of the kernel's socket buffer.
-	tcpQueue = 128 << 10
+	// 400 ms of 2.5 Mbit/s video on top of the kernel's socket buffer. A
+	// connection starts with tcpQueueStart (binding answers, a DTLS flight:
+	// a client that checks TCP but uses UDP never needs more) and grows
+	// once, when more is queued.
+	tcpQueue      = 128 << 10
+	tcpQueueStart = 4 << 10
 	// tcpWriteTimeout closes a connection whose reader took nothing for
 	// this long while data waited.
 	tcpWriteTimeout = 10 * time.Second
@@ -247,7 +251,7 @@ func (t *tcpConn) frame(b []byte) string {
 func (t *tcpConn) attach(v *Viewer) {
 	t.v = v
 	t.mu.Lock()
-	t.ring = make([]byte, tcpQueue)
+	t.ring = make([]byte, tcpQueueStart)
 	t.mu.Unlock()
 	s := t.s
 	s.tcpMu.Lock()
@@ -269,14 +273,16 @@ func (t *tcpConn) send(b []byte) error {
 		t.mu.Unlock()
 		return errTCPClosed
 	}
-	size := len(t.ring)
-	if 2+len(b) > size-t.n {
+	if 2+len(b) > len(t.ring)-t.n && len(t.ring) < tcpQueue {
+		t.grow()
+	}
+	if 2+len(b) > len(t.ring)-t.n {
 		t.mu.Unlock()
 		t.s.tcpDropped.Add(1)
 		metrics.LeanEgressTCP.WithLabelValues("send_dropped").Inc()
 		return nil
 	}
-	tail := (t.head + t.n) % size
+	tail := (t.head + t.n) % len(t.ring)
 	hdr := [2]byte{byte(len(b) >> 8), byte(len(b))}
 	tail = t.put(tail, hdr[:])
 	t.put(tail, b)
@@ -287,6 +293,17 @@ func (t *tcpConn) send(b []byte) error {
 	default:
 	}
 	return nil
+}
+
+// grow moves the queue into a ring of tcpQueue bytes, the queued bytes first.
+// The writer may be writing a run from the old ring meanwhile: that run is
+// the start of what was queued, so its advance applies to the new ring as
+// well. Under mu.
+func (t *tcpConn) grow() {
+	r := make([]byte, tcpQueue)
+	k := copy(r, t.ring[t.head:min(t.head+t.n, len(t.ring))])
+	copy(r[k:], t.ring[:t.n-k])
+	t.ring, t.head = r, 0
 }
 
 // put copies b into the ring at i, wrapping, and returns where it ended.
