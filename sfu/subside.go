@@ -60,7 +60,7 @@ func (c *subChoice) sawSDP(sdp string) {
 // is too early to tell (!ok).
 func (c *subChoice) decide(joined time.Time) (lean, ok bool) {
 	// A lean server with ICE-TCP serves clients that cannot use UDP too.
-	tcp := c.srv.TCPPort() != 0
+	tcp := c.srv != nil && c.srv.TCPPort() != 0
 	switch {
 	case c.udp || c.tcp && tcp:
 		return true, true
