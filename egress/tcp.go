@@ -72,20 +72,27 @@ func (s *Server) TCPPort() int { return s.tcpPort }
 func (s *Server) TCPDropped() uint64 { return s.tcpDropped.Load() }
 
 func (s *Server) acceptTCP() {
+	backoff := time.Duration(0)
 	for {
 		c, err := s.tcpLn.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
 			select {
 			case <-s.done:
+				return
 			default:
-				s.log.Warn("lean egress: the ICE-TCP listener stopped", "err", err)
 			}
-			return
+			if errors.Is(err, net.ErrClosed) {
+				s.log.Warn("lean egress: the ICE-TCP listener closed", "err", err)
+				return
+			}
+			// Out of file descriptors, a connection reset before it was
+			// accepted: wait a little and go on, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.tcpEvent("refused", "accept: "+err.Error(), netip.AddrPort{})
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		ta, ok := c.RemoteAddr().(*net.TCPAddr)
 		if !ok {
 			_ = c.Close()
@@ -160,6 +167,8 @@ type tcpConn struct {
 }
 
 var errTCPClosed = errors.New("egress: ICE-TCP connection closed")
+
+var tcpSendDropped = metrics.LeanEgressTCP.WithLabelValues("send_dropped")
 
 // read reads frames until the connection ends.
 func (t *tcpConn) read() {
@@ -279,7 +288,7 @@ func (t *tcpConn) send(b []byte) error {
 	if 2+len(b) > len(t.ring)-t.n {
 		t.mu.Unlock()
 		t.s.tcpDropped.Add(1)
-		metrics.LeanEgressTCP.WithLabelValues("send_dropped").Inc()
+		tcpSendDropped.Inc()
 		return nil
 	}
 	tail := (t.head + t.n) % len(t.ring)
@@ -338,8 +347,11 @@ func (t *tcpConn) write() {
 				break
 			}
 			run := t.ring[t.head:min(t.head+t.n, len(t.ring))]
+			closing := t.closing
 			t.mu.Unlock()
-			_ = t.c.SetWriteDeadline(time.Now().Add(tcpWriteTimeout))
+			if !closing { // shutdown set a shorter one
+				_ = t.c.SetWriteDeadline(time.Now().Add(tcpWriteTimeout))
+			}
 			if _, err := t.c.Write(run); err != nil {
 				_ = t.c.Close() // the reader sees it and closes the path
 				return
