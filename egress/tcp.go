@@ -51,6 +51,11 @@ const (
 // frame (a client sends its first check as soon as it is connected).
 var TCPFirstPacket = 5 * time.Second
 
+// TCPPathGrace is how long a session whose only path was an ICE-TCP
+// connection that closed waits for a check on a new one before it ends: a
+// client's ICE restart drops its connections and dials new ones.
+var TCPPathGrace = 5 * time.Second
+
 // ipConns counts the connections from one remote address.
 type ipConns struct{ all, pending int }
 
@@ -408,8 +413,9 @@ func (t *tcpConn) shutdown() {
 }
 
 // lostTCP forgets a closed connection of v's. If it was the path media went
-// on, the last address checked takes its place; with none left the session
-// ends, as when consent expires.
+// on, the last path checked takes its place; with none left the session
+// ends, as when consent expires, unless a check on a new path comes within
+// TCPPathGrace.
 func (v *Viewer) lostTCP(t *tcpConn, reason string) {
 	s := v.s
 	s.mu.Lock()
@@ -436,11 +442,17 @@ func (v *Viewer) lostTCP(t *tcpConn, reason string) {
 		v.tcp, v.remote = nextTCP, nextAddr
 	}
 	v.wmu.Unlock()
-	if was && !nextAddr.IsValid() {
-		v.Close("consent lost: its ICE-TCP connection closed (" + reason + ")")
-	} else if was {
-		if a := v.association(); a != nil {
-			a.PathChanged()
-		}
+	if !was {
+		return
+	}
+	if a := v.association(); a != nil {
+		a.PathChanged()
+	}
+	if !nextAddr.IsValid() {
+		time.AfterFunc(TCPPathGrace, func() {
+			if !v.remoteAddr().IsValid() {
+				v.Close("consent lost: its ICE-TCP connection closed (" + reason + ") and no check came on another path")
+			}
+		})
 	}
 }

@@ -46,6 +46,9 @@ func candidatePriority(t *testing.T, answer, proto string) int {
 // checks, handshakes and gets media written and batched onto its
 // connection, sends feedback, and ends the session by closing it.
 func TestICETCP(t *testing.T) {
+	old := TCPPathGrace
+	TCPPathGrace = 300 * time.Millisecond
+	t.Cleanup(func() { TCPPathGrace = old })
 	s := startTCPServer(t)
 	c := newClient(t)
 	c.useTCP = true

@@ -212,6 +212,27 @@ func TestICETCPThroughLeanStack(t *testing.T) {
 		}
 	}
 
+	// An ICE restart over TCP (the client dials new connections and drops
+	// the old ones) keeps carol's sessions and her data channels.
+	if err := carol.NegotiatePublisher(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := carol.SendData([]byte("from carol after the restart"), true, true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-alice.DataIn:
+		if !strings.Contains(string(d.Payload), "after the restart") {
+			t.Fatalf("alice got %q", d.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("carol's data message after her ICE restart did not arrive")
+	}
+	if n := e.srv.LeanEgress.Viewers(); n != 6 {
+		t.Fatalf("%d lean sessions after carol's ICE restart, want 6", n)
+	}
+
 	// Leaving closes carol's TCP connections and her sessions.
 	carol.Close()
 	waitFor(t, 10*time.Second, "carol's sessions to go", func() bool { return e.srv.LeanEgress.Viewers() == 4 })
