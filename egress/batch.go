@@ -54,10 +54,15 @@ func (v *Viewer) QueueRTP(b *Batch, h *rtp.Header, payload []byte) (int, error) 
 	}
 	v.wmu.Lock()
 	out, n, err := v.protect(b.bufs[b.n][:], h, payload)
-	if err == nil && !b.sys.put(b.n, v.remote, len(out), v.s.v6) {
+	switch {
+	case err != nil:
+	case v.tcp != nil:
+		// An ICE-TCP path: the batch's buffer was only the scratch space,
+		// the packet goes into the connection's queue, not sendmmsg(2).
+		err = v.tcp.send(out)
+	case !b.sys.put(b.n, v.remote, len(out), v.s.v6):
 		err = fmt.Errorf("egress: %s cannot be reached from the server's socket", v.remote)
-	}
-	if err == nil {
+	default:
 		b.n++
 	}
 	v.wmu.Unlock()

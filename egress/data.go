@@ -219,9 +219,7 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 			}
 			m = v.in.mediaAnswer(m, sec.mid)
 		}
-		for i, ip := range v.s.ips {
-			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, v.s.port))
-		}
+		m = withCandidates(m, v.s.ips, v.s.port, v.s.tcpPort)
 		s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("end-of-candidates"))
 	}
 	b, err := s.Marshal()

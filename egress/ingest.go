@@ -98,7 +98,10 @@ type ingestSide struct {
 	xrSSRC uint32
 	rtt    atomic.Int64
 
-	// The socket reader's alone, once DTLS set rx.
+	// The socket reader's, once DTLS set rx; busy keeps a second reader
+	// (the UDP socket's and an ICE-TCP connection's, while the client
+	// moves between them) out: its packet is dropped, NACKs recover it.
+	busy atomic.Bool
 	rx   atomic.Pointer[srtp.Context]
 	hdr  rtp.Header
 	dec  []byte
@@ -320,6 +323,11 @@ func (in *ingestSide) onRTP(v *Viewer, b []byte) {
 		v.s.drop("srtp", "SRTP before the DTLS handshake finished", v.remoteAddr(), len(b))
 		return
 	}
+	if !in.busy.CompareAndSwap(false, true) {
+		v.s.drop("srtp", "SRTP on two paths at once", v.remoteAddr(), len(b))
+		return
+	}
+	defer in.busy.Store(false)
 	out, err := rx.DecryptRTP(in.dec[:0], b, &in.hdr)
 	if err != nil {
 		if msg := err.Error(); strings.HasSuffix(msg, "duplicated packet") {

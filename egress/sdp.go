@@ -343,7 +343,7 @@ func h264Profile(fmtp string) string {
 type answerParams struct {
 	ufrag, pwd, fingerprint string
 	ips                     []net.IP
-	port                    int
+	port, tcpPort           int // tcpPort 0: no ICE-TCP
 	cname                   string
 }
 
@@ -456,30 +456,35 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 				WithValueAttribute("ssrc", fmt.Sprintf("%d cname:%s", snd.SSRC, p.cname)).
 				WithValueAttribute("ssrc", fmt.Sprintf("%d msid:%s", snd.SSRC, msid))
 		}
-		for i, ip := range p.ips {
-			m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 2130706431-i, ip, p.port))
-		}
+		m = withCandidates(m, p.ips, p.port, p.tcpPort)
 		s.MediaDescriptions = append(s.MediaDescriptions, m.WithPropertyAttribute("end-of-candidates"))
 	}
 	b, err := s.Marshal()
 	return string(b), senders, err
 }
 
-// Serves reports whether the lean egress can serve an offer. It has no
-// ICE-TCP: an offer whose candidates are all TCP (a viewer that cannot use
-// UDP) is left to a PeerConnection. An offer without candidates (trickled
-// later) is served: most viewers have UDP.
-func Serves(offer string) bool {
-	udp, tcp := false, false
-	for _, l := range strings.Split(offer, "\n") {
-		switch CandidateProtocol(l) {
-		case "udp":
-			udp = true
-		case "tcp":
-			tcp = true
-		}
+// Serves reports whether the lean egress can serve an offer: every offer,
+// since it has ICE-TCP for clients that cannot use UDP.
+func Serves(string) bool { return true }
+
+// withCandidates adds the server's host candidates to an SDP section: one
+// UDP candidate per address on port and, with ICE-TCP (tcpPort), a passive
+// TCP one (RFC 6544) with a lower priority, so that a client that can use
+// both prefers UDP.
+func withCandidates(m *sdp.MediaDescription, ips []net.IP, port, tcpPort int) *sdp.MediaDescription {
+	for i, ip := range ips {
+		// Type preference 126 (host), local preference 65535-i, component 1.
+		m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 126<<24|(65535-i)<<8|255, ip, port))
 	}
-	return udp || !tcp
+	if tcpPort == 0 {
+		return m
+	}
+	for i, ip := range ips {
+		// RFC 6544 4.2: local preference (2^13 * direction preference
+		// (passive: 4) + other preference), under every UDP one.
+		m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 tcp %d %s %d typ host tcptype passive", len(ips)+i+1, 126<<24|(4<<13+8191-i)<<8|255, ip, tcpPort))
+	}
+	return m
 }
 
 // CandidateProtocol is the transport ("udp", "tcp", lower case) of an ICE

@@ -29,6 +29,7 @@ import (
 
 	"github.com/pion/stun/v4"
 
+	"github.com/petrel-sfu/petrel/lograte"
 	"github.com/petrel-sfu/petrel/metrics"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 )
@@ -70,12 +71,22 @@ type Server struct {
 	// the same socket, which lose more, which brings more NACKs.
 	rtcpFree chan *rtcpBuf
 	rtcpWork chan *rtcpBuf
-	rtcpDec  []byte // the rtcp goroutine's decryption buffer
-	rtcpMade int    // buffers made so far (≤ rtcpQueue); the socket reader's
+	rtcpDec  []byte       // the rtcp goroutine's decryption buffer
+	rtcpMade atomic.Int32 // buffers made so far (≤ rtcpQueue)
 
 	dropped atomic.Uint64
 	done    chan struct{}
-	once    sync.Once
+
+	// ICE-TCP (tcp.go): the listener, and the connections per remote
+	// address and not yet authenticated, under tcpMu.
+	tcpLn      net.Listener
+	tcpPort    int
+	tcpMu      sync.Mutex
+	tcpIPs     map[netip.Addr]*ipConns
+	tcpPending int
+	tcpLog     lograte.Limit
+	tcpDropped atomic.Uint64
+	once       sync.Once
 }
 
 type rtcpBuf struct {
@@ -130,6 +141,9 @@ func (s *Server) Serve() error {
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.done)
+		if s.tcpLn != nil {
+			_ = s.tcpLn.Close()
+		}
 		s.mu.RLock()
 		vs := make([]*Viewer, 0, len(s.byUfrag))
 		for _, v := range s.byUfrag {
@@ -193,7 +207,7 @@ func (s *Server) onSTUN(b []byte, from netip.AddrPort) bool {
 	if v == nil {
 		return false
 	}
-	v.onBinding(m, from)
+	v.onBinding(m, from, nil)
 	return true
 }
 
@@ -207,11 +221,11 @@ func (s *Server) queueRTCP(v *Viewer, b []byte) {
 	default:
 		// Buffers are made as the queue first grows: most servers never
 		// need the whole 750 KiB.
-		if s.rtcpMade == rtcpQueue {
+		if s.rtcpMade.Add(1) > rtcpQueue {
+			s.rtcpMade.Add(-1)
 			s.drop("srtcp", "RTCP queue full", v.remoteAddr(), len(b))
 			return
 		}
-		s.rtcpMade++
 		rb := &rtcpBuf{v: v}
 		rb.n = copy(rb.b[:], b)
 		s.rtcpWork <- rb
@@ -285,11 +299,23 @@ func (s *Server) addUfrag(v *Viewer, ufrag string) {
 	s.active.Add(1)
 }
 
-// addAddr lets datagrams from a (checked) address reach v.
-func (s *Server) addAddr(v *Viewer, a netip.AddrPort) bool {
+// addPath lets datagrams from a (checked) UDP address, or the frames of an
+// ICE-TCP connection (tc), reach v.
+func (s *Server) addPath(v *Viewer, a netip.AddrPort, tc *tcpConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byAddr[a] != nil || len(v.addrs) >= maxAddrs || v.closed.Load() {
+	if tc != nil {
+		if tc.v == v {
+			return true
+		}
+		if tc.v != nil || len(v.addrs)+len(v.tcps) >= maxAddrs || v.closed.Load() {
+			return false
+		}
+		tc.attach(v)
+		v.tcps = append(v.tcps, tc)
+		return true
+	}
+	if s.byAddr[a] != nil || len(v.addrs)+len(v.tcps) >= maxAddrs || v.closed.Load() {
 		return s.byAddr[a] == v
 	}
 	s.byAddr[a] = v
@@ -298,11 +324,13 @@ func (s *Server) addAddr(v *Viewer, a netip.AddrPort) bool {
 	return true
 }
 
-// maxAddrs bounds the addresses one viewer may check from (a browser has a
-// few host and server-reflexive candidates).
+// maxAddrs bounds the paths one viewer may check from (a browser has a
+// few host and server-reflexive candidates, and ICE-TCP connections).
 const maxAddrs = 8
 
-func (s *Server) remove(v *Viewer) {
+// remove forgets v's ufrags and addresses and returns its ICE-TCP
+// connections, for the caller to close.
+func (s *Server) remove(v *Viewer) []*tcpConn {
 	s.mu.Lock()
 	if len(v.ufrags) > 0 {
 		s.viewers.Add(-1)
@@ -321,7 +349,10 @@ func (s *Server) remove(v *Viewer) {
 			s.active.Add(-1)
 		}
 	}
+	tcps := v.tcps
+	v.tcps = nil
 	s.mu.Unlock()
+	return tcps
 }
 
 // janitor drops viewers whose consent expired or that never connected.

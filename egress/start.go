@@ -31,7 +31,10 @@ func Start(cfg config.Config, e *rtc.Engine, log *slog.Logger) (*Server, error) 
 		return nil, err
 	}
 	srv.MaxDataChannels = cfg.Limits.MaxDataChannels
+	if ln := e.TCPListener(); ln != nil {
+		srv.ServeTCP(ln) // passive ICE-TCP candidates in every SDP it writes
+	}
 	e.SetFilter(srv)
-	log.Info("webrtc sessions", "candidates", ips)
+	log.Info("webrtc sessions", "candidates", ips, "ice_tcp_port", srv.TCPPort())
 	return srv, nil
 }

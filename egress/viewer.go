@@ -56,7 +56,8 @@ type Viewer struct {
 	// to send it with.
 	Senders []Sender
 
-	addrs     []netip.AddrPort // checked addresses, under s.mu
+	addrs     []netip.AddrPort // checked UDP addresses, under s.mu
+	tcps      []*tcpConn       // checked ICE-TCP connections (tcp.go), under s.mu
 	lastCheck atomic.Int64     // unix ns of the last valid ICE check (or creation)
 	iceOnce   sync.Once
 	closed    atomic.Bool
@@ -79,8 +80,11 @@ type Viewer struct {
 	// layer, fan-out workers), NACK answers on the socket reader and sender
 	// reports all write here. The lock is this viewer's own. The fan-out
 	// encrypts into its batch's buffers; the rest borrow one from bufs.
-	wmu       sync.Mutex
-	remote    netip.AddrPort
+	wmu    sync.Mutex
+	remote netip.AddrPort
+	// tcp is the ICE-TCP connection media goes on, when the nominated path
+	// is one (remote is then its address); nil for UDP.
+	tcp       *tcpConn
 	tx        *srtp.Context
 	gtx       *gcmTx // AES-GCM: RTP sealed without pion/srtp (srtpgcm.go); nil for AES-CM
 	rtcpHdrTx rtcp.Header
@@ -116,7 +120,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	c.remote = o.ufrag
 	v.creds.Store(c)
 	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: c.ufrag, pwd: c.pwd, fingerprint: s.cert.Fingerprint,
-		ips: s.ips, port: s.port, cname: lean.Token(16)}, randomSSRC)
+		ips: s.ips, port: s.port, tcpPort: s.tcpPort, cname: lean.Token(16)}, randomSSRC)
 	if err != nil {
 		return nil, "", err
 	}
@@ -155,12 +159,14 @@ func (c *iceCreds) check(m *stun.Message) (lean.Binding, *iceCreds, error) {
 	return b, c, err
 }
 
-// onBinding answers an ICE check (ICE-lite, controlled: RFC 8445 2.5). A check
-// with valid credentials makes its source address the viewer's; the first one
-// starts DTLS, USE-CANDIDATE moves the media to the nominated address.
-func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
+// onBinding answers an ICE check (ICE-lite, controlled: RFC 8445 2.5) that
+// came from from over UDP, or over the ICE-TCP connection tc. A check with
+// valid credentials makes its path the viewer's; the first one starts DTLS,
+// USE-CANDIDATE moves the media to the nominated path. It reports whether
+// the check was valid.
+func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort, tc *tcpConn) bool {
 	if m.Type == bindingIndication {
-		return // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
+		return tc == nil // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
 	}
 	b, gen, err := v.creds.Load().check(m)
 	// A WHEP viewer's ufrag is known from its offer (or ICE restart), one for
@@ -177,23 +183,27 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 	}
 	if err != nil {
 		v.s.drop("stun", err.Error(), from, len(m.Raw))
-		return
+		return false
 	}
-	if !v.s.addAddr(v, from) {
+	if !v.s.addPath(v, from, tc) {
 		v.s.drop("stun", "binding request from one address too many", from, len(m.Raw))
-		return
+		return false
 	}
 	resp, err := lean.BindingSuccess(m, from, gen.pwd)
 	if err != nil {
-		return
+		return false
 	}
-	_, _ = v.s.conn.WriteToUDPAddrPort(resp, from)
+	if tc != nil {
+		_ = tc.send(resp)
+	} else {
+		_, _ = v.s.conn.WriteToUDPAddrPort(resp, from)
+	}
 	v.lastCheck.Store(time.Now().UnixNano())
 	v.wmu.Lock()
 	moved := false
-	if !v.remote.IsValid() || (b.UseCandidate && v.remote != from) {
+	if !v.remote.IsValid() || (b.UseCandidate && (v.remote != from || v.tcp != tc)) {
 		moved = v.remote.IsValid()
-		v.remote = from
+		v.remote, v.tcp = from, tc
 	}
 	v.wmu.Unlock()
 	if moved {
@@ -205,6 +215,7 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 		v.h.OnICE()
 		go v.handshake()
 	})
+	return true
 }
 
 // onDatagram handles a non-STUN datagram from one of the viewer's addresses.
@@ -272,11 +283,29 @@ func (v *Viewer) onSRTCP(b []byte) {
 }
 
 func (v *Viewer) writeDTLS(b []byte) (int, error) {
-	r := v.remoteAddr()
+	v.wmu.Lock()
+	r, tc := v.remote, v.tcp
+	v.wmu.Unlock()
 	if !r.IsValid() {
 		return 0, errors.New("egress: no checked address yet")
 	}
+	if tc != nil {
+		if err := tc.send(b); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
 	return v.s.conn.WriteToUDPAddrPort(b, r)
+}
+
+// sendLocked writes one protected packet on the viewer's path: the UDP
+// socket, or the ICE-TCP connection's queue. Under wmu.
+func (v *Viewer) sendLocked(b []byte) error {
+	if v.tcp != nil {
+		return v.tcp.send(b)
+	}
+	_, err := v.s.conn.WriteToUDPAddrPort(b, v.remote)
+	return err
 }
 
 // handshake runs the DTLS server handshake, derives SRTP, then waits for the
@@ -489,7 +518,7 @@ func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 	v.wmu.Lock()
 	out, n, err := v.protect(*buf, h, payload)
 	if err == nil {
-		_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
+		err = v.sendLocked(out)
 	}
 	v.wmu.Unlock()
 	bufs.Put(buf)
@@ -568,8 +597,7 @@ func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
 	if len(out) > 0 && &out[0] != &(*cipher)[0] {
 		return fmt.Errorf("egress: SRTCP packet of %d bytes does not fit its buffer", len(out))
 	}
-	_, err = v.s.conn.WriteToUDPAddrPort(out, v.remote)
-	return err
+	return v.sendLocked(out)
 }
 
 // Offered reports whether the server offers to this session (a room
@@ -602,7 +630,7 @@ func (v *Viewer) Close(reason string) {
 	v.closeOnce.Do(func() {
 		v.closed.Store(true)
 		v.ready.Store(false)
-		v.s.remove(v)
+		tcps := v.s.remove(v)
 		v.pc.Shutdown()
 		v.dmu.Lock()
 		dc, cancel := v.dc, v.cancel
@@ -616,6 +644,9 @@ func (v *Viewer) Close(reason string) {
 		}
 		if dc != nil {
 			_ = dc.Close()
+		}
+		for _, t := range tcps {
+			t.shutdown() // after the close_notify
 		}
 		v.h.OnClose(reason)
 	})

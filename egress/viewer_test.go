@@ -65,6 +65,11 @@ type client struct {
 	media  chan []byte
 	stun   chan *stun.Message // binding responses (for checkWith)
 	mu     sync.Mutex
+	// useTCP: connect over the server's passive ICE-TCP candidate
+	// (RFC 4571 frames on tcp) instead of UDP.
+	useTCP bool
+	tcp    net.Conn
+	tmu    sync.Mutex
 }
 
 func newClient(t testing.TB) *client {
@@ -107,6 +112,9 @@ func (c *client) connect(answer string) error {
 			c.spwd = strings.TrimPrefix(l, "a=ice-pwd:")
 		case strings.HasPrefix(l, "a=candidate:"):
 			f := strings.Fields(l)
+			if (f[2] == "tcp") != c.useTCP || c.server.IsValid() {
+				continue
+			}
 			port, _ := strconv.Atoi(f[5])
 			c.server = netip.AddrPortFrom(netip.MustParseAddr(f[4]), uint16(port))
 		}
@@ -114,7 +122,15 @@ func (c *client) connect(answer string) error {
 	if c.sufrag == "" || !c.server.IsValid() {
 		return errors.New("answer without ICE credentials or candidate")
 	}
-	c.pc = lean.NewPacketConn(func(b []byte) (int, error) { return c.conn.WriteToUDPAddrPort(b, c.server) }, c.conn.LocalAddr(), net.UDPAddrFromAddrPort(c.server))
+	if c.useTCP {
+		tc, err := net.Dial("tcp4", c.server.String())
+		if err != nil {
+			return err
+		}
+		c.t.Cleanup(func() { tc.Close() })
+		c.tcp = tc
+	}
+	c.pc = lean.NewPacketConn(c.send, c.conn.LocalAddr(), net.UDPAddrFromAddrPort(c.server))
 	go c.read()
 	for i := 0; ; i++ {
 		if err := c.check(true); err != nil {
@@ -163,18 +179,47 @@ func (c *client) check(nominate bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.conn.WriteToUDPAddrPort(m.Raw, c.server)
+	_, err = c.send(m.Raw)
 	return err
 }
 
+// send writes one datagram to the server: over UDP, or as an RFC 4571
+// frame over TCP.
+func (c *client) send(b []byte) (int, error) {
+	if c.tcp == nil {
+		return c.conn.WriteToUDPAddrPort(b, c.server)
+	}
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if _, err := c.tcp.Write(append([]byte{byte(len(b) >> 8), byte(len(b))}, b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 func (c *client) read() {
-	buf := make([]byte, 1500)
+	buf := make([]byte, 1<<16)
 	for {
-		n, _, err := c.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			return
+		var b []byte
+		if c.tcp != nil {
+			if _, err := io.ReadFull(c.tcp, buf[:2]); err != nil {
+				return
+			}
+			n := int(buf[0])<<8 | int(buf[1])
+			if _, err := io.ReadFull(c.tcp, buf[:n]); err != nil {
+				return
+			}
+			b = buf[:n]
+		} else {
+			n, _, err := c.conn.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			b = buf[:n]
 		}
-		b := buf[:n]
+		if len(b) == 0 {
+			continue
+		}
 		switch {
 		case b[0] < 4:
 			m := &stun.Message{Raw: append([]byte(nil), b...)}
@@ -213,7 +258,7 @@ func (c *client) sendRTCP(pkts ...rtcp.Packet) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	_, _ = c.conn.WriteToUDPAddrPort(out, c.server)
+	_, _ = c.send(out)
 }
 
 func startServer(t testing.TB) *Server {
@@ -310,7 +355,7 @@ func TestViewer(t *testing.T) {
 	if ind, err := stun.Build(stun.TransactionID, bindingIndication, stun.Fingerprint); err != nil {
 		t.Fatal(err)
 	} else {
-		_, _ = c.conn.WriteToUDPAddrPort(ind.Raw, c.server)
+		_, _ = c.send(ind.Raw)
 	}
 	junk := [][]byte{
 		{0x00, 0x01, 0x00, 0x08, 0x21, 0x12},                       // truncated STUN
@@ -319,7 +364,7 @@ func TestViewer(t *testing.T) {
 		{0xff, 0xfe, 0xfd}, // nothing RFC 7983 knows
 	}
 	for _, j := range junk {
-		_, _ = c.conn.WriteToUDPAddrPort(j, c.server)
+		_, _ = c.send(j)
 	}
 	// A binding request with a wrong password is dropped too.
 	pwd := c.spwd
@@ -401,8 +446,8 @@ func TestBadOffers(t *testing.T) {
 	if s.Viewers() != 0 {
 		t.Errorf("%d viewers after refused offers", s.Viewers())
 	}
-	if !Serves(good) || Serves(strings.ReplaceAll(good, " udp ", " tcp ")) || !Serves(strings.ReplaceAll(good, "a=candidate:", "a=x-")) {
-		t.Error("Serves: want UDP and candidate-less offers, not TCP-only ones")
+	if !Serves(good) || !Serves(strings.ReplaceAll(good, " udp ", " tcp ")) || !Serves(strings.ReplaceAll(good, "a=candidate:", "a=x-")) {
+		t.Error("Serves: want UDP, TCP-only (ICE-TCP) and candidate-less offers")
 	}
 }
 

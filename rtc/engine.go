@@ -94,9 +94,6 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 			e.LocalIPs = append(e.LocalIPs, ip)
 		}
 	}
-	if e.tcp != nil {
-		e.tcpMux = webrtc.NewICETCPMux(nil, e.tcp, 32)
-	}
 
 	if e.cert, err = NewCertificate(); err != nil {
 		return nil, err
@@ -244,8 +241,21 @@ func (e *Engine) Close() error {
 	}
 	if e.tcpMux != nil {
 		errs = append(errs, e.tcpMux.Close())
+	} else if e.tcp != nil {
+		if err := e.tcp.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// TCPListener is the ICE-TCP port when no Pion mux reads it (the lean
+// egress is on): the lean server accepts its connections. Nil otherwise.
+func (e *Engine) TCPListener() net.Listener {
+	if e.tcpMux != nil {
+		return nil
+	}
+	return e.tcp
 }
 
 // RelayPeers are the only addresses the embedded TURN server relays to: the

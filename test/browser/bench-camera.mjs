@@ -5,7 +5,7 @@
 // painted, in ms since the viewer started (after the page's script and token)
 // and since navigation started, and how the page played (WebRTC / HTTP live).
 //
-//   [PETREL_BENCH_ARGS=--lean-egress] node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
+//   [PETREL_BENCH_ARGS=...] node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
 //
 // A VIEWER is chromium or firefox, with page parameters after '&':
 // 'chromium&trickle=0' has the offer wait for ICE gathering (as before).
@@ -28,7 +28,7 @@ const clip = mkdtempSync(join(tmpdir(), 'petrel-clip-'));
 execFileSync('bash', [`${root}scripts/make-test-clip.sh`, clip, '10']);
 const cam = spawn(bin, ['camera', 'emulate', '--addr', '127.0.0.1:0', '--clip', clip], { stdio: ['ignore', 'pipe', 'inherit'] });
 const camURL = await new Promise((resolve) => createInterface({ input: cam.stdout }).once('line', (l) => resolve(l.trim())));
-// PETREL_BENCH_ARGS: extra flags for petrel serve (e.g. --lean-egress: ICE-lite, no PATCH).
+// PETREL_BENCH_ARGS: extra flags for petrel serve.
 const server = await startServer('bench-camera', { args: (process.env.PETREL_BENCH_ARGS ?? '').split(' ').filter(Boolean) });
 try {
   const admin = await server.token('', 'admin', ['--admin']);

@@ -85,8 +85,10 @@ func TestAudience(t *testing.T) {
 	}
 	defer carol.Close()
 	readPackets(t, waitTrack(t, carol, 10*time.Second).Remote, 20, 5*time.Second)
-	if d := carol.Pub.RemoteDescription(); d == nil || !strings.Contains(d.SDP, "a=ice-lite") {
-		t.Error("carol's publisher connection is not served by the session server")
+	for name, pc := range map[string]*webrtc.PeerConnection{"publisher": carol.Pub, "subscriber": carol.Sub} {
+		if d := pc.RemoteDescription(); d == nil || !strings.Contains(d.SDP, "a=ice-lite") {
+			t.Errorf("carol's %s connection is not served by the session server", name)
+		}
 	}
 	if err := alice.SendData([]byte("to carol"), true, true, "carol"); err != nil {
 		t.Fatal(err)

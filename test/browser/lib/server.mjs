@@ -33,7 +33,7 @@ export async function freePort() {
 
 // Starts `petrel serve --loopback` and waits for /healthz. With dev: true no API
 // key is set, so the server runs in development mode (POST /v1/dev/token works).
-// args are extra flags for petrel serve (e.g. --lean-egress).
+// args are extra flags for petrel serve (e.g. --max-tracks 1).
 // env adds to (or overrides) the server's environment (nodes of one cluster
 // share PETREL_API_SECRET).
 export async function startServer(name, { dev = false, args: extraArgs = [], env: extraEnv = {} } = {}) {

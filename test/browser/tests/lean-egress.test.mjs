@@ -185,7 +185,7 @@ test("the server knows a Chromium WHIP publisher's round trip from RTCP XR", { t
       await new Promise((r) => setTimeout(r, 250));
     }
     assert.ok(rtt < 100, `publisher RTT on loopback ${rtt} ms`);
-  }, { args: ['--lean-egress'] }));
+  }));
 
 test('a room of Chromium and Firefox ESR publishes and receives without a PeerConnection on the server', { timeout: 120_000 }, () =>
   scenario('lean-egress-room', async ({ server, own, watch }) => {
