@@ -4,7 +4,7 @@
 // time-to-stream overlay: each WebRTC step as this browser saw it, up to the
 // first frame painted (requestVideoFrameCallback). ?http=1 plays the HTTP live
 // fallback (fragmented MP4 through Media Source Extensions) instead.
-import { Room, PetrelError, viewCamera, whepPlay, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
+import { Room, PetrelError, viewCamera, whepPlay, whepIceServers, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
 
 const WALL_ROOM = 'cameras';
 
@@ -385,7 +385,7 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     say();
     return;
   }
-  const servers = iceServers(room, token).catch(() => []);
+  const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
   const fallBack = (why: string) => {
@@ -461,20 +461,6 @@ async function viewDirect(
     view.close();
     void r.disconnect();
   });
-}
-
-/** TURN servers for a relay-only viewer, from an authorized OPTIONS (Link headers). */
-async function iceServers(room: string, token: string): Promise<RTCIceServer[]> {
-  const res = await fetch(`/whep/${encodeURIComponent(room)}`, { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } });
-  const out: RTCIceServer[] = [];
-  for (const link of (res.headers.get('Link') ?? '').split(/,(?=\s*<)/)) {
-    const m = /<([^>]+)>.*rel="ice-server"/.exec(link);
-    if (!m) continue;
-    const user = /username="([^"]*)"/.exec(link)?.[1];
-    const cred = /credential="([^"]*)"/.exec(link)?.[1];
-    out.push({ urls: m[1], username: user, credential: cred });
-  }
-  return out;
 }
 
 /** How many times (1 s apart) the HTTP live stream is asked again while the camera has no video. */

@@ -21,7 +21,7 @@ export { encodeData, decodeData, type DataHeader } from './data.js';
 // Direct sessions with WebRTC cameras, falling back to the SFU: docs/cameras.md#direct-sessions.
 export { viewCamera, type CameraView, type CameraPath, type ViewCameraOptions, type DirectStep } from './direct.js';
 // WHEP playback that does not wait for ICE gathering, and the browser's receive codecs.
-export { whepPlay, WhepError, receivesOverWebRTC, receiveCodecs, type WhepOptions, type WhepSession, type WhepStep } from './whep.js';
+export { whepPlay, whepIceServers, WhepError, receivesOverWebRTC, receiveCodecs, type WhepOptions, type WhepSession, type WhepStep } from './whep.js';
 export { placeParticipant, clusterNodes, measureNodes, type ClusterNode, type Placement } from './cluster.js';
 export {
   PetrelError,

@@ -12,8 +12,11 @@ export interface WhepOptions {
   /** Bearer token with the subscribe grant for the room. */
   token: string;
   /**
-   * STUN/TURN servers; a promise (e.g. the WHEP OPTIONS's Link headers) is
-   * awaited while the offer is created, and applied before gathering starts.
+   * STUN/TURN servers; a promise is awaited while the offer is created, and
+   * applied before gathering starts. By default those of the WHEP OPTIONS's
+   * Link headers (whepIceServers): the server is ICE-lite and never checks
+   * toward the viewer, so a viewer that cannot pair its own addresses with the
+   * server's (Firefox on the server's machine) needs its TURN.
    */
   iceServers?: RTCIceServer[] | Promise<RTCIceServer[]>;
   iceTransportPolicy?: RTCIceTransportPolicy;
@@ -107,6 +110,20 @@ export function sdpFrag(localSdp: string, mid: string, candidates: string[]): st
   return lines.join('\r\n') + '\r\n';
 }
 
+/** The STUN/TURN servers a WHEP endpoint names in its OPTIONS's Link headers. */
+export async function whepIceServers(url: string, token: string): Promise<RTCIceServer[]> {
+  const res = await fetch(url, { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } });
+  const out: RTCIceServer[] = [];
+  for (const link of (res.headers.get('Link') ?? '').split(/,(?=\s*<)/)) {
+    const m = /<([^>]+)>.*rel="ice-server"/.exec(link);
+    if (!m) continue;
+    const username = /username="([^"]*)"/.exec(link)?.[1];
+    const credential = /credential="([^"]*)"/.exec(link)?.[1];
+    out.push({ urls: m[1], username, credential });
+  }
+  return out;
+}
+
 /**
  * Starts a WHEP session at url (e.g. `/whep/camera%2Fdoor`): receive-only video
  * and audio, the offer sent before gathering completes. Rejects with WhepError
@@ -122,7 +139,8 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   };
   const auth = { Authorization: `Bearer ${opts.token}` };
   const policy = opts.iceTransportPolicy ?? 'all';
-  const servers = opts.iceServers instanceof Promise ? undefined : opts.iceServers;
+  const iceServers = opts.iceServers ?? whepIceServers(url, opts.token).catch(() => []);
+  const servers = iceServers instanceof Promise ? undefined : iceServers;
   let pc: RTCPeerConnection;
   let offered: Promise<RTCSessionDescriptionInit>;
   if (opts.prepared?.pc && opts.prepared.offer && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
@@ -170,7 +188,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   let gatheringAtOffer: RTCIceGatheringState;
   try {
     // The offer (a certificate, in a fresh page) is made while the servers come.
-    const [offer, later] = await Promise.all([offered, opts.iceServers instanceof Promise ? opts.iceServers : undefined]);
+    const [offer, later] = await Promise.all([offered, iceServers instanceof Promise ? iceServers : undefined]);
     if (later?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: later });
     await pc.setLocalDescription(offer);
     if (opts.trickle === false) await gathered(pc, 2000);
