@@ -54,7 +54,7 @@ func (n *Node) ensureLink(peer NodeInfo) {
 }
 
 func (n *Node) dial(peer NodeInfo) error {
-	pc, err := n.engine.NewSubscriberPC()
+	pc, err := n.engine.NewLinkPC()
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (n *Node) serveLink(w http.ResponseWriter, r *http.Request) {
 		httpErr(w, http.StatusConflict, "a node does not link to itself")
 		return
 	}
-	pc, err := n.engine.NewSubscriberPC()
+	pc, err := n.engine.NewLinkPC()
 	if err != nil {
 		httpErr(w, http.StatusInternalServerError, err.Error())
 		return

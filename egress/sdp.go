@@ -463,10 +463,6 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 	return string(b), senders, err
 }
 
-// Serves reports whether the lean egress can serve an offer: every offer,
-// since it has ICE-TCP for clients that cannot use UDP.
-func Serves(string) bool { return true }
-
 // withCandidates adds the server's host candidates to an SDP section: one
 // UDP candidate per address on port and, with ICE-TCP (tcpPort), a passive
 // TCP one (RFC 6544) with a lower priority, so that a client that can use

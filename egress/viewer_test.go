@@ -446,9 +446,6 @@ func TestBadOffers(t *testing.T) {
 	if s.Viewers() != 0 {
 		t.Errorf("%d viewers after refused offers", s.Viewers())
 	}
-	if !Serves(good) || !Serves(strings.ReplaceAll(good, " udp ", " tcp ")) || !Serves(strings.ReplaceAll(good, "a=candidate:", "a=x-")) {
-		t.Error("Serves: want UDP, TCP-only (ICE-TCP) and candidate-less offers")
-	}
 }
 
 // TestAudioOnly: a viewer offering video and audio of an audio-only

@@ -31,12 +31,12 @@ import (
 // 2.5 Mbit/s video, and a keyframe burst fits.
 const rtpQueuePackets = 128
 
-// Engine builds peer connections. Publisher connections (media into the server)
-// and subscriber connections (media out of it) get different interceptors: the
-// server terminates RTCP per hop itself on the subscriber side, so Pion's generic
-// per-packet machinery runs only where it is needed.
+// Engine opens the shared media sockets and builds the node links' Pion
+// peer connections; every client's session is the session server's
+// (egress/), which sits in front of the UDP mux (SetFilter) and takes the
+// ICE-TCP port (TCPListener).
 type Engine struct {
-	pubAPI, subAPI *webrtc.API
+	api            *webrtc.API
 	cert           webrtc.Certificate
 	udp            net.PacketConn
 	filter         *filterConn // udp as the ICE mux reads it (filter.go)
@@ -100,10 +100,7 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 	}
 
 	se := e.settingEngine(cfg)
-	if e.pubAPI, err = newAPI(se, true); err != nil {
-		return nil, err
-	}
-	if e.subAPI, err = newAPI(se, false); err != nil {
+	if e.api, err = newAPI(se); err != nil {
 		return nil, err
 	}
 	log.Info("media sockets", "udp", udp.LocalAddr().String(), "tcp", e.TCPPort, "loopback", cfg.Loopback)
@@ -151,21 +148,13 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 	return se
 }
 
-func newAPI(se webrtc.SettingEngine, publisher bool) (*webrtc.API, error) {
+// newAPI is the node links' Pion: data channels only, no interceptors.
+func newAPI(se webrtc.SettingEngine) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := RegisterCodecs(m); err != nil {
 		return nil, err
 	}
-	ir := &interceptor.Registry{}
-	if publisher {
-		var err error
-		if ir, err = PublisherInterceptors(); err != nil {
-			return nil, err
-		}
-	}
-	// Subscriber connections run no generic interceptor: sfu.DownTrack answers NACKs
-	// from the shared packet cache and writes its own sender reports.
-	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir)), nil
+	return webrtc.NewAPI(webrtc.WithSettingEngine(se), webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(&interceptor.Registry{})), nil
 }
 
 // PublisherInterceptors are what a connection that receives media runs:
@@ -217,20 +206,10 @@ func (e *Engine) Configuration(policy webrtc.ICETransportPolicy) webrtc.Configur
 	}
 }
 
-// NewPublisherPC makes a connection that receives media from a client. A
-// participant that may not publish media gets one without the media
-// interceptors, whose timers would otherwise tick for nothing: its publisher
-// connection only carries the data channels.
-func (e *Engine) NewPublisherPC(media bool) (*webrtc.PeerConnection, error) {
-	if !media {
-		return e.subAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
-	}
-	return e.pubAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
-}
-
-// NewSubscriberPC makes a connection that sends media to a client.
-func (e *Engine) NewSubscriberPC() (*webrtc.PeerConnection, error) {
-	return e.subAPI.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
+// NewLinkPC makes a connection of a node link (cluster/): both ends are
+// Petrel nodes, and its data channels carry the link.
+func (e *Engine) NewLinkPC() (*webrtc.PeerConnection, error) {
+	return e.api.NewPeerConnection(e.Configuration(webrtc.ICETransportPolicyAll))
 }
 
 // Close releases the shared sockets.
