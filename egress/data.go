@@ -66,6 +66,7 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 	}
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
+	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	v.creds.Store(c)
 	answer, err := v.dataAnswer(o, c)
@@ -114,6 +115,7 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 		v.s.addUfrag(v, c.ufrag)
 		d.rufrag = o.ufrag
 	}
+	v.setClient(o.ufrag, o.pwd)
 	answer, err := v.dataAnswer(o, c)
 	if err == nil {
 		d.offer = offerSDP

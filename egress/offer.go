@@ -354,11 +354,17 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	}
 	o.answeredV = o.version
 	v.rufrag, v.fpAlg, v.fp = t.ufrag, t.fpAlg, t.fp
+	v.setClient(t.ufrag, t.pwd)
 	o.answeredOnce.Do(func() {
 		o.dtlsClient.Store(t.setup == "passive")
 		v.lastCheck.Store(time.Now().UnixNano()) // the consent clock starts now
 		o.hasAnswer.Store(true)
 		close(o.answered)
+		// The client checks as soon as it has the offer: its first checks
+		// came before its password did.
+		if r := v.remoteAddr(); r.IsValid() {
+			v.nudge(r)
+		}
 	})
 	return out, nil
 }

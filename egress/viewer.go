@@ -57,8 +57,13 @@ type Viewer struct {
 	// to send it with.
 	Senders []Sender
 
-	addrs     []netip.AddrPort // checked addresses, under s.mu
-	lastCheck atomic.Int64     // unix ns of the last valid ICE check (or creation)
+	// client is the client's ICE credentials (from its offer, or from its
+	// answer to the server's offer): the nudge is sent with them.
+	client    atomic.Pointer[clientICE]
+	nudged    atomic.Pointer[clientICE] // the credentials a nudge went out with
+	nominated atomic.Bool               // a check with USE-CANDIDATE came (these credentials)
+	addrs     []netip.AddrPort          // checked addresses, under s.mu
+	lastCheck atomic.Int64              // unix ns of the last valid ICE check (or creation)
 	iceOnce   sync.Once
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -113,6 +118,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 		return nil, "", err
 	}
 	v := &Viewer{s: s, h: h, rufrag: o.ufrag, fpAlg: o.fpAlg, fp: o.fp}
+	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	v.creds.Store(c)
 	answer, senders, err := negotiate(o, tracks, answerParams{ufrag: c.ufrag, pwd: c.pwd, fingerprint: s.cert.Fingerprint,
@@ -160,6 +166,9 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 	if m.Type == bindingIndication {
 		return // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
 	}
+	if m.Type.Class == stun.ClassSuccessResponse || m.Type.Class == stun.ClassErrorResponse {
+		return // the client's answer to the nudge: nothing depends on it
+	}
 	b, pwd, err := v.creds.Load().check(m)
 	// A WHEP viewer's ufrag is known from its offer. A client the server
 	// offered to checks as soon as it has applied the offer, often before its
@@ -194,10 +203,49 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort) {
 			a.PathChanged() // the new path may carry smaller packets than the old
 		}
 	}
+	if b.UseCandidate {
+		v.nominated.Store(true)
+	} else {
+		v.nudge(from)
+	}
 	v.iceOnce.Do(func() {
 		v.h.OnICE()
 		go v.handshake()
 	})
+}
+
+// clientICE is a client's ICE credentials.
+type clientICE struct{ ufrag, pwd string }
+
+// setClient records the client's credentials; new ones (an ICE restart)
+// call for a new nomination.
+func (v *Viewer) setClient(ufrag, pwd string) {
+	old := v.client.Load()
+	if old != nil && old.ufrag == ufrag && old.pwd == pwd {
+		return
+	}
+	if old != nil {
+		v.nominated.Store(false)
+	}
+	v.client.Store(&clientICE{ufrag: ufrag, pwd: pwd})
+}
+
+// nudge sends the client that checked from one binding request of the
+// server's, once per client credentials, unless it has nominated already.
+// An ICE-lite server otherwise sends none, and a full agent that nominates
+// on its own check timer rather than on a check's success (Pion, every 200
+// ms) starts DTLS that much later; an incoming check on a pair that
+// succeeded makes it nominate at once (docs/lean-egress.md, "Setup").
+func (v *Viewer) nudge(from netip.AddrPort) {
+	c := v.client.Load()
+	if c == nil || v.nominated.Load() || v.nudged.Swap(c) == c {
+		return
+	}
+	msg, err := lean.Nudge(c.ufrag, v.creds.Load().ufrag, c.pwd, v.s.tieBreaker)
+	if err != nil {
+		return
+	}
+	_, _ = v.s.conn.WriteToUDPAddrPort(msg, from)
 }
 
 // onDatagram handles a non-STUN datagram from one of the viewer's addresses.
