@@ -263,6 +263,9 @@ func (v *Viewer) onDatagram(b []byte) {
 		if !v.pc.Push(b) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
 		}
+		if v.data != nil {
+			v.kickSCTP()
+		}
 	case c >= 128 && c < 192:
 		isRTCP := len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 // RFC 5761 4
 		switch {
@@ -424,13 +427,12 @@ func (v *Viewer) handshake() {
 		v.ready.Store(true)
 		v.h.OnDTLS()
 		if v.data.mid != "" {
-			var conn net.Conn = dc
 			if err := rec.Handoff(dc); err != nil {
 				v.s.log.Info("lean egress: DTLS records stay with pion/dtls", "viewer", v.creds.Load().ufrag, "err", err)
+				v.runSCTP(dc, nil, client)
 			} else {
-				conn = rec
+				v.runSCTP(rec, rec, client)
 			}
-			v.runSCTP(conn, client)
 			return
 		}
 		var buf [256]byte

@@ -125,6 +125,7 @@ func (c pionChan) open() bool          { return c.ReadyState() == webrtc.DataCha
 type leanChan struct {
 	dc     *datachan.Channel
 	closed atomic.Bool
+	rmu    sync.Mutex // one reader at a time: messages are handled in order
 }
 
 func (c *leanChan) send(b []byte) error {
@@ -180,12 +181,30 @@ func (p *Participant) onLeanDataChannel(dc *datachan.Channel) {
 		_ = dc.Close()
 		return
 	}
-	go func() {
-		p.readData(label, dc)
-		c.closed.Store(true)
-		p.releaseData(label, c)
-	}()
+	// No goroutine per channel: what arrives is read on the goroutine that
+	// handed the association its packet (datachan.Channel.OnReadable).
+	dc.OnReadable(func() {
+		c.rmu.Lock()
+		defer c.rmu.Unlock()
+		if c.closed.Load() {
+			return
+		}
+		if err := p.readData(label, leanNow{dc}); !errors.Is(err, datachan.ErrEmpty) {
+			c.closed.Store(true)
+			p.releaseData(label, c)
+		}
+	})
 }
+
+// leanNow reads a lean channel without waiting (datachan.ErrEmpty).
+type leanNow struct{ dc *datachan.Channel }
+
+func (r leanNow) Read(b []byte) (int, error) {
+	n, _, err := r.dc.ReadNow(b)
+	return n, err
+}
+
+func (r leanNow) Close() error { return r.dc.Close() }
 
 func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 	label := dc.Label()
@@ -217,7 +236,7 @@ func (p *Participant) onDataChannel(dc *webrtc.DataChannel) {
 // it waits with an empty one, and SCTP keeps a message that does not fit
 // queued (io.ErrShortBuffer), so the message is then read into a pooled buffer
 // just large enough.
-func (p *Participant) readData(label string, rw io.Reader) {
+func (p *Participant) readData(label string, rw io.Reader) error {
 	limit := p.room.mgr.cfg.Limits.MaxDataBytes + maxDataHeader + 16
 	for {
 		n, err := rw.Read(nil)
@@ -232,10 +251,10 @@ func (p *Participant) readData(label string, rw io.Reader) {
 			if c, ok := rw.(io.Closer); ok {
 				_ = c.Close()
 			}
-			return
+			return err
 		}
 		if err != nil {
-			return
+			return err
 		}
 	}
 }
