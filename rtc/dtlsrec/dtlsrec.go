@@ -10,7 +10,9 @@
 // record; Write seals a record and writes it. The keys come from the master
 // secret pion/dtls exports (dtls.State.MarshalBinary) and the TLS 1.2 PRF.
 // Everything that is not application data of the current epoch (alerts, a
-// retransmitted handshake flight) still goes to pion/dtls, which answers it.
+// retransmitted handshake flight) goes to pion/dtls, which answers it, until
+// the peer's first application data record shows it finished the handshake:
+// pion/dtls is then closed (its goroutines with it) and alerts read here.
 //
 // Only AES-GCM suites are handled here (what browsers and Pion negotiate);
 // for another suite Handoff fails and the caller keeps pion/dtls's Conn.
