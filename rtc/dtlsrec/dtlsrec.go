@@ -403,7 +403,7 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 		if !good {
 			continue
 		}
-		if c.dc != nil && !c.detached.Swap(true) {
+		if c.dc != nil && !c.detached.Load() && !c.detached.Swap(true) { // a load a record, not a write
 			go c.dropDTLS()
 		}
 		if !ok {
