@@ -78,7 +78,7 @@ func TestBatch(t *testing.T) {
 	<-done
 
 	// Queueing and flushing allocate nothing.
-	allocs := testing.AllocsPerRun(50, func() {
+	allocs := leastAllocs(50, func() {
 		for _, p := range peers {
 			h.SSRC = p.v.Senders[0].SSRC
 			h.SequenceNumber++
@@ -89,6 +89,17 @@ func TestBatch(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("QueueRTP and Flush allocate %.1f times per fan-out", allocs)
 	}
+}
+
+// leastAllocs is testing.AllocsPerRun, the least of five tries: the test's
+// own receivers run while f is in a system call and allocate, but what f
+// allocates itself it allocates every time.
+func leastAllocs(runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for i := 0; i < 4 && least > 0; i++ {
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
 
 // BenchmarkQueueRTP is BenchmarkWriteRTP through a Batch flushed every 50

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/sdp/v3"
@@ -40,6 +41,10 @@ type dataSide struct {
 	maxMessage uint32 // the largest message the server accepts
 	assoc      *datachan.Association
 	offer      string // the client's last offer
+	// rec is set once the association reads its packets from rec through
+	// drainSCTP; draining: a drain runs.
+	rec      atomic.Pointer[dtlsrec.Conn]
+	draining atomic.Bool
 }
 
 // dataQueue is how many DTLS records wait for a data session's SCTP reader
@@ -66,6 +71,7 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 	}
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
+	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	v.creds.Store(c)
 	answer, err := v.dataAnswer(o, c)
@@ -114,6 +120,7 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 		v.s.addUfrag(v, c.ufrag)
 		d.rufrag = o.ufrag
 	}
+	v.setClient(o.ufrag, o.pwd)
 	answer, err := v.dataAnswer(o, c)
 	if err == nil {
 		d.offer = offerSDP
@@ -227,14 +234,23 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 }
 
 // runSCTP starts Petrel's SCTP association (rtc/datachan) over the DTLS
-// connection and accepts the client's data channels until it ends. Both
+// connection; the client's channels go to the handler as they open. Both
 // ends of a WebRTC association send INIT (RFC 8831 6.2); the association
-// resolves the collision as RFC 9260 5.2.1 says.
-func (v *Viewer) runSCTP(dc net.Conn, client bool) {
+// resolves the collision as RFC 9260 5.2.1 says. With Petrel's DTLS
+// records (rec) nothing waits for packets: the socket's reader starts a
+// drain when records are queued (kickSCTP), so a quiet session holds no
+// goroutine. Without them (a suite dtlsrec does not handle) the
+// association reads pion/dtls's connection on a goroutine of its own.
+func (v *Viewer) runSCTP(dc net.Conn, rec *dtlsrec.Conn, client bool) {
 	d := v.data
 	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log,
-		MaxChannels: v.s.MaxDataChannels}
-	if _, ok := dc.(*dtlsrec.Conn); ok {
+		MaxChannels: v.s.MaxDataChannels, Input: rec != nil, OnChannel: d.h.OnDataChannel,
+		OnClose: func(error) {
+			if !v.closed.Load() { // not Close's own Abort (closeData)
+				v.Close("sctp closed")
+			}
+		}}
+	if rec != nil {
 		cfg.MaxMTU = SCTPMaxMTU() // its records' overhead is the one SCTPMaxMTU leaves room for
 	}
 	a := datachan.New(cfg)
@@ -245,22 +261,57 @@ func (v *Viewer) runSCTP(dc net.Conn, client bool) {
 		a.Abort("session closed")
 		return
 	}
-	select {
-	case <-a.Ready():
-	case <-a.Done():
-		v.Close("sctp: " + a.Err().Error())
-		return
-	case <-time.After(ConsentTimeout):
-		v.Close("sctp: no association within " + ConsentTimeout.String())
-		return
+	time.AfterFunc(ConsentTimeout, func() {
+		select {
+		case <-a.Ready():
+		case <-a.Done():
+		default:
+			v.Close("sctp: no association within " + ConsentTimeout.String())
+		}
+	})
+	if rec != nil {
+		rec.OnQueued(v.kickSCTP)
+		d.rec.Store(rec)
+		v.kickSCTP() // the client's INIT may be queued already
 	}
+}
+
+// kickSCTP starts a drain of the queued DTLS records into the association
+// unless one runs.
+func (v *Viewer) kickSCTP() {
+	d := v.data
+	if d.rec.Load() != nil && d.draining.CompareAndSwap(false, true) {
+		go v.drainSCTP()
+	}
+}
+
+// sctpBufs are the drains' read buffers (an SCTP packet: at most datachan's 8192 bytes).
+var sctpBufs = sync.Pool{New: func() any { return new([8192]byte) }}
+
+// drainSCTP hands every queued record's SCTP packet to the association, and
+// ends when none is left: a record queued after its last look starts the
+// next drain (kickSCTP), or this one goes on if that found it running.
+func (v *Viewer) drainSCTP() {
+	d := v.data
+	rec, a := d.rec.Load(), v.association()
+	buf := sctpBufs.Get().(*[8192]byte)
+	defer sctpBufs.Put(buf)
 	for {
-		ch, err := a.Accept()
-		if err != nil {
-			v.Close("sctp closed")
+		for {
+			n, ok, err := rec.TryRead(buf[:])
+			if err != nil {
+				a.Abort("dtls: " + err.Error())
+				return // the association is closed: nothing to drain for
+			}
+			if !ok {
+				break
+			}
+			a.Input(buf[:n], rec.Queued() > 0)
+		}
+		d.draining.Store(false)
+		if rec.Queued() == 0 || !d.draining.CompareAndSwap(false, true) {
 			return
 		}
-		d.h.OnDataChannel(ch)
 	}
 }
 

@@ -164,6 +164,7 @@ func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h Ing
 	in.streams.Store(&empty)
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
+	v.setClient(o.ufrag, o.pwd)
 	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
 		return 0, v.WriteRTCP(in.withRRTR(pkts))
 	}))

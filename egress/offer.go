@@ -360,11 +360,20 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 			break
 		}
 	}
+	v.setClient(t.ufrag, t.pwd)
 	o.answeredOnce.Do(func() {
 		o.dtlsClient.Store(t.setup == "passive")
 		v.lastCheck.Store(time.Now().UnixNano()) // the consent clock starts now
 		o.hasAnswer.Store(true)
 		close(o.answered)
+		// The client checks as soon as it has the offer: its first checks
+		// came before its password did.
+		v.wmu.Lock()
+		r, tc := v.remote, v.tcp
+		v.wmu.Unlock()
+		if r.IsValid() {
+			v.nudge(r, tc)
+		}
 	})
 	return out, nil
 }

@@ -31,10 +31,11 @@ func (v *Viewer) RestartICE(ufrag, pwd string) (string, error) {
 	v.creds.Store(c)
 	v.s.mu.Unlock()
 	v.s.addUfrag(v, c.ufrag)
+	v.setClient(ufrag, pwd) // new credentials: a new nomination (and nudge)
 	var b strings.Builder
 	fmt.Fprintf(&b, "a=ice-ufrag:%s\r\na=ice-pwd:%s\r\n", c.ufrag, c.pwd)
-	for i, ip := range v.s.ips {
-		fmt.Fprintf(&b, "a=candidate:%d 1 udp %d %s %d typ host\r\n", i+1, 2130706431-i, ip, v.s.port)
+	for _, c := range candidates(v.s.ips, v.s.port, v.s.tcpPort) {
+		fmt.Fprintf(&b, "a=candidate:%s\r\n", c)
 	}
 	b.WriteString("a=end-of-candidates\r\n")
 	return b.String(), nil

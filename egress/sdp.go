@@ -468,19 +468,28 @@ func negotiate(o *offer, tracks []Track, p answerParams, ssrc func() uint32) (st
 // TCP one (RFC 6544) with a lower priority, so that a client that can use
 // both prefers UDP.
 func withCandidates(m *sdp.MediaDescription, ips []net.IP, port, tcpPort int) *sdp.MediaDescription {
+	for _, c := range candidates(ips, port, tcpPort) {
+		m = m.WithValueAttribute("candidate", c)
+	}
+	return m
+}
+
+// candidates are the server's host candidates (the values of a=candidate).
+func candidates(ips []net.IP, port, tcpPort int) []string {
+	var out []string
 	for i, ip := range ips {
 		// Type preference 126 (host), local preference 65535-i, component 1.
-		m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 126<<24|(65535-i)<<8|255, ip, port))
+		out = append(out, fmt.Sprintf("%d 1 udp %d %s %d typ host", i+1, 126<<24|(65535-i)<<8|255, ip, port))
 	}
 	if tcpPort == 0 {
-		return m
+		return out
 	}
 	for i, ip := range ips {
 		// RFC 6544 4.2: local preference (2^13 * direction preference
 		// (passive: 4) + other preference), under every UDP one.
-		m = m.WithValueAttribute("candidate", fmt.Sprintf("%d 1 tcp %d %s %d typ host tcptype passive", len(ips)+i+1, 126<<24|(4<<13+8191-i)<<8|255, ip, tcpPort))
+		out = append(out, fmt.Sprintf("%d 1 tcp %d %s %d typ host tcptype passive", len(ips)+i+1, 126<<24|(4<<13+8191-i)<<8|255, ip, tcpPort))
 	}
-	return m
+	return out
 }
 
 // CandidateProtocol is the transport ("udp", "tcp", lower case) of an ICE

@@ -74,6 +74,9 @@ type Server struct {
 	rtcpDec  []byte       // the rtcp goroutine's decryption buffer
 	rtcpMade atomic.Int32 // buffers made so far (≤ rtcpQueue)
 
+	// tieBreaker goes into the nudges' ICE-CONTROLLED (viewer.go).
+	tieBreaker uint64
+
 	dropped atomic.Uint64
 	done    chan struct{}
 
@@ -113,6 +116,9 @@ func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
 		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{}),
 		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue),
 		rtcpDec: make([]byte, mtu)}
+	var tb [8]byte
+	_, _ = rand.Read(tb[:])
+	s.tieBreaker = binary.BigEndian.Uint64(tb[:])
 	if s.raw, err = conn.SyscallConn(); err == nil {
 		s.v6 = socketIs6(s.raw)
 	}

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -139,7 +140,15 @@ func (h publisherHandler) OnDataChannel(dc *datachan.Channel) {
 }
 
 // dataChannel is a datachan.Channel as sfu's DataChannel: messages are
-// sent as binary.
+// sent as binary, and read without waiting.
 type dataChannel struct{ *datachan.Channel }
 
 func (c dataChannel) Send(b []byte) error { return c.Channel.Send(b, false) }
+
+func (c dataChannel) Read(b []byte) (int, error) {
+	n, _, err := c.ReadNow(b)
+	if errors.Is(err, datachan.ErrEmpty) {
+		err = sfu.ErrNoMessage
+	}
+	return n, err
+}

@@ -56,9 +56,14 @@ type Viewer struct {
 	// to send it with.
 	Senders []Sender
 
-	addrs     []netip.AddrPort // checked UDP addresses, under s.mu
-	tcps      []*tcpConn       // checked ICE-TCP connections (tcp.go), under s.mu
-	lastCheck atomic.Int64     // unix ns of the last valid ICE check (or creation)
+	// client is the client's ICE credentials (from its offer, or from its
+	// answer to the server's offer): the nudge is sent with them.
+	client    atomic.Pointer[clientICE]
+	nudged    atomic.Pointer[clientICE] // the credentials a nudge went out with
+	nominated atomic.Bool               // a check with USE-CANDIDATE came (these credentials)
+	addrs     []netip.AddrPort          // checked UDP addresses, under s.mu
+	tcps      []*tcpConn                // checked ICE-TCP connections (tcp.go), under s.mu
+	lastCheck atomic.Int64              // unix ns of the last valid ICE check (or creation)
 	iceOnce   sync.Once
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -116,6 +121,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 		return nil, "", err
 	}
 	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp}
+	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	c.remote = o.ufrag
 	v.creds.Store(c)
@@ -168,6 +174,9 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort, tc *tcpConn) bo
 	if m.Type == bindingIndication {
 		return tc == nil // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
 	}
+	if m.Type.Class == stun.ClassSuccessResponse || m.Type.Class == stun.ClassErrorResponse {
+		return true // the client's answer to the nudge: nothing depends on it
+	}
 	b, gen, err := v.creds.Load().check(m)
 	// A WHEP viewer's ufrag is known from its offer (or ICE restart), one for
 	// each set of the server's credentials. A client the server offered to
@@ -211,11 +220,54 @@ func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort, tc *tcpConn) bo
 			a.PathChanged() // the new path may carry smaller packets than the old
 		}
 	}
+	if b.UseCandidate {
+		v.nominated.Store(true)
+	} else {
+		v.nudge(from, tc)
+	}
 	v.iceOnce.Do(func() {
 		v.h.OnICE()
 		go v.handshake()
 	})
 	return true
+}
+
+// clientICE is a client's ICE credentials.
+type clientICE struct{ ufrag, pwd string }
+
+// setClient records the client's credentials; new ones (an ICE restart)
+// call for a new nomination.
+func (v *Viewer) setClient(ufrag, pwd string) {
+	old := v.client.Load()
+	if old != nil && old.ufrag == ufrag && old.pwd == pwd {
+		return
+	}
+	if old != nil {
+		v.nominated.Store(false)
+	}
+	v.client.Store(&clientICE{ufrag: ufrag, pwd: pwd})
+}
+
+// nudge sends the client that checked from one binding request of the
+// server's, once per client credentials, unless it has nominated already.
+// An ICE-lite server otherwise sends none, and a full agent that nominates
+// on its own check timer rather than on a check's success (Pion, every 200
+// ms) starts DTLS that much later; an incoming check on a pair that
+// succeeded makes it nominate at once (docs/lean-egress.md, "Setup").
+func (v *Viewer) nudge(from netip.AddrPort, tc *tcpConn) {
+	c := v.client.Load()
+	if c == nil || v.nominated.Load() || v.nudged.Swap(c) == c {
+		return
+	}
+	msg, err := lean.Nudge(c.ufrag, v.creds.Load().ufrag, c.pwd, v.s.tieBreaker)
+	if err != nil {
+		return
+	}
+	if tc != nil {
+		_ = tc.send(msg)
+		return
+	}
+	_, _ = v.s.conn.WriteToUDPAddrPort(msg, from)
 }
 
 // onDatagram handles a non-STUN datagram from one of the viewer's addresses.
@@ -232,6 +284,9 @@ func (v *Viewer) onDatagram(b []byte) {
 		v.lastDTLS.Store(time.Now().UnixNano())
 		if !v.pc.Push(b) {
 			v.s.drop("dtls", "DTLS flood (queue full)", v.remoteAddr(), len(b))
+		}
+		if v.data != nil {
+			v.kickSCTP()
 		}
 	case c >= 128 && c < 192:
 		isRTCP := len(b) >= 2 && b[1]&0x7f >= 64 && b[1]&0x7f < 96 // RFC 5761 4
@@ -412,13 +467,12 @@ func (v *Viewer) handshake() {
 		v.ready.Store(true)
 		v.h.OnDTLS()
 		if v.data.mid != "" {
-			var conn net.Conn = dc
 			if err := rec.Handoff(dc); err != nil {
 				v.s.log.Info("lean egress: DTLS records stay with pion/dtls", "viewer", v.creds.Load().ufrag, "err", err)
+				v.runSCTP(dc, nil, client)
 			} else {
-				conn = rec
+				v.runSCTP(rec, rec, client)
 			}
-			v.runSCTP(conn, client)
 			return
 		}
 		var buf [256]byte

@@ -201,11 +201,15 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 	// until our check has succeeded and the server has checked us, which is
 	// when a controlled agent accepts the nomination; a few more after that
 	// (a nomination can arrive before the server's own check succeeded). An
-	// ICE-lite server never checks: its answer to ours is enough.
+	// ICE-lite server never checks: the success of a check that nominated is
+	// enough, and DTLS starts on it, as a browser's does.
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	extra := 0
-	for extra < 3 {
+	var liteOK <-chan struct{}
+	if l.ans.lite {
+		liteOK = l.iceOK
+	}
+	for extra := 0; extra < 3; {
 		if err := l.sendCheck(); err != nil {
 			return fmt.Errorf("ice: %w", err)
 		}
@@ -214,11 +218,13 @@ func (l *leanPeer) Connect(ctx context.Context, answer string) error {
 			return fmt.Errorf("ice: no answer to binding requests from %s: %w", l.remote, ctx.Err())
 		case <-l.closed:
 			return net.ErrClosed
+		case <-liteOK:
+			extra = 3
 		case <-tick.C:
 		}
 		select {
 		case <-l.iceOK:
-			if l.checked.Load() || l.ans.lite {
+			if l.checked.Load() {
 				extra++
 			}
 		default:

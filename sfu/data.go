@@ -115,6 +115,7 @@ func (l *dataLimiter) warnOnce() bool {
 type openChan struct {
 	dc     DataChannel
 	closed atomic.Bool
+	rmu    sync.Mutex // one reader at a time: messages are handled in order
 }
 
 func (c *openChan) send(b []byte) error { return c.dc.Send(b) }
@@ -168,18 +169,26 @@ func (p *Participant) onDataChannel(dc DataChannel) {
 		_ = dc.Close()
 		return
 	}
-	go func() {
-		p.readData(label, dc)
-		c.closed.Store(true)
-		p.releaseData(label, c)
-	}()
+	// No goroutine per channel: what arrives is read on the transport's
+	// goroutine that handed the channel its message (OnReadable).
+	dc.OnReadable(func() {
+		c.rmu.Lock()
+		defer c.rmu.Unlock()
+		if c.closed.Load() {
+			return
+		}
+		if err := p.readData(label, dc); !errors.Is(err, ErrNoMessage) {
+			c.closed.Store(true)
+			p.releaseData(label, c)
+		}
+	})
 }
 
 // readData reads one data channel's messages. A blocked read holds no buffer:
 // it waits with an empty one, and SCTP keeps a message that does not fit
 // queued (io.ErrShortBuffer), so the message is then read into a pooled buffer
 // just large enough.
-func (p *Participant) readData(label string, rw io.Reader) {
+func (p *Participant) readData(label string, rw io.Reader) error {
 	limit := p.room.mgr.cfg.Limits.MaxDataBytes + maxDataHeader + 16
 	for {
 		n, err := rw.Read(nil)
@@ -194,10 +203,10 @@ func (p *Participant) readData(label string, rw io.Reader) {
 			if c, ok := rw.(io.Closer); ok {
 				_ = c.Close()
 			}
-			return
+			return err
 		}
 		if err != nil {
-			return
+			return err
 		}
 	}
 }

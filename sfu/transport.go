@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"errors"
 	"io"
 	"time"
 
@@ -106,15 +107,22 @@ type IncomingTrack struct {
 	AudioLevelExt, DependencyExt uint8
 }
 
-// DataChannel is a data channel a client opened. Read returns one message,
-// io.ErrShortBuffer (keeping it) when b is too small for it.
+// DataChannel is a data channel a client opened. Read returns the next
+// message without waiting: ErrNoMessage when none waits, io.ErrShortBuffer
+// (keeping it) when b is too small for it.
 type DataChannel interface {
 	io.Reader
+	// OnReadable calls f, on the transport's goroutine, when a message may
+	// be waiting: a quiet channel costs no goroutine.
+	OnReadable(f func())
 	Label() string
 	Send(b []byte) error
 	BufferedAmount() uint64
 	Close() error
 }
+
+// ErrNoMessage is a DataChannel's Read when no message waits.
+var ErrNoMessage = errors.New("no message waiting")
 
 // Batch collects the datagrams of one packet's fan-out for one system call.
 type Batch interface {

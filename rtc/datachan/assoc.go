@@ -47,6 +47,15 @@ type Config struct {
 	MaxMTU int
 	// Log gets the association's errors; nil: discarded.
 	Log *slog.Logger
+	// Input: the owner hands packets over with Input instead of a reader
+	// goroutine reading Conn (which still carries the writes), so an idle
+	// association costs no goroutine.
+	Input bool
+	// OnChannel, if set, gets each channel the peer opens instead of
+	// Accept; it runs on the goroutine that handed the packet over.
+	OnChannel func(*Channel)
+	// OnClose, if set, is called once when the association ends, with why.
+	OnClose func(error)
 }
 
 const (
@@ -158,8 +167,18 @@ func New(cfg Config) *Association {
 	a.mu.Lock()
 	a.sendInit()
 	a.unlockAndFlush()
-	go a.readLoop()
+	if !cfg.Input {
+		go a.readLoop()
+	}
 	return a
+}
+
+// Input handles one packet from the peer (Config.Input), on the caller's
+// goroutine; behind says more packets wait behind it (a SACK can wait for
+// them).
+func (a *Association) Input(b []byte, behind bool) {
+	a.rcv.behind = behind
+	a.handlePacket(b)
 }
 
 func nonzero32() uint32 {
@@ -553,4 +572,7 @@ func (a *Association) closeLocked(err error) {
 		c.closeLocked()
 	}
 	close(a.done)
+	if f := a.cfg.OnClose; f != nil {
+		a.callbacks = append(a.callbacks, func() { f(err) })
+	}
 }

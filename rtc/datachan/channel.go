@@ -57,6 +57,65 @@ type Channel struct {
 	buffered int
 	low      int
 	onLow    func()
+	// onReadable is called (after the association's lock is released)
+	// when messages arrive or the channel closes; queued: a call is due.
+	onReadable func()
+	queued     bool
+}
+
+// ErrEmpty is what ReadNow returns when no message waits.
+var ErrEmpty = errors.New("datachan: no message waiting")
+
+// OnReadable has f called when a message arrives or the channel closes,
+// and at once if that happened already, on the goroutine that handed the
+// packet over (or closed the channel): a reader of the channel then needs
+// no goroutine of its own, and reads what is there with ReadNow. Calls may
+// overlap when the association closes while a packet is handled.
+func (c *Channel) OnReadable(f func()) {
+	a := c.a
+	a.mu.Lock()
+	c.onReadable = f
+	if len(c.msgs) > 0 || c.rclosed || c.lclosed {
+		c.wake()
+	}
+	a.unlockAndFlush()
+}
+
+// ReadNow is ReadMessage that does not wait: ErrEmpty when no message
+// is queued.
+func (c *Channel) ReadNow(p []byte) (int, bool, error) {
+	c.a.mu.Lock()
+	n, str, ok, err := c.pop(p)
+	if ok {
+		return n, str, err
+	}
+	c.a.mu.Unlock()
+	return 0, false, ErrEmpty
+}
+
+// pop takes the next message into p, or says the channel has ended; ok
+// false: neither (mu is then still held; otherwise it is released).
+func (c *Channel) pop(p []byte) (n int, str, ok bool, err error) {
+	a := c.a
+	if len(c.msgs) > 0 {
+		m := c.msgs[0]
+		if len(m.data) > len(p) {
+			a.mu.Unlock()
+			return 0, false, true, io.ErrShortBuffer
+		}
+		n := copy(p, m.data)
+		putMsgBuf(m.data)
+		c.msgs[0] = inMsg{}
+		c.msgs = c.msgs[1:]
+		a.rcv.freed(msgCost(m.data))
+		a.unlockAndFlush()
+		return n, m.ppid == ppidString || m.ppid == ppidStringEmpty, true, nil
+	}
+	if c.rclosed || c.lclosed {
+		a.mu.Unlock()
+		return 0, false, true, io.EOF
+	}
+	return 0, false, false, nil
 }
 
 // Label is the channel's label.
@@ -203,6 +262,10 @@ func (a *Association) handleDCEP(stream uint16, m []byte) {
 		c := a.newChannel(stream, string(m[12:12+ll]), opt)
 		c.acked = true
 		a.sendDCEP(c, []byte{dcepAck})
+		if f := a.cfg.OnChannel; f != nil {
+			a.callbacks = append(a.callbacks, func() { f(c) })
+			return
+		}
 		select {
 		case a.accept <- c:
 		default:
@@ -213,6 +276,10 @@ func (a *Association) handleDCEP(stream uint16, m []byte) {
 }
 
 func (c *Channel) wake() {
+	if c.onReadable != nil && !c.queued {
+		c.queued = true
+		c.a.callbacks = append(c.a.callbacks, c.readable)
+	}
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -232,23 +299,8 @@ func (c *Channel) ReadMessage(p []byte) (int, bool, error) {
 	a := c.a
 	for {
 		a.mu.Lock()
-		if len(c.msgs) > 0 {
-			m := c.msgs[0]
-			if len(m.data) > len(p) {
-				a.mu.Unlock()
-				return 0, false, io.ErrShortBuffer
-			}
-			n := copy(p, m.data)
-			putMsgBuf(m.data)
-			c.msgs[0] = inMsg{}
-			c.msgs = c.msgs[1:]
-			a.rcv.freed(msgCost(m.data))
-			a.unlockAndFlush()
-			return n, m.ppid == ppidString || m.ppid == ppidStringEmpty, nil
-		}
-		if c.rclosed || c.lclosed {
-			a.mu.Unlock()
-			return 0, false, io.EOF
+		if n, str, ok, err := c.pop(p); ok {
+			return n, str, err
 		}
 		a.mu.Unlock()
 		<-c.notify
@@ -408,4 +460,13 @@ func (a *Association) handleReconfig(v []byte) {
 	if resp != nil {
 		a.control(a.peerTag, ctReconfig, 0, resp)
 	}
+}
+
+// readable calls the channel's OnReadable function (a callback, mu free).
+func (c *Channel) readable() {
+	c.a.mu.Lock()
+	c.queued = false
+	f := c.onReadable
+	c.a.mu.Unlock()
+	f()
 }

@@ -10,7 +10,9 @@
 // record; Write seals a record and writes it. The keys come from the master
 // secret pion/dtls exports (dtls.State.MarshalBinary) and the TLS 1.2 PRF.
 // Everything that is not application data of the current epoch (alerts, a
-// retransmitted handshake flight) still goes to pion/dtls, which answers it.
+// retransmitted handshake flight) goes to pion/dtls, which answers it, until
+// the peer's first application data record shows it finished the handshake:
+// pion/dtls is then closed (its goroutines with it) and alerts read here.
 //
 // Only AES-GCM suites are handled here (what browsers and Pion negotiate);
 // for another suite Handoff fails and the caller keeps pion/dtls's Conn.
@@ -38,13 +40,17 @@ import (
 )
 
 const (
-	headerSize   = 13
-	nonceSize    = 8 // the explicit part, carried in the record
-	tagSize      = 16
-	overhead     = Overhead
-	typeAppData  = 23
-	maxDatagram  = 1 << 14
-	replayWindow = 16384 // records this far behind the newest are still taken (a reordering link)
+	headerSize  = 13
+	nonceSize   = 8 // the explicit part, carried in the record
+	tagSize     = 16
+	overhead    = Overhead
+	typeAlert   = 21
+	typeAppData = 23
+	// Alert level fatal and description close_notify (RFC 5246 7.2).
+	alertFatal       = 2
+	alertCloseNotify = 0
+	maxDatagram      = 1 << 14
+	replayWindow     = 16384 // records this far behind the newest are still taken (a reordering link)
 	// seqOffset puts the sequence numbers of records written here above
 	// pion/dtls's own, which it may still use for an alert: a sequence
 	// number is the AES-GCM nonce, and must never be used twice. Firefox
@@ -98,7 +104,13 @@ type Conn struct {
 	wnonce [12]byte // Write's, as rnonce and raad
 	waad   [13]byte
 
-	ready     chan struct{} // closed by Handoff
+	// dc is the handed-off pion/dtls connection; detached: it is closed,
+	// since the peer's first application data record proved it finished
+	// the handshake (no flight of it will be retransmitted).
+	dc        *dtls.Conn
+	detached  atomic.Bool
+	notify    atomic.Pointer[func()] // OnQueued's
+	ready     chan struct{}          // closed by Handoff
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -232,6 +244,7 @@ func (c *Conn) Handoff(dc *dtls.Conn) error {
 			c.replay.mask[i] = ^uint64(0)
 		}
 	}
+	c.dc = dc
 	c.k.Store(k)
 	close(c.ready)
 	// Application data pion/dtls decrypted before the handoff (and any it
@@ -241,7 +254,9 @@ func (c *Conn) Handoff(dc *dtls.Conn) error {
 		for {
 			n, err := dc.Read(buf)
 			if err != nil {
-				c.Close()
+				if !c.detached.Load() {
+					c.Close()
+				}
 				return
 			}
 			c.inject(append([]byte(nil), buf[:n]...))
@@ -284,7 +299,15 @@ func (c *Conn) inject(p []byte) {
 	default: // a full queue drops: SCTP resends
 	}
 	c.pc.SetReadDeadline(time.Unix(1, 0))
+	if f := c.notify.Load(); f != nil {
+		(*f)()
+	}
 }
+
+// OnQueued has f called when application data is queued for Read other
+// than by the transport (what pion/dtls decrypted before the handoff): a
+// TryRead caller that drains on the transport's pushes hears of it too.
+func (c *Conn) OnQueued(f func()) { c.notify.Store(&f) }
 
 // readTransport reads one datagram; called with rmu held. again: inject's
 // kick ended the read (the deadline is cleared; look at pending, read
@@ -369,12 +392,19 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 		epoch := binary.BigEndian.Uint16(rec[3:])
 		if rec[0] != typeAppData || epoch != k.epoch {
 			c.stats.other.Add(1)
-			c.shim.push(append([]byte(nil), rec...))
+			if !c.detached.Load() {
+				c.shim.push(append([]byte(nil), rec...))
+			} else if rec[0] == typeAlert && epoch == k.epoch {
+				c.alert(k, rec)
+			}
 			continue
 		}
 		p, good := c.open(k, rec)
 		if !good {
 			continue
+		}
+		if c.dc != nil && !c.detached.Load() && !c.detached.Swap(true) { // a load a record, not a write
+			go c.dropDTLS()
 		}
 		if !ok {
 			first, ok = p, true
@@ -383,6 +413,61 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 		}
 	}
 	return first, ok
+}
+
+// dropDTLS closes the handed-off pion/dtls connection without telling the
+// peer: its three goroutines and its state stay no longer than the
+// handshake needs them. Alerts are read here from then on (alert).
+func (c *Conn) dropDTLS() {
+	c.shim.muted.Store(true)
+	c.shim.fail(net.ErrClosed)
+	_ = c.dc.Close()
+}
+
+// alert reads an alert record of the current epoch once pion/dtls is gone:
+// close_notify or a fatal alert ends the connection; a forged one is
+// dropped.
+func (c *Conn) alert(k *keys, rec []byte) {
+	p, good := c.open(k, rec)
+	if good && len(p) == 2 && (p[0] == alertFatal || p[1] == alertCloseNotify) {
+		c.Close()
+	}
+}
+
+// TryRead is Read that does not wait: ok is false when no record is
+// queued, so a caller needs no goroutine blocked in Read. It needs a
+// transport that tells what it holds (Queued: lean.PacketConn).
+func (c *Conn) TryRead(b []byte) (n int, ok bool, err error) {
+	for {
+		select {
+		case p := <-c.pending:
+			return copy(b, p), true, nil
+		case <-c.done:
+			return 0, false, io.EOF
+		default:
+		}
+		if c.k.Load() == nil || c.queued == nil || c.queued.Queued() == 0 {
+			return 0, false, nil
+		}
+		c.rmu.Lock()
+		n, again, err := c.readTransport(c.rbuf)
+		if again {
+			c.rmu.Unlock()
+			continue
+		}
+		if err != nil {
+			c.rmu.Unlock()
+			return 0, false, err
+		}
+		p, got := c.records(c.rbuf[:n])
+		if got {
+			n = copy(b, p)
+		}
+		c.rmu.Unlock()
+		if got {
+			return n, true, nil
+		}
+	}
 }
 
 // open authenticates and decrypts one application data record in place.
@@ -517,6 +602,7 @@ type shim struct {
 	// then waits for it to return.
 	dl     time.Time
 	dlWake chan struct{}
+	muted  atomic.Bool
 }
 
 func (s *shim) push(p []byte) {
@@ -580,10 +666,15 @@ func (s *shim) wait(b []byte, expire <-chan time.Time) (n int, changed bool, err
 	}
 }
 
-func (s *shim) WriteTo(b []byte, addr net.Addr) (int, error) { return s.c.pc.WriteTo(b, addr) }
-func (s *shim) Close() error                                 { s.fail(net.ErrClosed); return nil }
-func (s *shim) LocalAddr() net.Addr                          { return s.c.pc.LocalAddr() }
-func (s *shim) SetDeadline(t time.Time) error                { return s.SetReadDeadline(t) }
+func (s *shim) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if s.muted.Load() {
+		return len(b), nil // pion/dtls closing after dropDTLS: nothing goes out
+	}
+	return s.c.pc.WriteTo(b, addr)
+}
+func (s *shim) Close() error                  { s.fail(net.ErrClosed); return nil }
+func (s *shim) LocalAddr() net.Addr           { return s.c.pc.LocalAddr() }
+func (s *shim) SetDeadline(t time.Time) error { return s.SetReadDeadline(t) }
 func (s *shim) SetReadDeadline(t time.Time) error {
 	s.mu.Lock()
 	s.dl = t

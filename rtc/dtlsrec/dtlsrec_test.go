@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -325,5 +326,60 @@ func TestSequenceExhausted(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("an exhausted connection did not end")
+	}
+}
+
+// TestPionClosedAfterData: once the peer's application data arrived,
+// pion/dtls is closed (its reader no longer runs: a Read of it fails), a
+// forged alert changes nothing, and the peer's close_notify, which
+// dtlsrec now reads itself, ends Read.
+func TestPionClosedAfterData(t *testing.T) {
+	s, c := handshake(t, true, false)
+	if err := exchange(s.rw, c.rw, 5); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.c.detached.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("pion/dtls still open after the peer's application data")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-s.c.shim.failed: // pion/dtls's transport is closed
+	case <-time.After(5 * time.Second):
+		t.Fatal("pion/dtls's transport still open")
+	}
+	if _, err := s.dc.Read(make([]byte, 100)); err == nil {
+		t.Fatal("pion/dtls's connection still reads")
+	}
+	// An alert record of the current epoch that does not authenticate.
+	forged := append([]byte(nil), c.pc.last()...)
+	forged[0] = typeAlert
+	forged[10] += 100
+	if _, err := c.pc.PacketConn.WriteTo(forged, s.pc.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchange(s.rw, c.rw, 5); err != nil {
+		t.Fatalf("after a forged alert: %v", err)
+	}
+	_ = c.dc.Close() // close_notify
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 2000)
+		for {
+			if _, err := s.rw.Read(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("Read after close_notify: %v, want EOF", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("close_notify did not end Read")
 	}
 }

@@ -77,3 +77,28 @@ func BindingSuccess(req *stun.Message, from netip.AddrPort, pwd string) ([]byte,
 	}
 	return resp.Raw, nil
 }
+
+// Nudge builds the one binding request an ICE-lite endpoint sends (egress:
+// Viewer.nudge): to the client that checked it, with the client's
+// credentials (USERNAME client-ufrag:our-ufrag, MESSAGE-INTEGRITY with the
+// client's password), ICE-CONTROLLED with tieBreaker, and PRIORITY as a
+// peer-reflexive candidate's (RFC 8445 7.1.1).
+func Nudge(remoteUfrag, localUfrag, remotePwd string, tieBreaker uint64) ([]byte, error) {
+	m, err := stun.Build(stun.BindingRequest, stun.TransactionID,
+		stun.NewUsername(remoteUfrag+":"+localUfrag),
+		stun.RawAttribute{Type: stun.AttrICEControlled, Value: be64(tieBreaker)},
+		stun.RawAttribute{Type: stun.AttrPriority, Value: []byte{0x6e, 0x7f, 0x1e, 0xff}},
+		stun.NewShortTermIntegrity(remotePwd), stun.Fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	return m.Raw, nil
+}
+
+func be64(v uint64) []byte {
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = byte(v >> (56 - 8*i))
+	}
+	return b
+}
