@@ -27,7 +27,7 @@ import (
 // (NACKs, receiver reports, transport-wide feedback: the same Pion
 // interceptors a publisher PeerConnection runs) and queues it for the
 // track's forwarding goroutine: one goroutine hand-off per packet where a
-// PeerConnection makes four (docs/lean-egress.md, "Publishers").
+// PeerConnection makes four (docs/sessions.md, "Publishers").
 
 // IngestHandler hears about a publisher session: a data session's events,
 // and each stream of media as its first packet arrives. OnTrack calls are

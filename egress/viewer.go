@@ -253,7 +253,7 @@ func (v *Viewer) setClient(ufrag, pwd string) {
 // An ICE-lite server otherwise sends none, and a full agent that nominates
 // on its own check timer rather than on a check's success (Pion, every 200
 // ms) starts DTLS that much later; an incoming check on a pair that
-// succeeded makes it nominate at once (docs/lean-egress.md, "Setup").
+// succeeded makes it nominate at once (docs/sessions.md, "Setup").
 func (v *Viewer) nudge(from netip.AddrPort, tc *tcpConn) {
 	c := v.client.Load()
 	if c == nil || v.nominated.Load() || v.nudged.Swap(c) == c {

@@ -2,7 +2,7 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Lean egress (egress/, docs/lean-egress.md).
+// Lean egress (egress/, docs/sessions.md).
 var (
 	LeanEgressViewers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "petrel_lean_egress_viewers", Help: "WHEP viewers served by the lean egress (no Pion PeerConnection)."})
 	// LeanEgressDropped counts datagrams from lean viewers' addresses that were

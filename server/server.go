@@ -49,7 +49,7 @@ type Server struct {
 	// Cluster is this server's cluster membership; nil without cluster.redis.
 	Cluster *cluster.Node
 	// Sessions serves every client's WebRTC sessions on the ICE ports
-	// (egress/, docs/lean-egress.md).
+	// (egress/, docs/sessions.md).
 	Sessions *egress.Server
 
 	turn *rtc.TURNServer

@@ -412,7 +412,7 @@ func render(all []*run, out string) (string, string) {
 		"Each server runs alone, one after the other, in a network namespace the benchmark creates, reached over a veth pair " +
 		"(Janus 1.1.2 gathers no ICE candidates on loopback); the generator (`petrel load`, lean Pion peers, same process for every run) " +
 		"sends one synthetic 500 kbit/s VP8 stream at 30 fps plus 50 packets/s of Opus-shaped audio. Petrel is reached by its room protocol (`petrel`) " +
-		"or, for stream, by WHEP with the generator's lean viewers (`petrel-whep`); either way every client is served by Petrel's own session server (ICE-lite, no PeerConnection in the server: docs/lean-egress.md); " +
+		"or, for stream, by WHEP with the generator's lean viewers (`petrel-whep`); either way every client is served by Petrel's own session server (ICE-lite, no PeerConnection in the server: docs/sessions.md); " +
 		"LiveKit (`livekit`: livekit-server, the build in `../shared/peers/livekit/`, with its defaults but for its addresses, a UDP port range, no ICE-TCP and log level warn) by its own signalling, two peer connections per participant, every viewer subscribed explicitly at full quality with adaptive stream off; " +
 		"Janus over its WebSocket API by VideoRoom (`janus`, `janus-loops`) or, for stream, by Streaming fed with plain RTP (`janus-streaming*`); " +
 		"the SRTP profile is what Pion and each server negotiate. " +
