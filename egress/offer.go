@@ -11,6 +11,7 @@ import (
 
 	"github.com/pion/sdp/v3"
 
+	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
@@ -138,6 +139,17 @@ func (v *Viewer) RemoveTrack(mid string) {
 	v.wmu.Unlock()
 }
 
+// preferredPT is the payload type rtc.Codecs gives a codec (its first entry
+// of that name), which offers use when it is free.
+func preferredPT(name string) (uint8, bool) {
+	for _, c := range rtc.Codecs {
+		if _, n, _ := strings.Cut(c.MimeType, "/"); strings.EqualFold(n, name) {
+			return uint8(c.PayloadType), true
+		}
+	}
+	return 0, false
+}
+
 // payloadType is the session's payload type for t's codec: one per codec
 // and fmtp across the session, as BUNDLE needs. The usual numbers first.
 func (o *offerer) payloadType(t Track) (uint8, error) {
@@ -150,8 +162,7 @@ func (o *offerer) payloadType(t Track) (uint8, error) {
 	for _, pt := range o.pts {
 		used[pt] = true
 	}
-	want := map[string]uint8{"opus": 111, "vp8": 96, "vp9": 98, "h264": 102, "av1": 45, "pcmu": 0, "pcma": 8}
-	pt, ok := want[strings.ToLower(name)]
+	pt, ok := preferredPT(name)
 	if !ok || used[pt] {
 		ok = false
 		for p := uint8(96); p < 128; p++ {
