@@ -7,7 +7,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 
-	"github.com/petrel-sfu/petrel/rtc/dd"
+	"github.com/petrel-sfu/petrel/sfu/dd"
 )
 
 // Scalable video (SVC): one stream (one SSRC) that carries spatial and temporal

@@ -9,7 +9,7 @@ import (
 
 	"github.com/pion/rtp"
 
-	"github.com/petrel-sfu/petrel/rtc/dd"
+	"github.com/petrel-sfu/petrel/sfu/dd"
 )
 
 // svcWriter records what a subscriber is sent: headers, the publisher's

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/petrel-sfu/petrel/rtc/dd"
+	"github.com/petrel-sfu/petrel/sfu/dd"
 )
 
 // Temporal layers: a lower frame rate for a subscriber whose bandwidth does not

@@ -10,7 +10,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/bwe"
-	"github.com/petrel-sfu/petrel/rtc/dd"
+	"github.com/petrel-sfu/petrel/sfu/dd"
 )
 
 // l1t3 is Chromium's VP8 L1T3 pattern: TL0, TL2, TL1, TL2.
