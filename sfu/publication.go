@@ -327,7 +327,7 @@ func (t *Publication) fanout(pkt *Packet) int {
 	return sendAll(*t.downs.Load(), pkt, nil)
 }
 
-// sendAll writes pkt to downs; lean viewers' packets are queued in fb
+// sendAll writes pkt to downs; sessions' packets are queued in fb
 // (nil: written one by one) and leave in one sendmmsg(2) per batch.
 func sendAll(downs []*DownTrack, pkt *Packet, fb *fanBatch) int {
 	sent := 0

@@ -210,10 +210,10 @@ func (p *Participant) playViewer(offer string, tracks []*Publication, tm *Sessio
 	return answer, nil
 }
 
-// LeanICE returns the ICE ufrag of the client's last offer on the session a
+// RemoteICE returns the ICE ufrag of the client's last offer on the session a
 // WHIP or WHEP request drives, for telling trickled candidates (which
 // ICE-lite does not need) from an ICE restart.
-func (p *Participant) LeanICE() (remoteUfrag string, ok bool) {
+func (p *Participant) RemoteICE() (remoteUfrag string, ok bool) {
 	p.mu.Lock()
 	pub, sub := p.pub, p.sub
 	p.mu.Unlock()
@@ -243,8 +243,8 @@ func (p *Participant) RestartViewerICE(ufrag, pwd string) (string, error) {
 	return frag, nil
 }
 
-// LeanOffer is a WHIP publisher's last offer ("" for anyone else).
-func (p *Participant) LeanOffer() string {
+// LastOffer is a WHIP publisher's last offer ("" for anyone else).
+func (p *Participant) LastOffer() string {
 	p.mu.Lock()
 	pub := p.pub
 	p.mu.Unlock()

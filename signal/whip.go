@@ -238,7 +238,7 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rufrag, ok := sess.p.LeanICE()
+	rufrag, ok := sess.p.RemoteICE()
 	if !ok {
 		writeErr(w, protocol.Errorf(protocol.CodeNotFound, "session is closed"))
 		return
@@ -265,7 +265,7 @@ func (s *Server) sessionPatch(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, ans)
 	default:
-		s.restartICE(w, sess, replaceICE(sess.p.LeanOffer(), frag.ufrag, frag.pwd))
+		s.restartICE(w, sess, replaceICE(sess.p.LastOffer(), frag.ufrag, frag.pwd))
 	}
 }
 

@@ -45,7 +45,7 @@ func TestLeanPublisherRTTOfRoomParticipant(t *testing.T) {
 	}
 	v.run(t)
 	p := e.srv.Manager.Room("rtt").ByIdentity("alice")
-	if _, ok := p.LeanICE(); !ok {
+	if _, ok := p.RemoteICE(); !ok {
 		t.Fatal("alice's publisher side is not a lean publisher session")
 	}
 	waitPublisherRTT(t, "room participant", func() *sfu.Participant { return p }, 50, 150)
