@@ -65,8 +65,8 @@ fuzz:
 	$(GO) test ./rtc/datachan -run XXX -fuzz FuzzDCEP -fuzztime 20s
 	$(GO) test ./rtc/dtlsrec -run XXX -fuzz FuzzRecords -fuzztime 20s
 	$(GO) test ./rtc/lean -run XXX -fuzz FuzzBinding -fuzztime 20s
-	$(GO) test ./egress -run XXX -fuzz 'FuzzOffer$$' -fuzztime 20s
-	$(GO) test ./egress -run XXX -fuzz 'FuzzAnswer$$' -fuzztime 20s
+	$(GO) test ./session -run XXX -fuzz 'FuzzOffer$$' -fuzztime 20s
+	$(GO) test ./session -run XXX -fuzz 'FuzzAnswer$$' -fuzztime 20s
 
 bench: build
 	$(GO) test -run XXX -bench . -benchmem ./sfu ./bench

@@ -18,9 +18,9 @@ import (
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera/emulator"
 	"github.com/petrel-sfu/petrel/config"
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/rtc"
+	"github.com/petrel-sfu/petrel/session"
 	"github.com/petrel-sfu/petrel/sfu"
 )
 
@@ -345,12 +345,12 @@ func testManager(t *testing.T) *sfu.Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
-	srv, err := egress.Start(cfg, eng, slog.Default())
+	srv, err := session.Start(cfg, eng, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	return sfu.NewManager(cfg, egress.NewTransport(srv, sfu.MaxDataMessage(cfg)), slog.Default())
+	return sfu.NewManager(cfg, session.NewTransport(srv, sfu.MaxDataMessage(cfg)), slog.Default())
 }
 
 // A WebRTC camera that answers ptz itself (no ONVIF declared) gets only the

@@ -22,11 +22,11 @@ import (
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/rtc/datachan"
 	"github.com/petrel-sfu/petrel/rtc/dtlsrec"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 	"github.com/petrel-sfu/petrel/rtc/sctptune"
+	"github.com/petrel-sfu/petrel/session"
 )
 
 // The petrel stack: both ends run Petrel's own data channels
@@ -142,7 +142,7 @@ func dcOfferPetrel(c PeerConfig) error {
 	if err := rec.Handoff(dc); err != nil {
 		return err
 	}
-	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20, MaxMTU: egress.SCTPMaxMTU()})
+	a := datachan.New(datachan.Config{Conn: rec, Client: true, MaxMessage: 1 << 20, MaxMTU: session.SCTPMaxMTU()})
 	defer a.Close()
 	select {
 	case <-a.Ready():

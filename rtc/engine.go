@@ -33,16 +33,15 @@ const rtpQueuePackets = 128
 
 // Engine opens the shared media sockets and builds the node links' Pion
 // peer connections; every client's session is the session server's
-// (egress/), which sits in front of the UDP mux (SetFilter) and takes the
+// (session/), which sits in front of the UDP mux (SetFilter) and takes the
 // ICE-TCP port (TCPListener).
 type Engine struct {
-	api            *webrtc.API
-	cert           webrtc.Certificate
-	udp            net.PacketConn
-	filter         *filterConn // udp as the ICE mux reads it (filter.go)
-	tcp            net.Listener
-	udpMux         ice.UDPMux
-	tcpMux         ice.TCPMux
+	api    *webrtc.API
+	cert   webrtc.Certificate
+	udp    net.PacketConn
+	filter *filterConn // udp as the ICE mux reads it (filter.go)
+	tcp    net.Listener
+	udpMux ice.UDPMux
 	// LocalIPs are the addresses offered as host candidates.
 	LocalIPs []net.IP
 	UDPPort  int
@@ -111,12 +110,7 @@ func (e *Engine) settingEngine(cfg config.Config) webrtc.SettingEngine {
 	var se webrtc.SettingEngine
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 	se.SetICEUDPMux(e.udpMux)
-	types := []webrtc.NetworkType{webrtc.NetworkTypeUDP4}
-	if e.tcpMux != nil {
-		se.SetICETCPMux(e.tcpMux)
-		types = append(types, webrtc.NetworkTypeTCP4)
-	}
-	se.SetNetworkTypes(types)
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
 	if cfg.Loopback {
 		OnlyAddress(&se, net.IPv4(127, 0, 0, 1))
 	} else if cfg.RTC.NodeIP != "" {
@@ -160,7 +154,7 @@ func newAPI(se webrtc.SettingEngine) (*webrtc.API, error) {
 // PublisherInterceptors are what a connection that receives media runs:
 // they ask publishers for what the server lost, report reception, and give
 // their congestion controllers transport-wide feedback so they ramp up. A
-// publisher PeerConnection and a lean publisher session (egress.Ingest)
+// publisher PeerConnection and a publisher session (session.Ingest)
 // build theirs from it. Every timer here ticks per publisher connection;
 // the intervals are Pion's defaults halved for NACK (faster recovery) and
 // kept for the rest.
@@ -218,9 +212,7 @@ func (e *Engine) Close() error {
 	if e.udpMux != nil {
 		errs = append(errs, e.udpMux.Close())
 	}
-	if e.tcpMux != nil {
-		errs = append(errs, e.tcpMux.Close())
-	} else if e.tcp != nil {
+	if e.tcp != nil {
 		if err := e.tcp.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			errs = append(errs, err)
 		}
@@ -228,19 +220,14 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
-// TCPListener is the ICE-TCP port when no Pion mux reads it (the lean
-// egress is on): the lean server accepts its connections. Nil otherwise.
-func (e *Engine) TCPListener() net.Listener {
-	if e.tcpMux != nil {
-		return nil
-	}
-	return e.tcp
-}
+// TCPListener is the ICE-TCP port (nil with rtc.tcp_port -1): the session
+// server accepts its connections.
+func (e *Engine) TCPListener() net.Listener { return e.tcp }
 
 // RelayPeers are the only addresses the embedded TURN server relays to: the
 // ICE UDP port on each media address. Loopback is one only in loopback mode,
-// where it is the sole address (interfaceIPs lists it, but Pion and the lean
-// egress never offer it as a candidate). Pion's TURN server relays UDP only,
+// where it is the sole address (interfaceIPs lists it, but the sessions
+// never offer it as a candidate). Pion's TURN server relays UDP only,
 // so the ICE-TCP port is never a peer.
 func (e *Engine) RelayPeers() []net.UDPAddr {
 	var out []net.UDPAddr

@@ -7,7 +7,7 @@ import (
 )
 
 // PacketFilter sees every datagram on the shared UDP port before Pion's ICE
-// mux does and keeps the ones it handles (the lean egress's viewers, egress/).
+// mux does and keeps the ones it handles (the WebRTC sessions, session/).
 // Handle runs on the mux's one reader goroutine; b is valid during the call.
 type PacketFilter interface {
 	Handle(b []byte, from netip.AddrPort) bool

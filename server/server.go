@@ -20,10 +20,10 @@ import (
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
-	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/gate"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
+	"github.com/petrel-sfu/petrel/session"
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/signal"
 	"github.com/petrel-sfu/petrel/web"
@@ -49,8 +49,8 @@ type Server struct {
 	// Cluster is this server's cluster membership; nil without cluster.redis.
 	Cluster *cluster.Node
 	// Sessions serves every client's WebRTC sessions on the ICE ports
-	// (egress/, docs/sessions.md).
-	Sessions *egress.Server
+	// (session/, docs/sessions.md).
+	Sessions *session.Server
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -78,11 +78,11 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	if s.Engine, err = rtc.NewEngine(cfg, log); err != nil {
 		return nil, err
 	}
-	if s.Sessions, err = egress.Start(cfg, s.Engine, log); err != nil {
+	if s.Sessions, err = session.Start(cfg, s.Engine, log); err != nil {
 		s.Engine.Close()
 		return nil, err
 	}
-	s.Manager = sfu.NewManager(cfg, egress.NewTransport(s.Sessions, sfu.MaxDataMessage(cfg)), log)
+	s.Manager = sfu.NewManager(cfg, session.NewTransport(s.Sessions, sfu.MaxDataMessage(cfg)), log)
 	turnSecret := cfg.TURN.Secret
 	if turnSecret == "" {
 		// Derived, so that the API secret itself never reaches a TURN server.

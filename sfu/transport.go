@@ -10,7 +10,7 @@ import (
 )
 
 // Transport makes the WebRTC sessions of the room's clients. sfu says what a
-// session must do; the transport package (egress/) implements it, and sfu
+// session must do; the transport package (session/) implements it, and sfu
 // never imports it.
 type Transport interface {
 	// Viewer answers a client's offer to receive tracks (WHEP): one sender

@@ -33,7 +33,7 @@ import (
 // MTU (Linux's default for UDP sockets, IP_PMTUDISC_WANT). The same default
 // would let a probe pass in fragments where the sender's own interface is
 // smaller than MaxMTU, so the owner keeps MaxMTU within it
-// (egress.SCTPMaxMTU).
+// (session.SCTPMaxMTU).
 
 const (
 	probeTimeout = time.Second // RFC 8899 PROBE_TIMER's floor

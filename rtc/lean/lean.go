@@ -6,7 +6,7 @@
 //
 // Two endpoints use them in opposite roles: the load generator's lean viewer
 // (loadtest/leanpeer.go: ICE controlling, DTLS client) and the server's lean
-// egress (egress/: ICE-lite controlled, DTLS server).
+// session server (session/: ICE-lite controlled, DTLS server).
 package lean
 
 import (

@@ -13,7 +13,7 @@ import (
 
 // GCM is one direction of an AES-GCM SRTP session (RFC 7714) on
 // crypto/cipher, keyed from the master key and salt DTLS exported. The lean
-// paths seal (egress/srtpgcm.go) and open (loadtest/srtpgcm.go) RTP with it in
+// paths seal (session/srtpgcm.go) and open (loadtest/srtpgcm.go) RTP with it in
 // place: pion/srtp's EncryptRTP and DecryptRTP also unmarshal the header,
 // look the SSRC up in a map and keep their counters behind locks, which cost
 // about as much as the cipher itself. One goroutine at a time uses a GCM.

@@ -78,7 +78,7 @@ func BindingSuccess(req *stun.Message, from netip.AddrPort, pwd string) ([]byte,
 	return resp.Raw, nil
 }
 
-// Nudge builds the one binding request an ICE-lite endpoint sends (egress:
+// Nudge builds the one binding request an ICE-lite endpoint sends (session:
 // Viewer.nudge): to the client that checked it, with the client's
 // credentials (USERNAME client-ufrag:our-ufrag, MESSAGE-INTEGRITY with the
 // client's password), ICE-CONTROLLED with tieBreaker, and PRIORITY as a

@@ -7,7 +7,7 @@ import (
 	"github.com/pion/stun/v4"
 )
 
-// FuzzBinding decodes arbitrary datagrams as the lean egress's demultiplexer
+// FuzzBinding decodes arbitrary datagrams as the session server's demultiplexer
 // does and checks them as binding requests: nothing panics, and a request
 // that passes is one for the ufrag with the password's integrity.
 func FuzzBinding(f *testing.F) {

@@ -66,7 +66,7 @@ func TestICETCPLeanGarbage(t *testing.T) {
 		}
 		s.Healthy(t)
 		w.Check(t)
-		if n := strings.Count(s.Logs(), "lean egress: ICE-TCP connection"); n < 1 || n > 3 {
+		if n := strings.Count(s.Logs(), "webrtc session: ICE-TCP connection"); n < 1 || n > 3 {
 			t.Errorf("%d log lines about %d refused ICE-TCP connections, want a few (rate-limited)", n, len(conns))
 		}
 	})

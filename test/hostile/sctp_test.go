@@ -107,7 +107,7 @@ type sctpPeer struct {
 }
 
 // dialSCTP joins room as a participant that may only send data, offers a
-// data section with a host candidate (so the lean egress serves it), checks
+// data section with a host candidate (so the session server serves it), checks
 // the server's address, connects DTLS and runs the SCTP handshake.
 func dialSCTP(t *testing.T, s *Server, room, identity string) *sctpPeer {
 	t.Helper()
@@ -141,7 +141,7 @@ func dialSCTP(t *testing.T, s *Server, room, identity string) *sctpPeer {
 	ans := p.request(ctx, protocol.Msg{"type": "offer", "sdp": offer})
 	answer, _ := ans["sdp"].(string)
 	if !strings.Contains(answer, "a=ice-lite") {
-		t.Fatalf("the data session is not the lean egress's:\n%s", answer)
+		t.Fatalf("the data session is not the session server's:\n%s", answer)
 	}
 	var sufrag, spwd string
 	for _, l := range strings.Split(answer, "\n") {

@@ -43,7 +43,7 @@ func whepViewer(t *testing.T, e *env, room, token string, newPC func() *webrtc.P
 		t.Fatalf("WHEP: %d %s", resp.StatusCode, answer)
 	}
 	if !strings.Contains(answer, "a=ice-lite") {
-		t.Fatalf("the WHEP answer is not the lean egress's:\n%s", answer)
+		t.Fatalf("the WHEP answer is not the session server's:\n%s", answer)
 	}
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func fragValue(frag, key string) string {
 	return ""
 }
 
-// TestWHEPICERestart: a Pion WHEP viewer of the lean egress restarts
+// TestWHEPICERestart: a Pion WHEP viewer of the session server restarts
 // ICE (PATCH with its new credentials, the server's new ones applied to
 // its answer) and keeps receiving the same stream, with no new DTLS
 // handshake; a PATCH whose credentials are malformed is refused with 400.
@@ -240,7 +240,7 @@ func simulcastLocal(t *testing.T, e *env, room string) {
 	}()
 }
 
-// TestWHEPBandwidthEstimate: a WHEP viewer of the lean egress that
+// TestWHEPBandwidthEstimate: a WHEP viewer of the session server that
 // offers transport-cc gets it in the answer, and the server chooses its
 // simulcast layer by the estimate from its feedback, as for a room
 // subscriber: on an unlimited path the top layer, behind a 600 kbit/s
