@@ -105,6 +105,8 @@ type Estimator struct {
 	linkCapacity, capacityVar   float64
 
 	acked    [][2]int64 // (arrival ns, size) of recently acknowledged packets
+	ackedAt  int64      // arrival of the first packet ever acknowledged
+	ackedAny bool
 	lastLoss time.Time
 }
 
@@ -267,6 +269,9 @@ func (e *Estimator) OnFeedback(fb *rtcp.TransportLayerCC, now int64) {
 	for _, a := range acks {
 		e.onPacket(a.send, a.arrive)
 		e.acked = append(e.acked, [2]int64{a.arrive, int64(a.size)})
+		if !e.ackedAny {
+			e.ackedAt, e.ackedAny = a.arrive, true
+		}
 	}
 	e.trimAcked()
 	e.updateLoss(len(acks), lost, now)
@@ -398,7 +403,18 @@ func (e *Estimator) ackedRate() float64 {
 	if len(e.acked) < 2 {
 		return 0
 	}
-	span := float64(e.acked[len(e.acked)-1][0]-e.acked[0][0]) / 1e9
+	last := e.acked[len(e.acked)-1][0]
+	if last-e.ackedAt >= int64(ackedWindow) {
+		// What arrived over the whole window, as libwebrtc's bitrate
+		// estimator: over the arrivals' own span, a burst after a gap (a
+		// receiver or relay starved of CPU) read as twice a 300 kbit/s link.
+		var bytes int64
+		for _, a := range e.acked {
+			bytes += a[1]
+		}
+		return float64(bytes*8) / ackedWindow.Seconds()
+	}
+	span := float64(last-e.acked[0][0]) / 1e9
 	if span < 0.1 {
 		return 0
 	}

@@ -302,3 +302,49 @@ func TestRingGrowsWithTheRate(t *testing.T) {
 		}
 	}
 }
+
+// A path that holds packets and then delivers them in a burst (a receiver or
+// relay starved of CPU: the browser test's slow viewer saw gaps of 250 ms
+// behind its 300 kbit/s link) passes no more than its rate: the acknowledged
+// rate is the bytes of the last window over the window, not over the burst's
+// own span, and the capacity learnt at decreases stays near the link's.
+func TestBurstyArrivalsDoNotInflateTheReceivedRate(t *testing.T) {
+	l := &link{capacity: func(time.Duration) float64 { return 300_000 }, prop: 20 * time.Millisecond, rng: rand.New(rand.NewSource(6))}
+	stalls := &stalled{link: l, every: 600 * time.Millisecond, length: 250 * time.Millisecond}
+	e := New(1_000_000, 0, 0)
+	const size = 300
+	var now time.Duration
+	var pending []rx
+	var count uint8
+	maxRecv, maxCap := 0, 0
+	for nextFB := 100 * time.Millisecond; now < 30*time.Second; {
+		seq := e.NextSeq()
+		e.OnSent(seq, int64(now), size)
+		at, ok := stalls.pass(now, size)
+		pending = append(pending, rx{seq: seq, ok: ok, arrive: at})
+		now += time.Duration(float64(size*8) / float64(e.Estimate()) * float64(time.Second))
+		if now < nextFB {
+			continue
+		}
+		nextFB += 100 * time.Millisecond
+		i := 0
+		for i < len(pending) && (!pending[i].ok || pending[i].arrive <= now) {
+			i++
+		}
+		if i == 0 {
+			continue
+		}
+		e.OnFeedback(feedback(pending[:i], count), int64(now))
+		pending = pending[i:]
+		count++
+		if now > 5*time.Second {
+			maxRecv, maxCap = max(maxRecv, e.Received()), max(maxCap, e.Capacity())
+		}
+	}
+	if maxRecv > 360_000 {
+		t.Errorf("received rate up to %d bps through a 300 kbit/s link that delivers in bursts", maxRecv)
+	}
+	if maxCap > 420_000 {
+		t.Errorf("capacity up to %d bps learnt on a 300 kbit/s link that delivers in bursts", maxCap)
+	}
+}
