@@ -201,12 +201,19 @@ func (r *Room) trackPublished(owner *Participant, t *Publication) {
 		if !p.hidden {
 			p.send(protocol.Msg{"type": "trackPublished", "participantSid": owner.sid, "track": info})
 		}
-		if p.autoSubscribe && p.grants.Subscribe {
+		if p.autoSubscribe && p.grants.Subscribe && !sameSession(p, owner) {
 			if err := p.Subscribe(t); err != nil {
 				p.log.Warn("auto-subscribe failed", "track", t.sid, "err", err)
 			}
 		}
 	}
+}
+
+// sameSession says whether p and q are two sessions of one person: visible and
+// of one identity, which only a move to another node makes (old and new side by
+// side). Neither subscribes to the other's tracks, its own camera and microphone.
+func sameSession(p, q *Participant) bool {
+	return p.identity == q.identity && !p.hidden && !q.hidden
 }
 
 // subscribeExisting subscribes a newcomer to the tracks already published.
@@ -215,7 +222,7 @@ func (r *Room) subscribeExisting(p *Participant) {
 		return
 	}
 	for _, q := range r.all() {
-		if q == p || !q.seenBy(p) {
+		if q == p || !q.seenBy(p) || sameSession(p, q) {
 			continue
 		}
 		for _, t := range q.publications() {

@@ -124,3 +124,59 @@ func TestRestartedNodeRelinks(t *testing.T) {
 	publish(t, carol2, newVideo(t, "carol-cam-2"))
 	fb.waitFrames(t, 30, 15*time.Second, "bob gets carol's video from the restarted node")
 }
+
+// During a move both sessions of one identity are in the room on both nodes
+// (one local, one a mirror): neither is subscribed to the other's tracks, its
+// own camera, which the client would only decode and throw away while the
+// move is already doubling its work. Bob, on the new node, gets both.
+func TestMoveSessionsDoNotSubscribeToEachOther(t *testing.T) {
+	r, a, b, _ := clusterOf(t)
+	alice := join(t, a.ws, "self", "alice")
+	v := newVideo(t, "alice-cam")
+	publish(t, alice, v)
+	bob := join(t, b.ws, "self", "bob")
+	fb := watch(bob)
+	fb.waitFrames(t, 15, 15*time.Second, "bob gets alice's video")
+
+	rdb, err := cluster.Dial(context.Background(), cluster.RedisOptions{Addr: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if err := cluster.NewRegistry(rdb, time.Second).Drain(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, alice, "reconnect", 10*time.Second)
+	url, _ := ev["url"].(string)
+	if url == "" || url == a.ws {
+		t.Fatalf("reconnect hint %v", ev)
+	}
+	alice2 := join(t, url, "self", "alice")
+	second := publish(t, alice2, newVideo(t, "alice-cam2"))
+	waitFor(t, 10*time.Second, "bob subscribed to alice's second camera", func() bool {
+		for {
+			select {
+			case m := <-bob.Events:
+				if m["type"] == "trackSubscribed" && m["trackSid"] == second {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	// Both sessions are still up; give the node link time to mirror each to the other node.
+	time.Sleep(1500 * time.Millisecond)
+	for name, c := range map[string]*client.Client{"the old session": alice, "the new session": alice2} {
+		for done := false; !done; {
+			select {
+			case m := <-c.Events:
+				if m["type"] == "trackSubscribed" {
+					t.Errorf("%s of alice was subscribed to %v", name, m)
+				}
+			default:
+				done = true
+			}
+		}
+	}
+}
