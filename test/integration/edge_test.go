@@ -17,16 +17,27 @@ import (
 	"github.com/petrel-sfu/petrel/protocol"
 )
 
-// whipOffer makes a Pion peer connection with the given transceivers and returns
+// pcOffer makes a Pion peer connection with the given transceivers and returns
 // its complete offer.
 func pcOffer(t *testing.T, setup func(pc *webrtc.PeerConnection)) (*webrtc.PeerConnection, string) {
+	return apiOffer(t, client.LoopbackAPI(), setup)
+}
+
+// apiOffer is pcOffer for a peer connection of api.
+func apiOffer(t *testing.T, api *webrtc.API, setup func(pc *webrtc.PeerConnection)) (*webrtc.PeerConnection, string) {
 	t.Helper()
-	pc, err := client.LoopbackAPI().NewPeerConnection(webrtc.Configuration{})
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pc.Close() })
 	setup(pc)
+	return pc, completeOffer(t, pc)
+}
+
+// completeOffer sets pc's offer and returns it once gathering is complete.
+func completeOffer(t *testing.T, pc *webrtc.PeerConnection) string {
+	t.Helper()
 	offer, err := pc.CreateOffer(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +47,7 @@ func pcOffer(t *testing.T, setup func(pc *webrtc.PeerConnection)) (*webrtc.PeerC
 		t.Fatal(err)
 	}
 	<-done
-	return pc, pc.LocalDescription().SDP
+	return pc.LocalDescription().SDP
 }
 
 func post(t *testing.T, url, ctype, token, body string) (*http.Response, string) {

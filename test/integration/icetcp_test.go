@@ -21,23 +21,7 @@ func tcpOnlyAPI() *webrtc.API {
 
 // tcpOffer is pcOffer for a client restricted to ICE-TCP.
 func tcpOffer(t *testing.T, setup func(pc *webrtc.PeerConnection)) (*webrtc.PeerConnection, string) {
-	t.Helper()
-	pc, err := tcpOnlyAPI().NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
-	setup(pc)
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	return pc, pc.LocalDescription().SDP
+	return apiOffer(t, tcpOnlyAPI(), setup)
 }
 
 // selectedTCP fails the test unless the ICE transport's selected pair is TCP.

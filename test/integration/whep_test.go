@@ -29,16 +29,7 @@ func whepViewer(t *testing.T, e *env, room, token string, newPC func() *webrtc.P
 	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
 		t.Fatal(err)
 	}
-	offer, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	resp, answer := post(t, e.url+"/whep/"+room, "application/sdp", token, pc.LocalDescription().SDP)
+	resp, answer := post(t, e.url+"/whep/"+room, "application/sdp", token, completeOffer(t, pc))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("WHEP: %d %s", resp.StatusCode, answer)
 	}
