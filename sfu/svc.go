@@ -67,12 +67,14 @@ func (l *layer) parseSVC(pkt *Packet) bool {
 		info.layered, info.padding = true, true
 		return true
 	}
+	var raw []byte
+	if l.svc.ddExt != 0 {
+		// Negotiated is not sent: Chromium sends it with AV1, not with VP9,
+		// whose payload descriptor then says the layers.
+		raw = pkt.Header.GetExtension(l.svc.ddExt)
+	}
 	switch {
-	case l.svc.ddExt != 0:
-		raw := pkt.Header.GetExtension(l.svc.ddExt)
-		if raw == nil {
-			break
-		}
+	case raw != nil:
 		if err := dd.Parse(&info.dd, raw, l.svc.ddStr.Load()); err != nil {
 			l.badDescriptor("dependency descriptor", err)
 			return false

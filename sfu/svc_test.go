@@ -267,6 +267,32 @@ func TestSVCVP9LayersPerSubscriber(t *testing.T) {
 	f.check(1, 0)
 }
 
+// Chromium negotiates the dependency descriptor for every video section but
+// sends it with AV1 only: a VP9 stream without it is read from its payload
+// descriptor.
+func TestSVCVP9DependencyDescriptorNegotiatedNotSent(t *testing.T) {
+	f := newSVCFixture(t, codecVP9, 2)
+	f.pub.layer(0).svc.ddExt = 5
+	f.down(0).maxLayer.Store(0)
+	f.down(1).maxLayer.Store(2)
+	for pic := uint16(0); pic < 8; pic++ {
+		f.vp9Picture(pic, pic == 0, nil)
+	}
+	if !f.pub.isSVC() {
+		t.Fatal("three spatial layers not recognized")
+	}
+	f.check(0, 0)
+	f.check(1, 0)
+	for _, o := range f.ws[0].orig {
+		if spatialOf(o) != 0 {
+			t.Fatalf("low subscriber got spatial layer %d", spatialOf(o))
+		}
+	}
+	if n := len(f.ws[0].orig); n != 16 {
+		t.Fatalf("low subscriber got %d packets, want 16 (8 pictures × 2)", n)
+	}
+}
+
 func TestSVCLatePacketsKeepTheirPlace(t *testing.T) {
 	f := newSVCFixture(t, codecVP9, 1)
 	f.down(0).maxLayer.Store(1)
