@@ -272,6 +272,12 @@ function wireRoom(r: Room): void {
 // publication comes back from the direct path to the SFU, and that re-show must
 // neither call off the wait nor replace the republish if that is shown first.
 const pendingSwap = new WeakMap<HTMLVideoElement, () => void>();
+// The streams showVideo made for tiles (others, as a recording's playback, are replaced whole).
+const tileStreams = new WeakSet<MediaStream>();
+// Firefox keeps showing nothing when the track a playing stream holds is
+// swapped inside it (a room of Chromium and Firefox: the republished
+// simulcast camera never appeared): there a new stream is set instead.
+const swapsInPlace = !navigator.userAgent.includes('Firefox');
 const SWAP_WAIT_MS = 5_000;
 const firstSeen = new Map<string, number>();
 
@@ -305,7 +311,19 @@ function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: s
   const show = (): void => {
     stopWaiting();
     if (track.readyState !== 'live') return;
-    video.srcObject = new MediaStream([track]);
+    // The tile's stream gets the new track in place of the old: the player and
+    // its last frame stay (a new srcObject reloads the element, a blank of
+    // hundreds of ms on a busy machine, as in a move to another node).
+    const stream = video.srcObject instanceof MediaStream ? video.srcObject : null;
+    if (stream && tileStreams.has(stream) && swapsInPlace) {
+      // Added first: the stream is never without video (the player would reset).
+      if (!stream.getVideoTracks().includes(track)) stream.addTrack(track);
+      for (const t of stream.getVideoTracks()) if (t !== track) stream.removeTrack(t);
+    } else {
+      const fresh = new MediaStream([track]);
+      tileStreams.add(fresh);
+      video.srcObject = fresh;
+    }
     video.dataset.trackSid = trackSid;
   };
   const later = (): void => (outdated() ? stopWaiting() : show());
