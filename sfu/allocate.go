@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -45,8 +46,35 @@ func (l *layer) rate() int {
 // measure updates the layer's bitrate from its byte counter (called every
 // decision interval).
 func (l *layer) measure(dt time.Duration) {
-	l.bps.Store(smoothRate(l.bps.Load(), l.bytes.Load(), &l.prevBytes, dt))
+	r := smoothRate(l.bps.Load(), l.bytes.Load(), &l.prevBytes, dt)
+	l.bps.Store(r)
+	decayed := int64(float64(l.peak.Load()) * math.Pow(0.5, dt.Seconds()/peakHalfLife.Seconds()))
+	l.peak.Store(max(r, decayed))
 	l.trates.measure(dt)
+}
+
+// peakHalfLife: a layer's peak rate halves over it. A publisher's layer rates
+// swing by a factor of several within seconds (keyframes, the encoder adapting
+// to its own bandwidth and CPU); priced in a dip, a layer granted congests a
+// slow link when its rate comes back.
+const peakHalfLife = 10 * time.Second
+
+// layerPeakT is layerRateT at the layer's recent peak rate (simulcast; an SVC
+// stream's spatial layers are priced as measured).
+func (t *Publication) layerPeakT(i, tl int) int {
+	rate, _ := t.layerRateT(i, tl)
+	if t.svc.spatialLayers() > 1 {
+		return rate
+	}
+	l := t.layer(int8(i))
+	if l == nil {
+		return rate
+	}
+	full, _ := t.layerRateT(i, allTemporal)
+	if pk := int(l.peak.Load()); pk > full && full > 0 {
+		return int(float64(rate) * float64(pk) / float64(full))
+	}
+	return rate
 }
 
 // allocate shares the estimate among the participant's subscriptions.
@@ -105,7 +133,18 @@ func (p *Participant) allocate() {
 		// A higher spatial layer that the estimate allows but the link has
 		// not been shown to carry waits for a probe at its rate to get
 		// through (see proven).
-		if held := int(d.allocLayer.Load()); grant > held {
+		held := int(d.allocLayer.Load())
+		if grant > held {
+			grant, grantT = d.spatialUp(grant, grantT, held, budget)
+			if grant <= held && (probeVia == nil || probeVia == d) {
+				// Probe toward the next layer's full rate: sized by the
+				// shortfall alone, padding shrank as the estimate neared it,
+				// and the estimate (at most 1.5x what arrives) stalled.
+				cur, _ := d.pub.layerRateT(grant, grantT)
+				probeVia, proving = d, d.pub.layerPeakT(held+1, allTemporal)-cur
+			}
+		}
+		if grant > held {
 			rate, _ := d.pub.layerRateT(grant, grantT)
 			heldRate, _ := d.pub.layerRateT(held, allTemporal)
 			if !proven(est-budget+rate, capacity, acked) {
@@ -142,6 +181,26 @@ func (p *Participant) allocate() {
 	}
 }
 
+// spatialUp limits a switch up from spatial layer held to grant: to the
+// highest layer between whose full frame rate, at its recent peak, fits the
+// budget, or none (the held layer, at the frame rate that fits). The switch
+// costs a keyframe; taken at a lower frame rate it left the viewer no margin
+// but another switch, and a 300 kbit/s viewer went up and down between the two
+// lowest layers every few seconds, each keyframe queueing behind the link.
+// On the way down the frame rate still goes before the spatial layer.
+func (d *DownTrack) spatialUp(grant, grantT, held, budget int) (int, int) {
+	for i := grant; i > held; i-- {
+		if _, ok := d.pub.layerRateT(i, allTemporal); ok && d.pub.layerPeakT(i, allTemporal) <= budget {
+			if i == grant {
+				return grant, grantT
+			}
+			return i, allTemporal
+		}
+	}
+	g, t, _ := d.grant(held, budget)
+	return g, t
+}
+
 // upConfirmShare is the share of a higher layer's rate that the subscriber
 // must have acknowledged over the last half second before a switch up beyond
 // the link's known capacity (padding probes send about 0.9 of what the layer
@@ -164,20 +223,21 @@ func proven(need, capacity, acked int) bool {
 }
 
 // grant picks the best (spatial, temporal) layer of d's publication within
-// want that fits the budget, in LiveKit's order: a higher spatial layer at a
-// lower frame rate before a lower spatial layer at the full rate (a picture
-// sharp enough to read at 7.5 fps rather than a blurred one at 30), and on the
-// lowest spatial layer the frame rate is lowered down to TL0 before anything
-// is taken away: the lowest layer's TL0 is granted even if it does not fit, as
-// the lowest layer was before temporal layers. Lowering the frame rate costs
-// no keyframe and raising it waits only for the next layer-sync frame, so the
-// hold margin applies to the spatial layer held (at any frame rate) only.
+// want that fits the budget: spatial layers above the lowest at their full
+// frame rate only, and on the lowest the frame rate is lowered down to TL0
+// before anything is taken away: the lowest layer's TL0 is granted even if it
+// does not fit, as the lowest layer was before temporal layers. A higher
+// layer at a lower frame rate (LiveKit's order) sat at the edge of a 300
+// kbit/s link: its keyframes are not smaller for the frame rate, and it went
+// up and down with the estimate, a keyframe each way. Lowering the frame rate
+// costs no keyframe and raising it waits only for the next layer-sync frame.
 // top is the layer whose full rate the subscriber lacks (-1: it has all it
 // wants).
 func (d *DownTrack) grant(want, budget int) (grant, grantT, top int) {
 	held := int(d.allocLayer.Load())
 	heldT := int(d.allocT.Load())
 	grant, grantT, top = -1, allTemporal, -1
+	lowest := lowestLayer(d.pub)
 	for i := want; i >= 0 && grant == -1; i-- {
 		n := d.pub.temporalLayers(i)
 		for t := n - 1; t >= 0; t-- {
@@ -192,10 +252,13 @@ func (d *DownTrack) grant(want, budget int) (grant, grantT, top int) {
 				grant, grantT = i, t
 				break
 			}
+			if i != lowest {
+				break // above the lowest spatial layer, the full frame rate only
+			}
 		}
 	}
 	if grant == -1 {
-		grant, grantT = lowestLayer(d.pub), 0
+		grant, grantT = lowest, 0
 	}
 	if grantT >= d.pub.temporalLayers(grant)-1 {
 		grantT = allTemporal

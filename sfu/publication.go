@@ -71,6 +71,7 @@ type layer struct {
 	lastKey  atomic.Int64 // monotonic ns of the last keyframe packet
 	bytes    atomic.Uint64
 	bps      atomic.Int64 // measured incoming bitrate (allocate.go)
+	peak     atomic.Int64 // bps's recent peak, decaying (allocate.go)
 	// prevBytes is touched only by the room's loop.
 	prevBytes uint64
 	deferred  atomic.Bool // a keyframe request waits for the end of the window

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -106,7 +107,11 @@ func (t *Publication) layerRateT(i, tl int) (int, bool) {
 	if r == nil || tl >= r.layers()-1 {
 		return rate, true
 	}
-	return max(int(float64(rate)*r.share(tl)), 1), true
+	// TL0 frames are the largest (references kept longest), so layers up to
+	// tl take at least their share of the frames: a bit share measured below
+	// it (a layer's bytes counted near zero) priced a frame rate at 1 bit/s.
+	frames := math.Pow(2, float64(tl-(r.layers()-1)))
+	return max(int(float64(rate)*max(r.share(tl), frames)), 1), true
 }
 
 // temporalTarget is the highest temporal layer the allocation grants.

@@ -277,8 +277,8 @@ func TestVP8TemporalRetransmitMatchesOriginal(t *testing.T) {
 }
 
 // Bytes are counted per temporal layer, and the allocation lowers the frame
-// rate of the lowest layer when its full rate does not fit, and prefers a
-// higher spatial layer at a lower frame rate to a lower one at the full rate.
+// rate of the lowest layer when its full rate does not fit, and grants the
+// layers above it at their full frame rate only.
 func TestAllocationLowersFrameRate(t *testing.T) {
 	pub, _, _ := vp8Sub(t)
 	s := newVP8Stream(pub)
@@ -324,10 +324,10 @@ func TestAllocationLowersFrameRate(t *testing.T) {
 		layer, temp int32
 	}{
 		{3_000_000, 2, allTemporal},
-		{1_000_000, 2, 0}, // the top layer at a quarter of its frame rate (900k), not the middle one at full (600k)
-		{400_000, 1, 1},   // the middle layer at half rate (450k, within the hold margin below the layer held)
-		{160_000, 0, 1},   // the low layer's full 200k does not fit: half its frame rate (150k)
-		{90_000, 0, 0},    // not even that: TL0, never nothing
+		{1_000_000, 1, allTemporal}, // the middle layer at full rate (600k): above the lowest, spatial layers only at full rate
+		{400_000, 0, allTemporal},   // the middle one's 600k is over the hold margin: the low layer's full 200k
+		{160_000, 0, 1},             // the low layer's full 200k does not fit: half its frame rate (150k)
+		{90_000, 0, 0},              // not even that: TL0, never nothing
 		{3_000_000, 2, allTemporal},
 	} {
 		sub.bwe = bwe.New(c.estimate, 0, 0)
@@ -335,6 +335,33 @@ func TestAllocationLowersFrameRate(t *testing.T) {
 		if l, tl := d.allocLayer.Load(), d.allocT.Load(); l != c.layer || tl != c.temp {
 			t.Fatalf("estimate %d: layer %d TL%d, want %d TL%d", c.estimate, l, tl, c.layer, c.temp)
 		}
+	}
+
+	// A switch up is priced at the layer's recent peak: the middle layer
+	// measured at 300k in a dip of its publisher, after 600k, is not granted
+	// on 500k; on 700k it is.
+	for _, c := range []struct {
+		estimate int
+		layer    int32
+	}{{400_000, 0}, {500_000, 0}, {700_000, 1}} {
+		if c.estimate == 500_000 {
+			mid := sim.layer(1)
+			mid.peak.Store(600_000)
+			mid.bps.Store(300_000)
+		}
+		sub.bwe = bwe.New(c.estimate, 0, 0)
+		sub.allocate()
+		if l := d.allocLayer.Load(); l != c.layer {
+			t.Fatalf("estimate %d after a dip: layer %d, want %d", c.estimate, l, c.layer)
+		}
+	}
+
+	// A TL0 share measured near zero does not price a frame rate at 1 bit/s:
+	// layers up to TL0 carry at least their quarter of the frames.
+	top := sim.layer(2)
+	top.trates.bps[0].Store(0)
+	if r, _ := sim.layerRateT(2, 0); r < 1_800_000/4 {
+		t.Fatalf("TL0 of the top layer priced at %d bit/s with its share measured at 0, want at least a quarter of 1.8M", r)
 	}
 }
 
