@@ -13,6 +13,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/rtc/lean"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // A session the server offers is a room participant's subscriber side: the
@@ -291,7 +292,7 @@ func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
 	if o == nil {
 		return nil, errors.New("session: a WHEP viewer answers nothing")
 	}
-	if n := MediaSections(text); n > maxSections {
+	if n := sfu.MediaSections(text); n > maxSections {
 		return nil, fmt.Errorf("answer: %d media sections, at most %d", n, maxSections)
 	}
 	var s sdp.SessionDescription

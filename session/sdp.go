@@ -11,6 +11,7 @@ import (
 	"github.com/pion/sdp/v3"
 
 	"github.com/petrel-sfu/petrel/rtc/lean"
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // Track is one publication a viewer is to receive, as the SDP answer needs it.
@@ -86,7 +87,7 @@ var errNoMedia = errors.New("the offer has no audio or video section that can re
 // parseOffer reads a WHEP offer. Everything in it comes from the network:
 // every field is checked, nothing is trusted to be well formed.
 func parseOffer(text string) (*offer, error) {
-	if n := MediaSections(text); n > maxSections {
+	if n := sfu.MediaSections(text); n > maxSections {
 		return nil, fmt.Errorf("offer: %d media sections, at most %d", n, maxSections)
 	}
 	var s sdp.SessionDescription
@@ -189,24 +190,6 @@ func parseOffer(text string) (*offer, error) {
 		return nil, errors.New("offer: setup:passive (this server is the DTLS server; offer actpass or active)")
 	}
 	return o, nil
-}
-
-// MediaSections counts the media sections of an SDP without parsing it, so
-// that an offer with too many is refused before a parser builds them all.
-// It counts every line of type m as Pion's parser finds them (a line may
-// start after any run of \r and \n), so it never counts fewer.
-func MediaSections(text string) int {
-	n := 0
-	for i := 0; ; {
-		j := strings.Index(text[i:], "m=")
-		if j < 0 {
-			return n
-		}
-		if at := i + j; at == 0 || text[at-1] == '\n' || text[at-1] == '\r' {
-			n++
-		}
-		i += j + 2
-	}
 }
 
 // transport is what a client's SDP says of its ICE and DTLS side. The first
@@ -490,19 +473,4 @@ func candidates(ips []net.IP, port, tcpPort int) []string {
 		out = append(out, fmt.Sprintf("%d 1 tcp %d %s %d typ host tcptype passive", len(ips)+i+1, 126<<24|(4<<13+8191-i)<<8|255, ip, tcpPort))
 	}
 	return out
-}
-
-// CandidateProtocol is the transport ("udp", "tcp", lower case) of an ICE
-// candidate, written as an SDP line ("a=candidate:1 1 udp …") or as a
-// trickled candidate ("candidate:1 1 UDP …"); "" if c is not a candidate.
-func CandidateProtocol(c string) string {
-	c = strings.TrimPrefix(strings.TrimSpace(c), "a=")
-	v, ok := strings.CutPrefix(c, "candidate:")
-	if !ok {
-		return ""
-	}
-	if f := strings.Fields(v); len(f) > 2 {
-		return strings.ToLower(f[2])
-	}
-	return ""
 }

@@ -6,22 +6,6 @@ import (
 	"testing"
 )
 
-// TestMediaSections: the count finds every line Pion's parser reads as a
-// media section, whatever line ends a client writes.
-func TestMediaSections(t *testing.T) {
-	for text, want := range map[string]int{
-		"":                                  0,
-		"m=audio":                           1,
-		"v=0\r\nm=audio 9\r\nm=video 9\r\n": 2,
-		"v=0\nm=a\n\r\rm=b\rm=c":            3,
-		"v=0\r\na=x:m=audio\r\nam=video":    0,
-	} {
-		if got := MediaSections(text); got != want {
-			t.Errorf("MediaSections(%q) = %d, want %d", text, got, want)
-		}
-	}
-}
-
 // TestOfferWithTooManySections: an offer with far more media sections than
 // any session uses is refused before it is parsed into sections.
 func TestOfferWithTooManySections(t *testing.T) {

@@ -189,7 +189,7 @@ func (p *Participant) onDataChannel(dc DataChannel) {
 // queued (io.ErrShortBuffer), so the message is then read into a pooled buffer
 // just large enough.
 func (p *Participant) readData(label string, rw io.Reader) error {
-	limit := p.room.mgr.cfg.Limits.MaxDataBytes + maxDataHeader + 16
+	limit := int(MaxDataMessage(p.room.mgr.cfg))
 	for {
 		n, err := rw.Read(nil)
 		if errors.Is(err, io.ErrShortBuffer) {

@@ -260,7 +260,7 @@ const sectionAllowance = 4
 // few tracks are then allowed.
 func (m *Manager) checkSections(offer string) error {
 	max := m.cfg.Limits.MaxTracksPerParticipant + sectionAllowance
-	if n := mediaSections(offer); n > max {
+	if n := MediaSections(offer); n > max {
 		return protocol.Errorf(protocol.CodeTooManyTracks, "the offer has %d media sections, at most %d are taken (%d tracks and %d others)",
 			n, max, m.cfg.Limits.MaxTracksPerParticipant, sectionAllowance)
 	}
@@ -346,17 +346,22 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	return p, answer, nil
 }
 
-// mediaSections counts the m= lines of an SDP without parsing it.
-func mediaSections(sdp string) int {
+// MediaSections counts the media sections of an SDP without parsing it, so
+// that an offer with too many is refused before a parser builds them all.
+// It counts every line of type m as Pion's parser finds them (a line may
+// start after any run of \r and \n), so it never counts fewer.
+func MediaSections(text string) int {
 	n := 0
-	for len(sdp) > 0 {
-		line, rest, _ := strings.Cut(sdp, "\n")
-		if strings.HasPrefix(line, "m=") {
+	for i := 0; ; {
+		j := strings.Index(text[i:], "m=")
+		if j < 0 {
+			return n
+		}
+		if at := i + j; at == 0 || text[at-1] == '\n' || text[at-1] == '\r' {
 			n++
 		}
-		sdp = rest
+		i += j + 2
 	}
-	return n
 }
 
 func selectTracks(room *Room, identity string, sids []string) []*Publication {

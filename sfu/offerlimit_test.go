@@ -52,6 +52,22 @@ func TestOfferSectionLimit(t *testing.T) {
 	}
 }
 
+// TestMediaSections: the count finds every line Pion's parser reads as a
+// media section, whatever line ends a client writes.
+func TestMediaSections(t *testing.T) {
+	for text, want := range map[string]int{
+		"":                                  0,
+		"m=audio":                           1,
+		"v=0\r\nm=audio 9\r\nm=video 9\r\n": 2,
+		"v=0\nm=a\n\r\rm=b\rm=c":            3,
+		"v=0\r\na=x:m=audio\r\nam=video":    0,
+	} {
+		if got := MediaSections(text); got != want {
+			t.Errorf("MediaSections(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
 // blockSource is a stream that sends nothing until it is stopped.
 type blockSource struct {
 	stopped atomic.Bool
