@@ -248,7 +248,7 @@ func (p *Participant) HandleAnswer(sdp string) error {
 	p.mu.Lock()
 	sub, waiting := p.sub, p.negotiating
 	p.mu.Unlock()
-	if sub == nil || !sub.offers {
+	if sub == nil || sub.off == nil {
 		return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 	}
 	if !waiting {
@@ -286,7 +286,7 @@ func (p *Participant) AddCandidate(target string, c *protocol.Candidate) error {
 		p.mu.Lock()
 		sub := p.sub
 		p.mu.Unlock()
-		if sub == nil || !sub.offers {
+		if sub == nil || sub.off == nil {
 			return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 		}
 	case "publisher", "":
@@ -344,7 +344,7 @@ func (p *Participant) doNegotiate() {
 	sub := p.sub
 	p.mu.Unlock()
 
-	sdp, err := sub.s.Offer(restart)
+	sdp, err := sub.off.Offer(restart)
 	if err == nil {
 		p.send(protocol.Msg{"type": "offer", "sdp": sdp})
 		return
@@ -554,10 +554,10 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 			return
 		}
 	}
-	if sub != nil && sub.offers {
+	if sub != nil && sub.off != nil {
 		sub.remove(d)
 	}
-	if sub != nil && sub.offers && renegotiate {
+	if sub != nil && sub.off != nil && renegotiate {
 		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 		p.negotiate(false)
 	}
@@ -780,7 +780,7 @@ func constantTimeEqual(a, b string) bool {
 
 // hasSubscriberSide: the participant's subscriptions are offered to it by
 // the server. Under mu.
-func (p *Participant) hasSubscriberSide() bool { return p.sub != nil && p.sub.offers }
+func (p *Participant) hasSubscriberSide() bool { return p.sub != nil && p.sub.off != nil }
 
 // OnClose registers f to run once the participant has left.
 func (p *Participant) OnClose(f func()) {
