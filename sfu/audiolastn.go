@@ -186,18 +186,6 @@ func (t *Publication) setAudioForwarded(on bool, from int64) {
 	t.audioWithheld.Store(false)
 }
 
-// AudioForwarded reports whether the track's audio is forwarded to its
-// subscribers (audio Last-N).
-func (t *Publication) AudioForwarded() bool { return !t.audioWithheld.Load() }
-
-// SetAudioLastN changes how many speakers' audio the room forwards (≤ 0: all).
-func (r *Room) SetAudioLastN(n int) {
-	r.mu.Lock()
-	r.audioLastN = n
-	r.mu.Unlock()
-	r.decideAudio(time.Now())
-}
-
 // replayAudio writes, before p, the cached packets of p's track since its
 // selection's replayFrom that this subscriber has not had. It runs on the
 // layer's reader goroutine (the cache's only writer, so the cached packets
@@ -211,7 +199,9 @@ func (d *DownTrack) replayAudio(p *Packet) {
 	if l == nil {
 		return
 	}
-	from := d.pub.replayFrom.Load()
+	// Never older than the history before p: a subscriber that paused the
+	// track meanwhile gets the selection's replay late, not stale audio.
+	from := max(d.pub.replayFrom.Load(), p.Arrival-int64(audioHistory))
 	d.mu.Lock()
 	started, lastIn := d.started, d.out.lastSeq-d.out.seqOffset
 	d.mu.Unlock()

@@ -33,7 +33,8 @@ type Room struct {
 	lastSpoke map[string]time.Time
 	lastN     int
 	// Audio Last-N (audiolastn.go): how many speakers' audio is forwarded
-	// (≤ 0: all; under mu), and the last selection (by participant sid).
+	// (≤ 0: all; under mu), and the last selection (by participant sid,
+	// under audioMu).
 	audioLastN int
 	audioMu    sync.Mutex
 	audioSel   map[string]bool
