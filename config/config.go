@@ -59,6 +59,9 @@ type RTC struct {
 	// LastN is how many other participants' video each receiver gets, by recency
 	// of speaking (pinned ones always); 0 means all.
 	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
+	// AudioLastN is how many speakers' audio every receiver gets, the loudest;
+	// 0 or less means all.
+	AudioLastN int `yaml:"audio_last_n" flag:"audio-last-n" usage:"audio streams per receiver, the loudest speakers (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 }
@@ -126,6 +129,7 @@ func Default() Config {
 			TCPPort:      7881,
 			ResumeWindow: 20 * time.Second,
 			PacketCache:  1024,
+			AudioLastN:   3,
 		},
 		WebTransport: WebTransport{Enabled: true},
 		TURN: TURN{

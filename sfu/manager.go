@@ -92,7 +92,7 @@ func (m *Manager) getOrCreate(name string) (*Room, error) {
 	r := &Room{
 		sid: newSid("RM_"), name: name, mgr: m, createdAt: time.Now(),
 		participants: map[string]*Participant{}, maxParticipants: m.cfg.Limits.MaxParticipantsPerRoom,
-		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, done: make(chan struct{}),
+		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, audioLastN: m.cfg.RTC.AudioLastN, done: make(chan struct{}),
 	}
 	go r.selectionLoop()
 	m.rooms[name] = r

@@ -32,6 +32,12 @@ type Room struct {
 	dominant  string
 	lastSpoke map[string]time.Time
 	lastN     int
+	// Audio Last-N (audiolastn.go): how many speakers' audio is forwarded
+	// (≤ 0: all; under mu), and the last selection (by participant sid,
+	// under audioMu).
+	audioLastN int
+	audioMu    sync.Mutex
+	audioSel   map[string]bool
 	// rank is the speaker order of the last selection round (ranked), for
 	// the receivers' bandwidth allocation between rounds.
 	rank     atomic.Pointer[ranking]
