@@ -34,6 +34,9 @@ type Manager struct {
 	relayTap relayTapPtr // relaytap.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
+
+	timings timingTable // timing.go
+	reports reporter    // reporter.go
 }
 
 // NewManager returns a manager whose participants' sessions t makes.
