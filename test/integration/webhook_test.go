@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/webhook"
 )
@@ -95,6 +97,15 @@ func TestWebhooksOfARoom(t *testing.T) {
 	a.run(t)
 	waitTrack(t, bob, 10*time.Second)
 	waitTrack(t, bob, 10*time.Second)
+	// A WHEP viewer is hidden from the room, and so from the receiver.
+	_, offer := pcOffer(t, func(pc *webrtc.PeerConnection) {
+		for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecTypeAudio} {
+			_, _ = pc.AddTransceiverFromKind(k, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly})
+		}
+	})
+	if resp, body := post(t, e.url+"/whep/w", "application/sdp", e.token("w", "viewer", auth.Grants{Subscribe: true}, time.Hour), offer); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("WHEP: %d %s", resp.StatusCode, body)
+	}
 	bob.Close()
 	if _, err := alice.WaitEvent(ctx, "participantLeft"); err != nil {
 		t.Fatal(err)
