@@ -44,3 +44,8 @@ type SendData struct {
 	To       []string `json:"to,omitempty"`       // identities; empty: everyone
 	Reliable *bool    `json:"reliable,omitempty"` // default true
 }
+
+// MoveParticipant is the body of POST .../participants/{identity}/move.
+type MoveParticipant struct {
+	Room string `json:"room"`
+}

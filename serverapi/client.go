@@ -157,3 +157,9 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	return nil
 }
+
+// MoveParticipant sends a participant to another room: its client gets a
+// token for it and joins it, publishing the same tracks.
+func (c *Client) MoveParticipant(ctx context.Context, room, identity, to string) error {
+	return c.call(ctx, "POST", participantsPath(room)+"/"+url.PathEscape(identity)+"/move", protocol.MoveParticipant{Room: to}, nil)
+}

@@ -724,6 +724,25 @@ func (p *Participant) ResumeTokenMatches(tok string) bool {
 // ResumeToken is handed to the client in joined.
 func (p *Participant) ResumeToken() string { return p.resumeToken }
 
+// MoveTo sends a room-protocol client to another room (the server API): it
+// gets move with the room and a token for it, its connections close, and it
+// leaves this room (reason moved); the client joins the other room with the
+// token and publishes its tracks there. Only a client on a signaling
+// connection can follow.
+func (p *Participant) MoveTo(room, token string) error {
+	p.mu.Lock()
+	out := p.out
+	p.mu.Unlock()
+	if out == nil || p.local || p.hidden {
+		return protocol.Errorf(protocol.CodeBadRequest, "participant %q is not connected over the room protocol's WebSocket, so it cannot follow a move", p.identity)
+	}
+	out.Send(protocol.Msg{"type": "move", "room": room, "token": token})
+	// No leave message: the client would take it as the end of its session.
+	out.Close("moved", "moved to room "+room)
+	p.Close("moved")
+	return nil
+}
+
 // Kick tells the client why and removes it.
 func (p *Participant) Kick(reason, message string) {
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -97,4 +98,34 @@ func (s *Server) sendData(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return map[string]int{"delivered": n}, nil
+}
+
+func (s *Server) moveParticipant(w http.ResponseWriter, r *http.Request) (any, error) {
+	p, err := s.ownParticipant(r)
+	if err != nil {
+		return nil, err
+	}
+	var req protocol.MoveParticipant
+	if err := decodeStrict(w, r, 4096, &req, "body must be {room}"); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Room == "" || len(req.Room) > 128:
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "room must be 1 to 128 bytes")
+	case req.Room == p.Room().Name():
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "participant %q is already in room %q", p.Identity(), req.Room)
+	}
+	// The token the client joins with: who it is and may do, in the new room,
+	// as long as any token this server accepts (later reconnects use it too).
+	info := p.Info()
+	c := auth.Claims{Room: req.Room, Name: info.Name, Metadata: info.Metadata, Grants: p.Grants()}
+	c.Subject = p.Identity()
+	tok, err := s.keys.Sign(s.apiKey, c, s.cfg.Limits.MaxTokenLifetime)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.MoveTo(req.Room, tok); err != nil {
+		return nil, err
+	}
+	return map[string]string{"room": req.Room}, nil
 }

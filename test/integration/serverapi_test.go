@@ -172,3 +172,60 @@ func TestServerAPI(t *testing.T) {
 	}
 	wantAPIError(t, "removal of one gone", api.RemoveParticipant(ctx, "s", "bob"), 404, protocol.CodeNotFound)
 }
+
+// A move: the client is handed a token for the other room and leaves this
+// one; joining with that token, it is there as who it was, with its grants.
+func TestServerAPIMove(t *testing.T) {
+	e := start(t)
+	api := serverapi.New(e.url, apiKey, apiSecret)
+	ctx := ctxT(t, 20*time.Second)
+	c, err := client.Join(ctx, e.ws, e.token("m1", "alice", auth.Grants{Subscribe: true, PublishData: true}, time.Hour), client.Options{Name: "Alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	bob := e.join("m1", "bob")
+	carol := e.join("m2", "carol")
+
+	wantAPIError(t, "move to the same room", api.MoveParticipant(ctx, "m1", "alice", "m1"), 400, protocol.CodeBadRequest)
+	wantAPIError(t, "move to no room", api.MoveParticipant(ctx, "m1", "alice", ""), 400, protocol.CodeBadRequest)
+	wantAPIError(t, "move of an unknown participant", api.MoveParticipant(ctx, "m1", "nobody", "m2"), 404, protocol.CodeNotFound)
+	wantAPIError(t, "move from an unknown room", api.MoveParticipant(ctx, "m9", "alice", "m2"), 404, protocol.CodeNotFound)
+
+	if err := api.MoveParticipant(ctx, "m1", "alice", "m2"); err != nil {
+		t.Fatal(err)
+	}
+	mv, err := c.WaitEvent(ctx, "move")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := mv["token"].(string)
+	if mv["room"] != "m2" || tok == "" {
+		t.Fatalf("move message %v", mv)
+	}
+	if ev, err := bob.WaitEvent(ctx, "participantLeft"); err != nil || ev["identity"] != "alice" || ev["reason"] != "moved" {
+		t.Fatalf("bob saw %v %v", ev, err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the moved client's signaling stayed open")
+	}
+	moved, err := client.Join(ctx, e.ws, tok, client.Options{})
+	if err != nil {
+		t.Fatalf("join with the move's token: %v", err)
+	}
+	t.Cleanup(moved.Close)
+	ev, err := carol.WaitEvent(ctx, "participantJoined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ev["participant"].(map[string]any)
+	perm := p["permissions"].(map[string]any)
+	if p["identity"] != "alice" || p["name"] != "Alice" || perm["publish"] != false || perm["subscribe"] != true || perm["publishData"] != true {
+		t.Fatalf("carol saw %v", p)
+	}
+	if r := e.srv.Manager.Room("m1"); r == nil || r.ByIdentity("alice") != nil {
+		t.Fatal("alice is still in m1")
+	}
+}
