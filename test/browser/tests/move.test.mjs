@@ -25,6 +25,7 @@ test('the server API moves a participant to another room: the SDK joins it and r
       window.__events.includes('reconnected') && window.petrel.room.localTracks.size === 2 && window.__events);
     assert.deepEqual(events, ['roomMoved after', 'reconnected']);
     assert.equal(await alice.page.evaluate(() => window.petrel.room.room.name), 'after');
+    await waitFor(alice.page, 'the app to show the new room', () => document.getElementById('room-name').textContent === 'after');
     const oldSid = alice.sid;
     alice.sid = await alice.page.evaluate(() => window.petrel.room.localParticipant.sid);
 
