@@ -48,6 +48,8 @@ type Config struct {
 	Cameras []Camera `yaml:"cameras"`
 	// Recording records cameras continuously (config/recording.go, docs/recording.md).
 	Recording Recording `yaml:"recording"`
+	// Webhook notifies URLs of room events (config/webhook.go, docs/webhooks.md).
+	Webhook Webhook `yaml:"webhook"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -145,6 +147,7 @@ func Default() Config {
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
+		Webhook:   defaultWebhook(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -278,6 +281,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.Webhook.validate(); err != nil {
 		return err
 	}
 	if err := validateCameras(c.Cameras); err != nil {
