@@ -64,9 +64,7 @@ type Server struct {
 // 100; the GOGC environment variable still overrides it). The server's heap is
 // mostly long-lived connection state and its packet paths allocate little, so
 // collecting at half the growth costs no measurable CPU and keeps RSS closer
-// to what is live: at 400 lean WHEP viewers 45-47 instead of 60-61 KiB per
-// viewer, in a 3x27 room 1.12-1.14 instead of 1.33 MiB per participant, CPU
-// per packet the same within the runs' spread (docs/benchmarks.md).
+// to what is live (docs/benchmarks.md, "Go's GC percent").
 const gcPercent = 50
 
 // Start opens every socket and starts serving. keys with apiKey sign and verify

@@ -267,9 +267,9 @@ function wireRoom(r: Room): void {
 // while the newer one plays: a waiting swap whose unmute (or timeout) comes late
 // is dropped then, as is a track that ended while it waited. In a move to
 // another node the relay of the other's new stream through the old node waits
-// for its first frame until about when we leave; its late unmute used to swap
-// the tile back to it after the new node's track was shown, and it ended with
-// the old connection: frozen for good. Order, not arrival, decides: when a third
+// for its first frame until about when we leave; its late unmute must not swap
+// the tile back to it after the new node's track was shown (it ends with the
+// old connection: frozen for good). Order, not arrival, decides: when a third
 // joins a 1:1 call the camera's simulcast republish waits while the old
 // publication comes back from the direct path to the SFU, and that re-show must
 // neither call off the wait nor replace the republish if that is shown first.
