@@ -175,7 +175,7 @@ func (p *Participant) newSubscriberSide(tm *SessionTiming) error {
 	ss.s, ss.off = s, s
 	ss.downs.Store(&[]boundDown{})
 	p.sub = ss // Close closes s
-	reports.add(p, s)
+	p.room.mgr.reports.add(p, s)
 	return nil
 }
 
@@ -206,7 +206,7 @@ func (p *Participant) playViewer(offer string, tracks []*Publication, tm *Sessio
 		t.addDown(d)
 	}
 	ss.downs.Store(&downs)
-	reports.add(p, s)
+	p.room.mgr.reports.add(p, s)
 	return answer, nil
 }
 
