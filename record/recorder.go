@@ -5,6 +5,7 @@
 package record
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -35,7 +36,13 @@ type Recorder struct {
 	mu       sync.Mutex
 	tracks   map[*sfu.Publication]*recTrack
 	sessions map[sessionKey]*Session
-	done     chan struct{}
+	// Room recordings (room.go): every one by id, the active ones by room
+	// name, and room instances whose recording was stopped by hand (the room
+	// setting does not start it again).
+	rooms  map[string]*roomRec
+	live   map[string]*roomRec
+	noAuto map[*sfu.Room]bool
+	done   chan struct{}
 	wg       sync.WaitGroup
 	closed   bool
 
@@ -91,7 +98,11 @@ func New(mgr *sfu.Manager, cfg config.Recording, log *slog.Logger) (*Recorder, e
 		return nil, err
 	}
 	r := &Recorder{mgr: mgr, store: st, cfg: cfg, log: log, tracks: map[*sfu.Publication]*recTrack{},
-		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond}
+		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond,
+		rooms: map[string]*roomRec{}, live: map[string]*roomRec{}, noAuto: map[*sfu.Room]bool{}}
+	if err := r.loadRooms(); err != nil {
+		return nil, fmt.Errorf("room recordings: %w", err)
+	}
 	if len(cfg.Cameras) > 0 {
 		r.only = map[string]bool{}
 		for _, id := range cfg.Cameras {
@@ -126,6 +137,7 @@ func (r *Recorder) Close() {
 	for _, s := range sess {
 		s.Close("server closing")
 	}
+	r.closeRooms()
 	r.mu.Lock()
 	for pub, t := range r.tracks {
 		t.remove()
@@ -150,6 +162,7 @@ func (r *Recorder) watch() {
 		case <-t.C:
 		}
 		r.scan()
+		r.scanRooms()
 		if time.Since(lastPrune) > 30*time.Second {
 			lastPrune = time.Now()
 			r.store.Prune(time.Now())

@@ -34,6 +34,8 @@ type Manager struct {
 	relayTap relayTapPtr // relaytap.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
+	// recordCtl starts and stops room recordings (record.go).
+	recordCtl atomic.Pointer[RecordControl]
 }
 
 // NewManager returns a manager whose participants' sessions t makes.

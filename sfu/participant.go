@@ -155,7 +155,7 @@ func (p *Participant) infoLocked() protocol.ParticipantInfo {
 		JoinedAt: p.joinedAt.UnixMilli(),
 		Permissions: protocol.Grants{
 			Publish: p.grants.Publish, Subscribe: p.grants.Subscribe,
-			PublishData: p.grants.PublishData, Admin: p.grants.Admin,
+			PublishData: p.grants.PublishData, Admin: p.grants.Admin, Record: p.grants.Record,
 		},
 		Tracks: tracks,
 	}
