@@ -43,8 +43,8 @@ type Recorder struct {
 	live   map[string]*roomRec
 	noAuto map[*sfu.Room]bool
 	done   chan struct{}
-	wg       sync.WaitGroup
-	closed   bool
+	wg     sync.WaitGroup
+	closed bool
 
 	// watchEvery is how often rooms are checked for cameras that came or went.
 	watchEvery time.Duration
