@@ -47,10 +47,21 @@ func asmFor(c sfu.Codec) (frameAsm, error) {
 	switch m := strings.ToLower(c.MimeType); m {
 	case strings.ToLower(webrtc.MimeTypeOpus):
 		return &opusAsm{}, nil
+	case strings.ToLower(webrtc.MimeTypePCMU), strings.ToLower(webrtc.MimeTypePCMA):
+		if c.ClockRate != 8000 {
+			return nil, fmt.Errorf("codec %s at %d Hz is not recorded", c.MimeType, c.ClockRate)
+		}
+		name := "ulaw"
+		if strings.EqualFold(c.MimeType, webrtc.MimeTypePCMA) {
+			name = "alaw"
+		}
+		return &opusAsm{entry: name}, nil
 	case strings.ToLower(webrtc.MimeTypeVP8):
 		return &vpxAsm{vp9: false}, nil
 	case strings.ToLower(webrtc.MimeTypeVP9):
 		return &vpxAsm{vp9: true}, nil
+	case strings.ToLower(webrtc.MimeTypeAV1):
+		return &av1Asm{}, nil
 	case strings.ToLower(webrtc.MimeTypeH264):
 		a := &h264Asm{}
 		a.a.sps, a.a.pps = spropParameterSets(c.SDPFmtpLine)
@@ -60,8 +71,12 @@ func asmFor(c sfu.Codec) (frameAsm, error) {
 	}
 }
 
-// opusAsm: one packet is one frame.
-type opusAsm struct{ buf []byte }
+// opusAsm: one packet is one frame (Opus, or G.711 when entry names its
+// sample entry, ulaw or alaw, as the cameras' audio.go writes them).
+type opusAsm struct {
+	buf   []byte
+	entry string
+}
 
 func (a *opusAsm) push(p []byte) error {
 	a.buf = append(a.buf[:0], p...)
@@ -72,6 +87,10 @@ func (a *opusAsm) reset()                { a.buf = a.buf[:0] }
 func (a *opusAsm) audio() bool           { return true }
 func (a *opusAsm) setup(init *mp4.InitSegment) error {
 	init.AddEmptyTrack(clock, "audio", "und")
+	if a.entry != "" {
+		init.Moov.Traks[0].Mdia.Minf.Stbl.Stsd.AddChild(mp4.CreateAudioSampleEntryBox(a.entry, 1, 16, 8000, nil))
+		return nil
+	}
 	e, err := OpusSampleEntry()
 	if err != nil {
 		return err
@@ -155,6 +174,147 @@ func (a *vpxAsm) setup(init *mp4.InitSegment) error {
 	}
 	init.Moov.Traks[0].Mdia.Minf.Stbl.Stsd.AddChild(mp4.CreateVisualSampleEntryBox(name, a.w, a.h, box))
 	return nil
+}
+
+// av1Asm reassembles AV1 temporal units (RTP payload format for AV1) into the
+// sample format of "AV1 Codec ISO Media File Format Binding": OBUs with size
+// fields, temporal delimiters dropped. A temporal unit holding a sequence
+// header (or starting a coded video sequence, the N bit) is a keyframe; the
+// last sequence header is the av1C's configOBUs.
+type av1Asm struct {
+	d      codecs.AV1Depacketizer
+	buf    []byte
+	key    bool
+	bad    bool
+	seqHdr []byte
+}
+
+const (
+	obuSequenceHeader    = 1
+	obuTemporalDelimiter = 2
+)
+
+func (a *av1Asm) push(p []byte) error {
+	out, err := a.d.Unmarshal(p)
+	if err != nil {
+		a.bad = true
+		return err
+	}
+	if a.d.N {
+		a.key = true
+	}
+	for len(out) > 0 {
+		n, typ, ok := obuLen(out)
+		if !ok {
+			a.bad = true
+			return errors.New("malformed AV1 OBU")
+		}
+		switch typ {
+		case obuTemporalDelimiter:
+		case obuSequenceHeader:
+			a.key = true
+			a.seqHdr = append(a.seqHdr[:0], out[:n]...)
+			a.buf = append(a.buf, out[:n]...)
+		default:
+			a.buf = append(a.buf, out[:n]...)
+		}
+		out = out[n:]
+	}
+	if len(a.buf) > maxAccessUnit {
+		return errAUTooLarge
+	}
+	return nil
+}
+
+// obuLen is the length of the OBU (with its size field) at the start of b.
+func obuLen(b []byte) (n int, typ byte, ok bool) {
+	if len(b) < 2 || b[0]&2 == 0 {
+		return 0, 0, false
+	}
+	typ = b[0] >> 3 & 0xf
+	h := 1
+	if b[0]&4 != 0 {
+		h = 2
+	}
+	var size uint64
+	for i := 0; i < 8; i++ {
+		if h >= len(b) {
+			return 0, 0, false
+		}
+		c := b[h]
+		h++
+		size |= uint64(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			break
+		}
+	}
+	if size > uint64(len(b)-h) {
+		return 0, 0, false
+	}
+	return h + int(size), typ, true
+}
+
+func (a *av1Asm) frame() ([]byte, bool) {
+	if a.bad || len(a.buf) == 0 {
+		return nil, false
+	}
+	return a.buf, a.key
+}
+
+func (a *av1Asm) reset()      { a.buf, a.key, a.bad = a.buf[:0], false, false }
+func (a *av1Asm) audio() bool { return false }
+
+func (a *av1Asm) setup(init *mp4.InitSegment) error {
+	if len(a.seqHdr) == 0 {
+		return errors.New("no AV1 sequence header yet")
+	}
+	profile, level := av1ProfileLevel(a.seqHdr)
+	// AV1CodecConfigurationRecord: marker and version 1, profile and level,
+	// 8-bit 4:2:0, then the sequence header OBU.
+	rec := []byte{0x81, profile<<5 | level, 0b0000_1100, 0}
+	rec = append(rec, a.seqHdr...)
+	box := append([]byte{0, 0, 0, 0, 'a', 'v', '1', 'C'}, rec...)
+	n := len(box)
+	box[0], box[1], box[2], box[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	b, err := mp4.DecodeBox(0, bytes.NewReader(box))
+	if err != nil {
+		return fmt.Errorf("av1C: %w", err)
+	}
+	init.AddEmptyTrack(clock, "video", "und")
+	init.Moov.Traks[0].Mdia.Minf.Stbl.Stsd.AddChild(mp4.CreateVisualSampleEntryBox("av01", 0, 0, b))
+	return nil
+}
+
+// av1ProfileLevel reads seq_profile and the first operating point's
+// seq_level_idx from a sequence header OBU; a header whose level needs the
+// timing info parsed gets 31 (no level constraint).
+func av1ProfileLevel(obu []byte) (profile, level byte) {
+	h := 1
+	if obu[0]&4 != 0 {
+		h = 2
+	}
+	for h < len(obu) && obu[h]&0x80 != 0 {
+		h++
+	}
+	h++ // the last byte of the size field
+	if h+2 >= len(obu) {
+		return 0, 31
+	}
+	bits := uint32(obu[h])<<16 | uint32(obu[h+1])<<8 | uint32(obu[h+2])
+	profile = byte(bits >> 21)
+	if bits>>19&1 == 1 { // reduced_still_picture_header: seq_level_idx follows
+		return profile, byte(bits >> 14 & 0x1f)
+	}
+	if bits>>18&1 == 1 { // timing_info_present_flag
+		return profile, 31
+	}
+	// initial_display_delay_present(1), operating_points_cnt_minus_1(5),
+	// operating_point_idc[0](12), seq_level_idx[0](5).
+	if h+4 >= len(obu) {
+		return profile, 31
+	}
+	v := uint64(obu[h])<<32 | uint64(obu[h+1])<<24 | uint64(obu[h+2])<<16 | uint64(obu[h+3])<<8 | uint64(obu[h+4])
+	return profile, byte(v >> (40 - 5 - 24) & 0x1f)
 }
 
 // h264Asm is the cameras' assembler; keyframes get their parameter sets in
