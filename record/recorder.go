@@ -42,9 +42,13 @@ type Recorder struct {
 	rooms  map[string]*roomRec
 	live   map[string]*roomRec
 	noAuto map[*sfu.Room]bool
-	done   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
+	// Room playback (roomplay.go): the recording's participant in each
+	// playback room with a viewer, and the sessions.
+	hosts        map[string]*sfu.Participant
+	roomSessions map[roomSessionKey]*roomSession
+	done         chan struct{}
+	wg           sync.WaitGroup
+	closed       bool
 
 	// watchEvery is how often rooms are checked for cameras that came or went.
 	watchEvery time.Duration
@@ -99,7 +103,8 @@ func New(mgr *sfu.Manager, cfg config.Recording, log *slog.Logger) (*Recorder, e
 	}
 	r := &Recorder{mgr: mgr, store: st, cfg: cfg, log: log, tracks: map[*sfu.Publication]*recTrack{},
 		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond,
-		rooms: map[string]*roomRec{}, live: map[string]*roomRec{}, noAuto: map[*sfu.Room]bool{}}
+		rooms: map[string]*roomRec{}, live: map[string]*roomRec{}, noAuto: map[*sfu.Room]bool{},
+		hosts: map[string]*sfu.Participant{}, roomSessions: map[roomSessionKey]*roomSession{}}
 	if err := r.loadRooms(); err != nil {
 		return nil, fmt.Errorf("room recordings: %w", err)
 	}
@@ -137,6 +142,7 @@ func (r *Recorder) Close() {
 	for _, s := range sess {
 		s.Close("server closing")
 	}
+	r.closePlayback()
 	r.closeRooms()
 	r.mu.Lock()
 	for pub, t := range r.tracks {
@@ -163,6 +169,7 @@ func (r *Recorder) watch() {
 		}
 		r.scan()
 		r.scanRooms()
+		r.scanPlaybackRooms()
 		if time.Since(lastPrune) > 30*time.Second {
 			lastPrune = time.Now()
 			r.store.Prune(time.Now())

@@ -433,7 +433,16 @@ func (r *Recorder) DeleteRoomRecording(id string) error {
 	rr.finish(r)
 	r.mu.Lock()
 	delete(r.rooms, id)
+	var plays []*roomSession
+	for k, s := range r.roomSessions {
+		if k.room == PlaybackRoomPrefix+id {
+			plays = append(plays, s)
+		}
+	}
 	r.mu.Unlock()
+	for _, s := range plays {
+		s.close()
+	}
 	if err := os.RemoveAll(rr.dir); err != nil {
 		return fmt.Errorf("delete recording %s: %w", id, err)
 	}
