@@ -21,13 +21,14 @@ type Recording struct {
 	Cameras []string `yaml:"cameras"`
 	// Rooms are recorded from the moment they open: a room name, or a prefix
 	// ending in "*" ("*" alone: every room). Camera rooms are never matched
-	// (their cameras are recorded as cameras).
+	// (their cameras are recorded as cameras), nor the rooms recordings play
+	// back in (recording/<id>).
 	Rooms []string `yaml:"rooms"`
 }
 
 // RecordsRoom reports whether room is to be recorded when it opens.
 func (r Recording) RecordsRoom(room string) bool {
-	if strings.HasPrefix(room, "camera/") {
+	if strings.HasPrefix(room, "camera/") || strings.HasPrefix(room, "recording/") {
 		return false
 	}
 	for _, p := range r.Rooms {

@@ -108,6 +108,9 @@ func (r *Recorder) startRoom(room *sfu.Room, by string) (RoomRecording, error) {
 	if strings.HasPrefix(name, RoomPrefix) {
 		return RoomRecording{}, protocol.Errorf(protocol.CodeBadRequest, "camera rooms are recorded as cameras (recording.cameras)")
 	}
+	if strings.HasPrefix(name, PlaybackRoomPrefix) {
+		return RoomRecording{}, protocol.Errorf(protocol.CodeBadRequest, "a room where a recording plays back is not recorded")
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
