@@ -98,13 +98,17 @@ export async function startServer(name, { dev = false, args: extraArgs = [], env
     },
     // GET of an admin API path (e.g. /v1/admin/rooms/r/participants/id), as JSON.
     async admin(path) {
+      const res = await this.adminFetch(path);
+      if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
+      return res.json();
+    },
+    // An admin API request (GET unless method), as the fetch Response.
+    async adminFetch(path, method = 'GET') {
       const token = await new Promise((resolve, reject) =>
         execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
           (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
       );
-      const res = await fetch(`http://127.0.0.1:${http}${path}`, { headers: dev ? {} : { Authorization: `Bearer ${token}` } });
-      if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
-      return res.json();
+      return fetch(`http://127.0.0.1:${http}${path}`, { method, headers: dev ? {} : { Authorization: `Bearer ${token}` } });
     },
     async stop() {
       if (exited) return;
