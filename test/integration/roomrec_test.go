@@ -295,6 +295,15 @@ func TestRoomRecording(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.srv.Config.Recording.Dir, "_rooms", id2)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("deleted recording's files: %v", err)
 	}
+	// Unknown ids, whatever they look like: 404 with the API's code.
+	for _, path := range []string{"/v1/admin/recordings/nope", "/v1/admin/recordings/nope/export", "/v1/admin/recordings/%2E%2E%2F%2E%2E"} {
+		if st, b := call("GET", path); st != 404 || !strings.Contains(string(b), `"code":"not_found"`) {
+			t.Fatalf("GET %s: %d %s", path, st, b)
+		}
+	}
+	if st, b := call("DELETE", "/v1/admin/recordings/nope"); st != 404 {
+		t.Fatalf("DELETE unknown: %d %s", st, b)
+	}
 	// Not from an admin token: refused.
 	req, _ := http.NewRequest("GET", e.url+"/v1/admin/recordings", nil)
 	req.Header.Set("Authorization", "Bearer "+e.token("meet", "carol", auth.Grants{Record: true}, time.Hour))
