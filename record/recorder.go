@@ -46,9 +46,13 @@ type Recorder struct {
 	// playback room with a viewer, and the sessions.
 	hosts        map[string]*sfu.Participant
 	roomSessions map[roomSessionKey]*roomSession
-	done         chan struct{}
-	wg           sync.WaitGroup
-	closed       bool
+	// composites are the composite jobs by recording id (composite.go); ffmpeg
+	// is the binary they run ("": ffmpeg from PATH).
+	composites map[string]*compositeJob
+	ffmpeg     string
+	done       chan struct{}
+	wg         sync.WaitGroup
+	closed     bool
 
 	// watchEvery is how often rooms are checked for cameras that came or went.
 	watchEvery time.Duration
@@ -104,7 +108,8 @@ func New(mgr *sfu.Manager, cfg config.Recording, log *slog.Logger) (*Recorder, e
 	r := &Recorder{mgr: mgr, store: st, cfg: cfg, log: log, tracks: map[*sfu.Publication]*recTrack{},
 		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond,
 		rooms: map[string]*roomRec{}, live: map[string]*roomRec{}, noAuto: map[*sfu.Room]bool{},
-		hosts: map[string]*sfu.Participant{}, roomSessions: map[roomSessionKey]*roomSession{}}
+		hosts: map[string]*sfu.Participant{}, roomSessions: map[roomSessionKey]*roomSession{},
+		composites: map[string]*compositeJob{}}
 	if err := r.loadRooms(); err != nil {
 		return nil, fmt.Errorf("room recordings: %w", err)
 	}
@@ -143,6 +148,7 @@ func (r *Recorder) Close() {
 		s.Close("server closing")
 	}
 	r.closePlayback()
+	r.closeComposites()
 	r.closeRooms()
 	r.mu.Lock()
 	for pub, t := range r.tracks {

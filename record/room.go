@@ -434,8 +434,13 @@ func (r *Recorder) DeleteRoomRecording(id string) error {
 	}
 	r.mu.Unlock()
 	rr.finish(r)
+	if j := func() *compositeJob { r.mu.Lock(); defer r.mu.Unlock(); return r.composites[id] }(); j != nil {
+		j.cancel()
+		<-j.done
+	}
 	r.mu.Lock()
 	delete(r.rooms, id)
+	delete(r.composites, id)
 	var plays []*roomSession
 	for k, s := range r.roomSessions {
 		if k.room == PlaybackRoomPrefix+id {

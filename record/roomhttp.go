@@ -18,6 +18,10 @@ import (
 //	GET    /v1/admin/recordings/{id}          one, with each track's ranges
 //	DELETE /v1/admin/recordings/{id}          delete it (stopping it first)
 //	GET    /v1/admin/recordings/{id}/export   one MP4 file with every track
+//	POST   /v1/admin/recordings/{id}/composite      render the grid composite (a job)
+//	GET    /v1/admin/recordings/{id}/composite      the job's state and progress
+//	DELETE /v1/admin/recordings/{id}/composite      cancel it, delete its file
+//	GET    /v1/admin/recordings/{id}/composite.mp4  the finished composite
 func (r *Recorder) AdminRoutes(mux *http.ServeMux, admin func(http.Handler) http.Handler) {
 	h := func(pattern string, f func(q *http.Request) (any, error)) {
 		mux.Handle(pattern, admin(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
@@ -49,6 +53,25 @@ func (r *Recorder) AdminRoutes(mux *http.ServeMux, admin func(http.Handler) http
 		}
 		return map[string]bool{"deleted": true}, nil
 	})
+	h("POST /v1/admin/recordings/{id}/composite", func(q *http.Request) (any, error) {
+		return r.StartComposite(q.PathValue("id"))
+	})
+	h("GET /v1/admin/recordings/{id}/composite", func(q *http.Request) (any, error) {
+		return r.Composite(q.PathValue("id"))
+	})
+	h("DELETE /v1/admin/recordings/{id}/composite", func(q *http.Request) (any, error) {
+		return r.CancelComposite(q.PathValue("id"))
+	})
+	mux.Handle("GET /v1/admin/recordings/{id}/composite.mp4", admin(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		path, err := r.compositeFile(q.PathValue("id"))
+		if err != nil {
+			apiErr(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "video/mp4")
+		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-composite.mp4"`, q.PathValue("id")))
+		http.ServeFile(w, q, path)
+	})))
 	mux.Handle("GET /v1/admin/recordings/{id}/export", admin(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		id := q.PathValue("id")
 		if _, err := r.roomRecording(id); err != nil {
@@ -66,10 +89,13 @@ func (r *Recorder) AdminRoutes(mux *http.ServeMux, admin func(http.Handler) http
 	})))
 }
 
+// CodeUnavailable: a tool the request needs (ffmpeg) is not installed (503).
+const CodeUnavailable = "unavailable"
+
 // apiErr answers err as {code, message} with the status its code implies.
 func apiErr(w http.ResponseWriter, err error) {
 	code := protocol.CodeOf(err)
-	status := map[string]int{protocol.CodeBadRequest: 400, protocol.CodeForbidden: 403, protocol.CodeNotFound: 404}[code]
+	status := map[string]int{protocol.CodeBadRequest: 400, protocol.CodeForbidden: 403, protocol.CodeNotFound: 404, CodeUnavailable: 503}[code]
 	if status == 0 {
 		status = 500
 	}

@@ -195,7 +195,7 @@ func timing(r *http.Request) gate.Kind {
 	case p == "/v1/rtc" || strings.HasPrefix(p, "/v1/admin/debug/pprof/"):
 		return gate.Open
 	case strings.HasPrefix(p, "/v1/cameras/") && (strings.HasSuffix(p, "/live.mp4") || strings.HasSuffix(p, "/export")),
-		strings.HasPrefix(p, "/v1/admin/recordings/") && strings.HasSuffix(p, "/export"):
+		strings.HasPrefix(p, "/v1/admin/recordings/") && (strings.HasSuffix(p, "/export") || strings.HasSuffix(p, "/composite.mp4")):
 		return gate.Stream
 	}
 	return gate.Bounded
