@@ -353,6 +353,10 @@ func (h *h264Asm) setup(init *mp4.InitSegment) error {
 	return init.Moov.Trak.SetAVCDescriptor("avc1", [][]byte{h.a.sps}, [][]byte{h.a.pps}, true)
 }
 
+// layerStale is how long the recorded simulcast layer may be silent, while a
+// lower one flows, before the recording moves down to that one.
+const layerStale = 2 * time.Second
+
 // roomTrack records one publication of a recorded room. Its sink copies
 // packets into a bounded queue on the forwarding goroutine; one goroutine
 // reassembles frames, maps RTP time to wall-clock time and writes segments.
@@ -369,9 +373,10 @@ type roomTrack struct {
 	dropped atomic.Uint64
 	// layer is the simulcast layer recorded: the highest one seen, so that the
 	// recording is the best the publisher sends (a sink keeps every layer on).
-	layer   atomic.Int32
-	done    chan struct{}
-	stopped chan struct{}
+	layer     atomic.Int32
+	layerSeen atomic.Int64 // arrival (sfu clock) of its last packet
+	done      chan struct{}
+	stopped   chan struct{}
 
 	// Owned by the run goroutine.
 	curLayer   int32
@@ -410,10 +415,16 @@ func (r *roomTrack) WriteRTP(pkt *sfu.Packet) {
 	}
 	l := int32(pkt.Layer)
 	if cur := r.layer.Load(); l != cur {
-		if l < cur || !r.layer.CompareAndSwap(cur, l) {
+		// Up at once; down only when the recorded layer went quiet (the
+		// publisher dropped it), so the recording stays the best one sent.
+		if l < cur && pkt.Arrival-r.layerSeen.Load() < int64(layerStale) {
+			return
+		}
+		if !r.layer.CompareAndSwap(cur, l) {
 			return
 		}
 	}
+	r.layerSeen.Store(pkt.Arrival)
 	q := r.pool.Get().(*qpkt)
 	q.seq, q.ts, q.marker, q.layer = pkt.Header.SequenceNumber, pkt.Header.Timestamp, pkt.Header.Marker, l
 	q.n = copy(q.buf[:], pkt.Payload)
@@ -466,8 +477,8 @@ func (r *roomTrack) run() {
 
 func (r *roomTrack) packet(q *qpkt) {
 	if q.layer != r.curLayer && r.haveSeq {
-		// Up to a better simulcast layer: another SSRC, clock and picture
-		// size, so a new segment from its first keyframe.
+		// Another simulcast layer: another SSRC, clock and picture size, so
+		// a new segment from its first keyframe.
 		r.flushHeld()
 		r.asm.reset()
 		r.haveSeq, r.haveFrame, r.clk = false, false, wallClock{rate: r.rate}

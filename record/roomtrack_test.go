@@ -171,3 +171,39 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+// A simulcast track is recorded at its highest layer: up as soon as a higher
+// layer shows, down only after the recorded one went quiet for layerStale.
+func TestRoomTrackLayerChoice(t *testing.T) {
+	mgr := sfu.NewManager(config.Default(), nil, testLog())
+	p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "sim", Identity: "s", Grants: auth.Grants{Publish: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, err := p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "video"}, Codec: sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRoomTrack(nil, lt.Publication(), &vpxAsm{}, time.Second, testLog())
+	ms := int64(time.Millisecond)
+	for i, c := range []struct {
+		layer  int8
+		at     int64
+		want   int32
+		queued int
+	}{
+		{0, 1 * ms, 0, 1},
+		{2, 10 * ms, 2, 2},
+		{0, 20 * ms, 2, 2},
+		{1, 25 * ms, 2, 2},
+		{2, 30 * ms, 2, 3},
+		{1, 30*ms + int64(layerStale) - ms, 2, 3},
+		{1, 30*ms + int64(layerStale) + ms, 1, 4},
+		{2, 3000 * ms, 2, 5},
+	} {
+		r.WriteRTP(&sfu.Packet{Layer: c.layer, Arrival: c.at, Payload: []byte{0x10, 0, 0}})
+		if got := r.layer.Load(); got != c.want || len(r.q) != c.queued {
+			t.Fatalf("step %d (layer %d at %d ms): recording layer %d with %d queued, want %d with %d", i, c.layer, c.at/ms, got, len(r.q), c.want, c.queued)
+		}
+	}
+}
