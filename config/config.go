@@ -48,6 +48,8 @@ type Config struct {
 	Cameras []Camera `yaml:"cameras"`
 	// Recording records cameras continuously (config/recording.go, docs/recording.md).
 	Recording Recording `yaml:"recording"`
+	// Webhook notifies URLs of room events (config/webhook.go, docs/webhooks.md).
+	Webhook Webhook `yaml:"webhook"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -59,6 +61,9 @@ type RTC struct {
 	// LastN is how many other participants' video each receiver gets, by recency
 	// of speaking (pinned ones always); 0 means all.
 	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
+	// AudioLastN is how many speakers' audio every receiver gets, the loudest;
+	// 0 or less means all.
+	AudioLastN int `yaml:"audio_last_n" flag:"audio-last-n" usage:"audio streams per receiver, the loudest speakers (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 }
@@ -126,6 +131,7 @@ func Default() Config {
 			TCPPort:      7881,
 			ResumeWindow: 20 * time.Second,
 			PacketCache:  1024,
+			AudioLastN:   3,
 		},
 		WebTransport: WebTransport{Enabled: true},
 		TURN: TURN{
@@ -141,6 +147,7 @@ func Default() Config {
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
+		Webhook:   defaultWebhook(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -274,6 +281,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.Webhook.validate(); err != nil {
 		return err
 	}
 	if err := validateCameras(c.Cameras); err != nil {

@@ -28,6 +28,13 @@ const roomsDir = "_rooms"
 
 const manifestName = "recording.json"
 
+// Events a room recording reports to the room's observer (webhooks), with the
+// RoomRecording as their Info.
+const (
+	EventRecordingStarted  = "recording_started"
+	EventRecordingFinished = "recording_finished"
+)
+
 // RoomRecording describes one room recording (its manifest).
 type RoomRecording struct {
 	ID   string `json:"id"`
@@ -148,7 +155,9 @@ func (r *Recorder) startRoom(room *sfu.Room, by string) (RoomRecording, error) {
 	}
 	r.log.Info("room recording started", "room", name, "recording", id, "by", by)
 	r.scanRoom(rr)
-	return rr.snapshot(), nil
+	info := rr.snapshot()
+	r.mgr.Emit(sfu.Event{Kind: EventRecordingStarted, Room: room.Info(), Info: info})
+	return info, nil
 }
 
 // StopRoom stops the recording of room name.
@@ -290,9 +299,13 @@ func (rr *roomRec) finish(r *Recorder) {
 		ref.t.stop()
 		delete(rr.tracks, pub)
 	}
+	room := rr.room
 	rr.info.Active, rr.info.End, rr.room = false, time.Now().UnixMilli(), nil
 	if err := rr.writeManifest(); err != nil {
 		r.log.Error("room recording: manifest", "recording", rr.info.ID, "err", err)
+	}
+	if room != nil {
+		r.mgr.Emit(sfu.Event{Kind: EventRecordingFinished, Room: room.Info(), Info: rr.info})
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/signal"
 	"github.com/petrel-sfu/petrel/web"
+	"github.com/petrel-sfu/petrel/webhook"
 	"github.com/petrel-sfu/petrel/webtransport"
 )
 
@@ -51,6 +52,8 @@ type Server struct {
 	// Sessions serves every client's WebRTC sessions on the ICE ports
 	// (session/, docs/sessions.md).
 	Sessions *session.Server
+	// Webhooks notifies webhook.urls of room events; nil without them.
+	Webhooks *webhook.Notifier
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -83,6 +86,21 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		return nil, err
 	}
 	s.Manager = sfu.NewManager(cfg, session.NewTransport(s.Sessions, sfu.MaxDataMessage(cfg)), log)
+	if len(cfg.Webhook.URLs) > 0 {
+		key := cfg.Webhook.APIKey
+		if key == "" {
+			key = apiKey
+		}
+		secret, ok := keys[key]
+		if !ok {
+			s.Sessions.Close()
+			s.Engine.Close()
+			return nil, fmt.Errorf("webhook.api_key: no secret for key %q", key)
+		}
+		// Before the cameras: their rooms are reported too.
+		s.Webhooks = webhook.New(cfg.Webhook, key, secret, log)
+		s.Manager.SetObserver(s.Webhooks.Emit)
+	}
 	turnSecret := cfg.TURN.Secret
 	if turnSecret == "" {
 		// Derived, so that the API secret itself never reaches a TURN server.
@@ -201,6 +219,10 @@ func timing(r *http.Request) gate.Kind {
 	return gate.Bounded
 }
 
+// webhookDrain is how long a shutdown waits for the last webhook events
+// (the departures it caused) to be delivered.
+const webhookDrain = 2 * time.Second
+
 // Err reports the HTTP server's failure.
 func (s *Server) Err() <-chan error { return s.errc }
 
@@ -218,6 +240,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.Recorder.Close()
 	}
 	s.Manager.Shutdown()
+	if s.Webhooks != nil {
+		// The participants' and rooms' last events go out, within a bound.
+		wctx, cancel := context.WithTimeout(ctx, webhookDrain)
+		s.Webhooks.Close(wctx)
+		cancel()
+	}
 	err := s.http.Shutdown(ctx)
 	s.closeMedia()
 	return err

@@ -21,7 +21,7 @@ func (m *Manager) SetRecordControl(fn RecordControl) {
 // Record starts or stops the recording of p's room, if p's token holds the
 // record grant.
 func (p *Participant) Record(start bool) (any, error) {
-	if !p.grants.Record {
+	if !p.Grants().Record {
 		return nil, protocol.Errorf(protocol.CodeForbidden, "the token does not allow recording (record grant)")
 	}
 	fn := p.room.mgr.recordCtl.Load()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,9 +130,14 @@ func TestRoomRecording(t *testing.T) {
 		t.Skip("ffmpeg/ffprobe not installed (make deps)")
 	}
 	cl := makeClips(t)
+	recv := &hookReceiver{t: t}
+	hooks := httptest.NewServer(recv)
+	defer hooks.Close()
 	e := start(t, func(c *config.Config) {
 		c.Recording.Dir = t.TempDir()
 		c.Recording.Segment = time.Second
+		c.Webhook.URLs = []string{hooks.URL}
+		c.Webhook.Backoff = 50 * time.Millisecond
 	})
 	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
 	call := func(method, path string) (int, []byte) {
@@ -258,6 +264,22 @@ func TestRoomRecording(t *testing.T) {
 	// Every frame decodes.
 	if out, err := exec.Command("ffmpeg", "-hide_banner", "-v", "error", "-i", file, "-map", "0", "-f", "null", "-").CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("ffmpeg decoding the export: %v\n%s", err, out)
+	}
+
+	// The webhook receiver heard the recording start and finish.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var kinds []string
+		for _, ev := range recv.events() {
+			if info, _ := ev.EgressInfo.(map[string]any); info != nil && info["id"] == rec.ID {
+				kinds = append(kinds, ev.Event)
+			}
+		}
+		if strings.Join(kinds, ",") == "recording_started,recording_finished" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook events of the recording: %v", kinds)
+		}
 	}
 
 	// A participant with the record grant starts and stops its room's

@@ -256,8 +256,10 @@ function wireRoom(r: Room): void {
     // After a full reconnect we are a new participant with a new sid.
     const own = tiles.querySelector<HTMLElement>('.tile[data-local]');
     if (own && r.localParticipant) own.dataset.sid = r.localParticipant.sid;
+    if (r.room) $('room-name').textContent = r.room.name;
     note('reconnected');
   });
+  r.on('roomMoved', (room) => note(`moved to room ${room} by an administrator`));
   r.on('disconnected', (reason) => {
     clearInterval(statsTimer);
     tiles.replaceChildren();

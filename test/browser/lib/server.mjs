@@ -96,19 +96,24 @@ export async function startServer(name, { dev = false, args: extraArgs = [], env
       );
       return out.trim().split('\n').pop().trim();
     },
-    // GET of an admin API path (e.g. /v1/admin/rooms/r/participants/id), as JSON.
-    async admin(path) {
-      const res = await this.adminFetch(path);
-      if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
-      return res.json();
-    },
-    // An admin API request (GET unless method), as the fetch Response.
-    async adminFetch(path, method = 'GET') {
+    // A call of the admin API (by default GET, e.g. /v1/admin/rooms/r/participants/id), as JSON.
+    async admin(path, { method = 'GET', body } = {}) {
       const token = await new Promise((resolve, reject) =>
         execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
           (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
       );
-      return fetch(`http://127.0.0.1:${http}${path}`, { method, headers: dev ? {} : { Authorization: `Bearer ${token}` } });
+      const headers = dev ? {} : { Authorization: `Bearer ${token}` };
+      const res = await fetch(`http://127.0.0.1:${http}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
+      return res.json();
+    },
+    // An admin API GET, as the fetch Response (a file download).
+    async adminFetch(path) {
+      const token = await new Promise((resolve, reject) =>
+        execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
+          (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
+      );
+      return fetch(`http://127.0.0.1:${http}${path}`, { headers: dev ? {} : { Authorization: `Bearer ${token}` } });
     },
     async stop() {
       if (exited) return;
