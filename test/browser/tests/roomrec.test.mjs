@@ -14,7 +14,7 @@ import { Participant, expectGrowth, waitFor, sleep } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 const dir = mkdtempSync(join(tmpdir(), 'petrel-roomrec-'));
 
-test('room recording: recorded by a participant, exported with every track, played back in the app', { timeout: 120_000 }, () =>
+test('room recording: recorded by a participant, exported with every track, played back in the app', { timeout: 180_000 }, () =>
   scenario('roomrec', async ({ server, own, watch }) => {
     const firefox = own(await launchFirefox());
     const chromium = own(await launchChromium());
