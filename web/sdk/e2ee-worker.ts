@@ -24,6 +24,18 @@ type RecvState = 'ok' | 'decrypt_failed' | 'missing_key';
 // A frame's counter at or past a key's first one is fine; later ones need a ratchet
 // step per key index: a receiver follows a sender's ratchet up to this many steps.
 const MAX_RATCHET = 16;
+// Derived keys kept; past this the caches start over (others' frames can name
+// any key index, and each would otherwise stay).
+const MAX_KEYS = 64;
+// A receiver that resumes decrypting on a delta frame asks for a keyframe at most this often.
+const KEYFRAME_ASK_MS = 1_000;
+
+interface Transformer {
+  readable: ReadableStream;
+  writable: WritableStream;
+  options: TransformOptions;
+  sendKeyFrameRequest?: () => Promise<void>;
+}
 
 interface EncodedFrame {
   data: ArrayBuffer;
@@ -33,7 +45,7 @@ interface EncodedFrame {
 const scope = self as unknown as {
   postMessage(m: unknown): void;
   onmessage: ((ev: MessageEvent<In>) => void) | null;
-  onrtctransform?: (ev: { transformer: { readable: ReadableStream; writable: WritableStream; options: TransformOptions } }) => void;
+  onrtctransform?: (ev: { transformer: Transformer }) => void;
 };
 
 let identity = '';
@@ -43,11 +55,22 @@ let sendIndex = -1;
 const bases = new Map<number, Uint8Array>();
 const secrets = new Map<string, Promise<Uint8Array | null>>();
 const keys = new Map<string, Promise<SFrameKey | null>>();
+// Others' secrets guessed by following their ratchet from a key we hold: a frame
+// they do not open names a key we were not given (rotation), not a wrong one.
+const guessed = new Set<string>();
+// Key indexes asked of the page (its keyProvider), once each until a key comes.
+const needed = new Set<number>();
+
+function needKey(index: number): void {
+  if (needed.has(index)) return;
+  needed.add(index);
+  scope.postMessage({ type: 'needKey', index });
+}
 // Frame counters of our own keys: start at a random point so that a reload
 // with the same key does not repeat a nonce.
 const counters = new Map<number, number>();
 const bound = new Map<number, string>();
-const recv = new Map<number, { state: RecvState | ''; failed: number; ok: number }>();
+const recv = new Map<number, { state: RecvState | ''; failed: number; ok: number; asked: number }>();
 const totals = { encrypted: 0, decrypted: 0, failed: 0, dropped: 0 };
 
 function randomStart(): number {
@@ -62,10 +85,12 @@ function secretOf(who: string, index: number): Promise<Uint8Array | null> {
     s = (async () => {
       const base = bases.get(index);
       if (base) return senderSecret(base, who);
-      // No shared key for this index: the sender may have ratcheted from one we have.
+      // No shared key for this index: the sender may have ratcheted from one we
+      // have, one step per index (each step's secret is kept on the way).
       for (let back = 1; back <= MAX_RATCHET && index - back >= 0; back++) {
         if (!bases.has(index - back) && !secrets.has(`${who}/${index - back}`)) continue;
-        const prev = await secretOf(who, index - back);
+        const prev = await secretOf(who, index - 1);
+        if (who !== identity) guessed.add(id);
         return prev && ratchetSecret(prev);
       }
       return null;
@@ -78,6 +103,12 @@ function secretOf(who: string, index: number): Promise<Uint8Array | null> {
 function keyOf(who: string, index: number): Promise<SFrameKey | null> {
   const id = `${who}/${index}`;
   let k = keys.get(id);
+  if (!k && keys.size >= MAX_KEYS) {
+    keys.clear();
+    // Our own ratcheted secrets cannot be derived again from a base: keep them.
+    for (const sid of [...secrets.keys()]) if (!sid.startsWith(`${identity}/`)) secrets.delete(sid);
+    guessed.clear();
+  }
   if (!k) {
     k = secretOf(who, index).then((s) => (s ? deriveKey(s, index) : null));
     keys.set(id, k);
@@ -87,12 +118,12 @@ function keyOf(who: string, index: number): Promise<SFrameKey | null> {
 
 function forget(index: number): void {
   // Keys at later indexes may have been ratcheted from the old one.
-  for (const m of [secrets, keys]) for (const id of [...m.keys()]) if (Number(id.split('/').pop()) >= index) m.delete(id);
+  for (const m of [secrets, keys, guessed]) for (const id of [...m.keys()]) if (Number(id.split('/').pop()) >= index) m.delete(id);
 }
 
 function report(rid: number, ok: boolean, bad: RecvState = 'decrypt_failed'): void {
   let r = recv.get(rid);
-  if (!r) recv.set(rid, (r = { state: '', failed: 0, ok: 0 }));
+  if (!r) recv.set(rid, (r = { state: '', failed: 0, ok: 0, asked: 0 }));
   const state: RecvState = ok ? 'ok' : bad;
   if (ok) r.ok++;
   else r.failed++;
@@ -115,7 +146,7 @@ async function encrypt(frame: EncodedFrame, kind: 'audio' | 'video'): Promise<bo
   return true;
 }
 
-async function decrypt(frame: EncodedFrame, kind: 'audio' | 'video', rid: number): Promise<boolean> {
+async function decrypt(frame: EncodedFrame, kind: 'audio' | 'video', rid: number, t?: Transformer): Promise<boolean> {
   const who = bound.get(rid);
   if (who === undefined) return false; // not yet told whose track this is
   const data = new Uint8Array(frame.data);
@@ -130,28 +161,37 @@ async function decrypt(frame: EncodedFrame, kind: 'audio' | 'video', rid: number
     keys.delete(`${who}/${h.kid}`);
     secrets.delete(`${who}/${h.kid}`);
     report(rid, false, 'missing_key');
-    scope.postMessage({ type: 'needKey', index: h.kid });
+    needKey(h.kid);
     return false;
   }
   try {
     frame.data = (await decryptFrame(k, data, clear, h)).buffer as ArrayBuffer;
   } catch {
-    report(rid, false);
+    const missing = guessed.has(`${who}/${h.kid}`);
+    report(rid, false, missing ? 'missing_key' : 'decrypt_failed');
+    if (missing) needKey(h.kid);
     return false;
+  }
+  // Decrypting again after failures (a key arrived): the decoder lost its
+  // reference frames with the dropped ones, so ask the sender for a keyframe.
+  const r = recv.get(rid);
+  if (kind === 'video' && frame.type !== 'key' && r && r.state !== 'ok' && Date.now() - r.asked > KEYFRAME_ASK_MS) {
+    r.asked = Date.now();
+    t?.sendKeyFrameRequest?.().catch(() => {});
   }
   report(rid, true);
   totals.decrypted++;
   return true;
 }
 
-function run(readable: ReadableStream, writable: WritableStream, o: TransformOptions): void {
+function run(readable: ReadableStream, writable: WritableStream, o: TransformOptions, t?: Transformer): void {
   const transform = new TransformStream<EncodedFrame, EncodedFrame>({
     async transform(frame, ctl) {
       // Empty frames (no payload) carry nothing to protect.
       if (frame.data.byteLength === 0) return ctl.enqueue(frame);
       let ok = false;
       try {
-        ok = o.dir === 'send' ? await encrypt(frame, o.kind) : await decrypt(frame, o.kind, o.rid ?? -1);
+        ok = o.dir === 'send' ? await encrypt(frame, o.kind) : await decrypt(frame, o.kind, o.rid ?? -1, t);
       } catch {
         ok = false;
       }
@@ -167,7 +207,7 @@ function run(readable: ReadableStream, writable: WritableStream, o: TransformOpt
     .catch(() => {});
 }
 
-scope.onrtctransform = (ev) => run(ev.transformer.readable, ev.transformer.writable, ev.transformer.options);
+scope.onrtctransform = (ev) => run(ev.transformer.readable, ev.transformer.writable, ev.transformer.options, ev.transformer);
 
 scope.onmessage = async (ev) => {
   const m = ev.data;
@@ -179,6 +219,7 @@ scope.onmessage = async (ev) => {
       const secret = m.passphrase !== undefined ? await passphraseSecret(m.passphrase) : new Uint8Array(m.secret ?? new ArrayBuffer(0));
       bases.set(m.index, secret);
       forget(m.index);
+      needed.delete(m.index);
       if (m.send) sendIndex = m.index;
       scope.postMessage({ type: 'keySet', index: m.index });
       break;

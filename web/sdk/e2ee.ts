@@ -76,7 +76,6 @@ export class E2EE {
   private nextRid = 1;
   private nextReq = 1;
   private pending = new Map<number, (m: unknown) => void>();
-  private asked = new Set<number>();
   private keyIndex: number;
 
   constructor(private opts: E2EEOptions) {
@@ -206,9 +205,7 @@ export class E2EE {
 
   private onWorker(m: { type: string; rid?: number; state?: E2EEState; failed?: number; index?: number }): void {
     if (m.type === 'state' && m.rid !== undefined && m.state) this.onState(m.rid, m.state, m.failed ?? 0);
-    if (m.type === 'needKey' && m.index !== undefined && this.opts.keyProvider && !this.asked.has(m.index)) {
-      // Once per index: a provider without that key would be asked on every frame.
-      this.asked.add(m.index);
+    if (m.type === 'needKey' && m.index !== undefined && this.opts.keyProvider) {
       this.provide(m.index, false).catch((err) => console.warn('petrel: e2ee keyProvider failed', err));
     }
     for (const resolve of [...this.pending.values()]) resolve(m);
