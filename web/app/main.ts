@@ -45,6 +45,10 @@ function e2eePassphrase(): string {
   return new URLSearchParams(location.hash.slice(1)).get('e2ee') ?? '';
 }
 (joinForm.elements.namedItem('e2ee') as HTMLInputElement).value = e2eePassphrase();
+function e2eeTransform(): 'auto' | 'script' | 'streams' {
+  const v = params.get('e2eeTransform');
+  return v === 'script' || v === 'streams' ? v : 'auto';
+}
 
 joinForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
@@ -106,6 +110,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     // WebTransport instead of WebRTC: the form's choice or ?transport=wt-datagram|wt-stream.
     const transport = transportChoice(new FormData(joinForm).get('transport')?.toString());
     if (transport !== 'webrtc') {
+      // Never send in the clear what the user asked to encrypt.
+      if (e2eePassphrase()) throw new Error('End-to-end encryption works over WebRTC only: choose WebRTC or clear the passphrase');
       await joinWt(token, transport === 'wt-stream' ? 'stream' : 'datagram', {
         addTile,
         removeTile: (sid) => tileOf(sid)?.remove(),
@@ -133,7 +139,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
       iceTransportPolicy: relay ? 'relay' : 'all',
       // ?p2p=0 keeps a 1:1 call on the server (the SFU path), e.g. to test it.
       p2p: params.get('p2p') !== '0',
-      e2ee: e2eePassphrase() ? { passphrase: e2eePassphrase() } : undefined,
+      // ?e2eeTransform=streams|script picks the browser API (tests of Chromium's older one).
+      e2ee: e2eePassphrase() ? { passphrase: e2eePassphrase(), transform: e2eeTransform() } : undefined,
     });
     $('e2ee-badge').hidden = !r.e2ee;
     room = r;

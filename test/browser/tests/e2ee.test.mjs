@@ -120,11 +120,14 @@ test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key 
     await expectGrowth('fox decoding the low layer', () => media(fox), { framesDecoded: 10 });
     assert.ok(low < before, `low layer ${low} < ${before}`);
 
-    // The wrong key, and no key at all (both subscribe only), join together.
+    // The wrong key, no key at all, and the right key through Chromium's older
+    // encoded-streams API (all subscribe only) join together.
     const wrong = watch(new Participant('wrong', await chromium.newPage()));
     const plain = watch(new Participant('plain', await chromium.newPage()));
+    const streams = watch(new Participant('streams', await chromium.newPage()));
     await recordFrames(plain.page);
     await Promise.all([
+      streams.join(server.base, await server.token('e2ee', 'streams', ['--publish=false']), { e2ee: PASSPHRASE, e2eeTransform: 'streams', tracks: 0 }),
       wrong.join(server.base, await server.token('e2ee', 'wrong', ['--publish=false']), { e2ee: 'not the passphrase', tracks: 0 }),
       plain.join(server.base, await server.token('e2ee', 'plain', ['--publish=false']), { tracks: 0 }),
     ]);
@@ -134,6 +137,13 @@ test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key 
         (sid) => document.querySelector(`.tile[data-sid="${sid}"] .e2ee-error`)?.textContent, other.sid);
       assert.match(text, /Cannot decrypt: wrong encryption key/);
     }
+    // Encoded streams: both publishers decode there, with no error on the tiles.
+    assert.equal(await streams.page.evaluate(() => window.petrel.room.e2ee.api), 'streams');
+    await streams.seesVideoOf(chrome);
+    await streams.seesVideoOf(fox);
+    await expectGrowth('video decrypted through encoded streams', () => media(streams), { framesDecoded: 20, audioPackets: 20 });
+    assert.equal(await streams.page.evaluate(() => document.querySelectorAll('.e2ee-error').length), 0);
+
     // No key: the browser's decoder refuses what the server forwards (libvpx may
     // take the odd sealed keyframe, whose header is in the clear, for a picture).
     const frames = (await waitFor(plain.page, "chrome's forwarded frames", framesOf, chrome.sid)).map((b) => Buffer.from(b, 'base64'));
