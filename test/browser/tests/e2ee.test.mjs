@@ -85,7 +85,7 @@ function openFrame(frame, identity) {
   return { kid, ctr, clear, sealed: frame.subarray(i, frame.length - 16), body };
 }
 
-test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key decodes nothing and says so; the server forwards ciphertext', { timeout: 120_000 }, () =>
+test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key decodes nothing and says so; the server forwards ciphertext', { timeout: 150_000 }, () =>
   scenario('e2ee', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
     const firefox = own(await launchFirefox());
