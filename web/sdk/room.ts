@@ -1500,7 +1500,11 @@ export class Room extends Emitter<RoomEvents> {
       pc = { pub, sub };
       pub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'publisher', candidate: ev.candidate ? ev.candidate.toJSON() : null });
       sub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'subscriber', candidate: ev.candidate ? ev.candidate.toJSON() : null });
-      sub.ontrack = (ev) => tracks.push(ev);
+      sub.ontrack = (ev) => {
+        // Now, not when the tracks are taken over: encoded streams must be taken before frames arrive.
+        this.crypto?.attachReceiver(ev.receiver);
+        tracks.push(ev);
+      };
       sub.ondatachannel = (ev) => channels.push(ev.channel);
       const reliable = pub.createDataChannel('_reliable', { ordered: true });
       const lossy = pub.createDataChannel('_lossy', { ordered: false, maxRetransmits: 0 });
