@@ -6,6 +6,11 @@ import { copyFile, mkdir, readdir, rm } from 'node:fs/promises';
 
 const dist = new URL('./dist/', import.meta.url);
 
+// The end-to-end encryption worker (sdk/e2ee-worker.ts), inlined as a string into
+// the SDK and the app, which start it from a Blob URL: one file to embed, no path to configure.
+const worker = await build({ entryPoints: ['sdk/e2ee-worker.ts'], bundle: true, format: 'iife', minify: true, write: false, target: ['chrome110', 'firefox115', 'safari16'], logLevel: 'warning' });
+const define = { __E2EE_WORKER__: JSON.stringify(worker.outputFiles[0].text) };
+
 // `--tests`: compile the SDK unit tests for Node's test runner instead.
 if (process.argv.includes('--tests')) {
   const { readdirSync } = await import('node:fs');
@@ -13,7 +18,7 @@ if (process.argv.includes('--tests')) {
     .filter((f) => f.endsWith('.test.ts'))
     .map((f) => `test/${f}`);
   await rm(new URL('./.test-out/', import.meta.url), { recursive: true, force: true });
-  await build({ entryPoints, outdir: '.test-out', bundle: true, platform: 'node', format: 'esm', outExtension: { '.js': '.mjs' }, logLevel: 'warning' });
+  await build({ entryPoints, outdir: '.test-out', bundle: true, platform: 'node', format: 'esm', define, outExtension: { '.js': '.mjs' }, logLevel: 'warning' });
   process.exit(0);
 }
 
@@ -21,7 +26,7 @@ if (process.argv.includes('--tests')) {
 await mkdir(dist, { recursive: true });
 for (const f of await readdir(dist)) if (f !== '.gitkeep') await rm(new URL(f, dist), { recursive: true });
 
-const common = { bundle: true, format: 'esm', target: ['chrome110', 'firefox115', 'safari16'], sourcemap: true, logLevel: 'info' };
+const common = { define, bundle: true, format: 'esm', target: ['chrome110', 'firefox115', 'safari16'], sourcemap: true, logLevel: 'info' };
 
 await build({ ...common, entryPoints: ['app/main.ts'], outfile: 'dist/app.js', minify: true });
 // The camera page's early start (app/early.ts), loaded in the head before app.js.

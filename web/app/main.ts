@@ -39,9 +39,28 @@ window.petrel = { Room, room: null };
 (joinForm.elements.namedItem('relay') as HTMLInputElement).checked = params.get('relay') === '1';
 (joinForm.elements.namedItem('transport') as HTMLSelectElement).value = transportChoice(params.get('transport'));
 
+// End-to-end encryption: the passphrase lives in the URL fragment (#e2ee=...),
+// which the browser never sends to the server.
+function e2eePassphrase(): string {
+  return new URLSearchParams(location.hash.slice(1)).get('e2ee') ?? '';
+}
+(joinForm.elements.namedItem('e2ee') as HTMLInputElement).value = e2eePassphrase();
+function e2eeTransform(): 'auto' | 'script' | 'streams' {
+  const v = params.get('e2eeTransform');
+  return v === 'script' || v === 'streams' ? v : 'auto';
+}
+
 joinForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
   const data = new FormData(joinForm);
+  // Typed into the form: keep it in the fragment, so that a reload or a shared link has it.
+  const typed = String(data.get('e2ee') ?? '');
+  if (typed !== e2eePassphrase()) {
+    const h = new URLSearchParams(location.hash.slice(1));
+    if (typed) h.set('e2ee', typed);
+    else h.delete('e2ee');
+    history.replaceState(null, '', `${location.pathname}${location.search}${h.size ? `#${h}` : ''}`);
+  }
   void join(String(data.get('room')), String(data.get('name')), data.get('relay') === 'on');
 });
 
@@ -91,6 +110,8 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     // WebTransport instead of WebRTC: the form's choice or ?transport=wt-datagram|wt-stream.
     const transport = transportChoice(new FormData(joinForm).get('transport')?.toString());
     if (transport !== 'webrtc') {
+      // Never send in the clear what the user asked to encrypt.
+      if (e2eePassphrase()) throw new Error('End-to-end encryption works over WebRTC only: choose WebRTC or clear the passphrase');
       await joinWt(token, transport === 'wt-stream' ? 'stream' : 'datagram', {
         addTile,
         removeTile: (sid) => tileOf(sid)?.remove(),
@@ -118,7 +139,10 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
       iceTransportPolicy: relay ? 'relay' : 'all',
       // ?p2p=0 keeps a 1:1 call on the server (the SFU path), e.g. to test it.
       p2p: params.get('p2p') !== '0',
+      // ?e2eeTransform=streams|script picks the browser API (tests of Chromium's older one).
+      e2ee: e2eePassphrase() ? { passphrase: e2eePassphrase(), transform: e2eeTransform() } : undefined,
     });
+    $('e2ee-badge').hidden = !r.e2ee;
     room = r;
     window.petrel.room = r;
     $('room-name').textContent = r.room?.name ?? roomName;
@@ -224,6 +248,22 @@ function wireRoom(r: Room): void {
     });
   });
   r.on('trackMuted', (_pub, p) => updateLabel(p));
+  // A tile whose frames do not decrypt says so instead of freezing.
+  r.on('e2eeStateChanged', (pub, p) => {
+    const tile = tileOf(pub.source === 'screen' ? `${pub.participantSid}/screen` : pub.participantSid);
+    if (!tile) return;
+    const failing = [...(p?.tracks.values() ?? [pub])].map((t) => t.e2eeState).find((s) => s && s !== 'ok');
+    let banner = tile.querySelector<HTMLElement>('.e2ee-error');
+    tile.dataset.e2ee = failing ?? 'ok';
+    if (!failing) return banner?.remove();
+    if (!banner) {
+      banner = document.createElement('div');
+      banner.className = 'e2ee-error';
+      banner.setAttribute('role', 'status');
+      tile.append(banner);
+    }
+    banner.textContent = failing === 'missing_key' ? 'Cannot decrypt: no key for this participant' : 'Cannot decrypt: wrong encryption key';
+  });
   r.on('mediaPathChanged', (path) => {
     const el = $('media-path');
     el.dataset.path = path;

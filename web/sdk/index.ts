@@ -40,3 +40,5 @@ export { WtSession, wtEndpoint, type WtConnectOptions, type WtEvents, type WtPar
 export { WtLocalTrack, WtRemoteTrack, type WtMode, type WtPublishOptions, type WtLocalStats, type WtRemoteStats } from './wttrack.js';
 export { webTransportMediaSupported } from './wtmedia.js';
 export { type SvcCodec, SVC_MODE } from './svc.js';
+// End-to-end encryption (SFrame in encoded transforms): docs/e2ee.md.
+export { E2EE, e2eeSupported, type E2EEOptions, type E2EEState, type E2EEStats } from './e2ee.js';

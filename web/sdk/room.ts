@@ -26,6 +26,7 @@ import { type MsidInfo, msidByMid } from './sdp.js';
 import { SignalClient } from './signal.js';
 import { type ClusterNode, clusterNodes, failover, placeParticipant, tokenRoom } from './cluster.js';
 import { type ConnectionQuality, type StatsSummary, StatsCollector } from './stats.js';
+import { E2EE, type E2EEOptions, type E2EEState } from './e2ee.js';
 
 export interface ConnectOptions {
   name?: string;
@@ -51,6 +52,13 @@ export interface ConnectOptions {
    * go. Harmless against a single server (default false).
    */
   cluster?: boolean;
+  /**
+   * End-to-end encryption (docs/e2ee.md): every frame this participant sends is
+   * encrypted with SFrame in the browser, and others' frames are decrypted with
+   * the same passphrase or the application's keys. The server forwards what it
+   * cannot read. A 1:1 call then stays on the server (no p2p).
+   */
+  e2ee?: E2EEOptions;
 }
 
 /** Where camera and microphone travel: through the server, or directly to the one other participant. */
@@ -119,6 +127,8 @@ export class RemoteTrackPublication {
   /** The track as it arrives on the subscriber connection (the SFU path). */
   sfuTrack?: MediaStreamTrack;
   subscribed = false;
+  /** With end-to-end encryption: whether this track's frames decrypt (see the e2eeStateChanged event). */
+  e2eeState?: E2EEState;
   constructor(
     public info: TrackInfo,
     /** Changes when the participant moves to another node (participantMoved). */
@@ -211,6 +221,8 @@ export interface RoomEvents {
   mediaPathChanged: (path: MediaPath, reason: string) => void;
   /** A relay message from another participant (direct-session signaling, e.g. direct.ts). */
   relayReceived: (fromSid: string, data: unknown) => void;
+  /** End-to-end encryption: a remote track's frames started or stopped decrypting ('decrypt_failed': wrong key). */
+  e2eeStateChanged: (pub: RemoteTrackPublication, p: RemoteParticipant | undefined, state: E2EEState) => void;
   reconnecting: () => void;
   reconnected: () => void;
   /**
@@ -317,6 +329,15 @@ export class Room extends Emitter<RoomEvents> {
   // shown (frozen) until the new node's session takes them over.
   private moving = false;
   private leftDuringMove = new Set<string>();
+  private crypto: E2EE | null = null;
+  // The receiver each remote track arrived on, and what each receiver shows now.
+  private receiverOf = new WeakMap<MediaStreamTrack, RTCRtpReceiver>();
+  private shownBy = new Map<number, { pub: RemoteTrackPublication; p: RemoteParticipant }>();
+
+  /** The end-to-end encryption of this room (ConnectOptions.e2ee): setKey, ratchetKey, stats. */
+  get e2ee(): E2EE | null {
+    return this.crypto;
+  }
 
   /** The publisher peer connection (client offers), for diagnostics and tests. */
   get publisherPc(): RTCPeerConnection | null {
@@ -361,9 +382,16 @@ export class Room extends Emitter<RoomEvents> {
     this.opts = opts;
     this.setState('connecting');
     try {
+      if (opts.e2ee) {
+        this.crypto = new E2EE(opts.e2ee);
+        this.crypto.onState = (rid, state) => this.onE2EEState(rid, state);
+        // Before joining: the server's first offer must find the connections made.
+        await this.crypto.start();
+      }
       const joined = await this.openSignal();
       await this.startSession(joined);
     } catch (err) {
+      this.closeCrypto();
       this.teardown();
       this.setState('disconnected');
       throw err;
@@ -422,6 +450,9 @@ export class Room extends Emitter<RoomEvents> {
   async publishTrack(track: MediaStreamTrack, opts: PublishOptions = {}): Promise<LocalTrackPublication> {
     const pc = this.pub;
     if (!pc || !this.signal) throw new Error('publishTrack: not connected');
+    if (this.crypto && opts.codec && /h26[45]/i.test(opts.codec)) {
+      throw new Error('publishTrack: H.264 and H.265 cannot be end-to-end encrypted (their NAL headers would be sealed)');
+    }
     const settings = track.getSettings();
     const svc = track.kind === 'video' && opts.svc ? svcMime(opts.svc) : undefined;
     const simulcast = !!svc || (opts.simulcast ?? this.participants.size + 1 > 2);
@@ -458,6 +489,8 @@ export class Room extends Emitter<RoomEvents> {
       // VP9 names its layers in its payload descriptor; AV1 only in the descriptor extension.
       if (opts.svc === 'av1') negotiateDependencyDescriptor(transceiver);
     } else if (opts.codec) preferCodec(transceiver, track.kind, opts.codec);
+    else if (this.crypto && track.kind === 'video') preferCodec(transceiver, 'video', 'video/VP8');
+    this.crypto?.attachSender(transceiver.sender, track.kind);
     const pub = new LocalTrackPublication(info, track, transceiver, !!layers, opts.simulcast === undefined);
     this.localTracks.set(info.sid, pub);
     // The browser's "stop sharing" button ends the track: take it out of the room.
@@ -671,6 +704,7 @@ export class Room extends Emitter<RoomEvents> {
 
   private async startSession(joined: JoinedMessage): Promise<void> {
     this.applyJoined(joined);
+    this.crypto?.setIdentity(joined.participant.identity);
     this.createPeerConnections();
     await this.pubNegotiation.negotiate();
   }
@@ -703,7 +737,9 @@ export class Room extends Emitter<RoomEvents> {
       iceServers: [...this.iceServers, ...(this.opts.iceServers ?? [])],
       iceTransportPolicy: this.opts.iceTransportPolicy ?? 'all',
       bundlePolicy: 'max-bundle',
-    };
+      // Chromium's encoded streams work only on connections made with this.
+      ...(this.crypto?.needsInsertableStreams ? { encodedInsertableStreams: true } : {}),
+    } as RTCConfiguration;
   }
 
   private createPeerConnections(): void {
@@ -1068,6 +1104,11 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private onTrack(ev: RTCTrackEvent): void {
+    // At once: Chromium's encoded streams must be taken before frames arrive.
+    if (this.crypto) {
+      this.crypto.attachReceiver(ev.receiver);
+      this.receiverOf.set(ev.track, ev.receiver);
+    }
     const mid = ev.transceiver.mid;
     const m = mid !== null ? this.subMids.get(mid) : undefined;
     const trackSid = m?.trackId ?? ev.track.id;
@@ -1082,6 +1123,8 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private attachTrack(pub: RemoteTrackPublication, p: RemoteParticipant, track: MediaStreamTrack): void {
+    const receiver = this.receiverOf.get(track);
+    if (this.crypto && receiver) this.shownBy.set(this.crypto.bind(receiver, p.identity), { pub, p });
     pub.sfuTrack = track;
     pub.subscribed = true;
     this.showTrack(pub, p);
@@ -1098,6 +1141,19 @@ export class Room extends Emitter<RoomEvents> {
     if (!track || pub.track === track) return;
     pub.track = track;
     this.emit('trackSubscribed', track, pub, p);
+  }
+
+  private onE2EEState(rid: number, state: E2EEState): void {
+    const shown = this.shownBy.get(rid);
+    if (!shown) return;
+    shown.pub.e2eeState = state;
+    this.emit('e2eeStateChanged', shown.pub, this.participants.get(shown.pub.participantSid) ?? shown.p, state);
+  }
+
+  private closeCrypto(): void {
+    this.crypto?.close();
+    this.crypto = null;
+    this.shownBy.clear();
   }
 
   private listenData(dc: RTCDataChannel, reliable: boolean): void {
@@ -1130,7 +1186,7 @@ export class Room extends Emitter<RoomEvents> {
   // once; a room that is (again) 1:1 goes direct after it has settled.
   private evaluateP2P(): void {
     clearTimeout(this.p2pTimer);
-    if (this.opts.p2p === false || this.state !== 'connected' || !this.localParticipant) return;
+    if (this.opts.p2p === false || this.crypto || this.state !== 'connected' || !this.localParticipant) return;
     const peer = this.onlyPeer();
     if (this.direct && this.direct.peerSid !== peer?.sid) this.leaveP2P(peer ? 'peer changed' : 'room is not 1:1', false);
     if (!peer || this.direct) return;
@@ -1180,7 +1236,7 @@ export class Room extends Emitter<RoomEvents> {
     const link = this.direct;
     switch (data.p2p) {
       case 'offer': {
-        if (this.opts.p2p === false || this.onlyPeer()?.sid !== from || !data.sdp) {
+        if (this.opts.p2p === false || this.crypto || this.onlyPeer()?.sid !== from || !data.sdp) {
           this.sendRelay(from, { p2p: 'bye', session: data.session });
           return;
         }
@@ -1483,7 +1539,11 @@ export class Room extends Emitter<RoomEvents> {
       pc = { pub, sub };
       pub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'publisher', candidate: ev.candidate ? ev.candidate.toJSON() : null });
       sub.onicecandidate = (ev) => signal.send({ type: 'trickle', target: 'subscriber', candidate: ev.candidate ? ev.candidate.toJSON() : null });
-      sub.ontrack = (ev) => tracks.push(ev);
+      sub.ontrack = (ev) => {
+        // Now, not when the tracks are taken over: encoded streams must be taken before frames arrive.
+        this.crypto?.attachReceiver(ev.receiver);
+        tracks.push(ev);
+      };
       sub.ondatachannel = (ev) => channels.push(ev.channel);
       const reliable = pub.createDataChannel('_reliable', { ordered: true });
       const lossy = pub.createDataChannel('_lossy', { ordered: false, maxRetransmits: 0 });
@@ -1528,6 +1588,7 @@ export class Room extends Emitter<RoomEvents> {
               })
             : undefined,
         });
+        this.crypto?.attachSender(transceiver.sender, track.kind);
         const mime = params.codecs?.[0]?.mimeType;
         if (mime) {
           preferCodec(transceiver, track.kind, mime.replace(/^[a-z]+\//i, ''));
@@ -1748,6 +1809,7 @@ export class Room extends Emitter<RoomEvents> {
     }
     this.participants.clear();
     this.teardown();
+    this.closeCrypto();
     this.setState('disconnected');
     this.emit('disconnected', reason);
   }

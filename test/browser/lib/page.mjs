@@ -49,12 +49,15 @@ export class Participant {
   // Opens the app with a token (autojoin) and waits until camera and mic are published.
   // A 1:1 room stays on the SFU path (p2p=0) unless `p2p` is set: most tests are
   // about the server, and with two participants the SDK would otherwise go direct.
-  async join(base, token, { name = this.label, relay = false, tracks = 2, p2p = false, simulcast } = {}) {
+  // `e2ee`: the end-to-end encryption passphrase, in the URL fragment as a user
+  // would have it; `e2eeTransform`: 'script' or 'streams' instead of the browser's default.
+  async join(base, token, { name = this.label, relay = false, tracks = 2, p2p = false, simulcast, e2ee, e2eeTransform } = {}) {
     const q = new URLSearchParams({ token, name, autojoin: '1' });
+    if (e2eeTransform) q.set('e2eeTransform', e2eeTransform);
     if (relay) q.set('relay', '1');
     if (!p2p) q.set('p2p', '0');
     if (simulcast !== undefined) q.set('simulcast', simulcast ? '1' : '0');
-    await this.page.goto(`${base}/?${q}`);
+    await this.page.goto(`${base}/?${q}${e2ee ? `#${new URLSearchParams({ e2ee })}` : ''}`);
     await waitFor(this.page, `${this.label} to join`, () => {
       const err = document.getElementById('join-error')?.textContent;
       if (err) throw new Error(`join error shown: ${err}`);
