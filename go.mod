@@ -4,8 +4,10 @@ go 1.26.8
 
 require (
 	github.com/Eyevinn/mp4ff v0.47.0
+	github.com/bluenviron/gortmplib v1.0.1
 	github.com/bluenviron/gortsplib/v4 v4.12.3
 	github.com/bluenviron/mediacommon v1.14.0
+	github.com/bluenviron/mediacommon/v2 v2.9.3
 	github.com/coder/websocket v1.8.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/pion/datachannel v1.6.3
@@ -36,6 +38,7 @@ require (
 )
 
 require (
+	github.com/abema/go-mp4 v1.7.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dunglas/httpsfv v1.1.1 // indirect

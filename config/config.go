@@ -48,6 +48,8 @@ type Config struct {
 	Cameras []Camera `yaml:"cameras"`
 	// Recording records cameras continuously (config/recording.go, docs/recording.md).
 	Recording Recording `yaml:"recording"`
+	// Ingest takes RTMP publishers into rooms (config/ingest.go, docs/ingest.md).
+	Ingest Ingest `yaml:"ingest"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -141,6 +143,7 @@ func Default() Config {
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
+		Ingest:    Ingest{MaxConns: 64},
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -274,6 +277,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.Ingest.validate(); err != nil {
 		return err
 	}
 	if err := validateCameras(c.Cameras); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/gate"
+	"github.com/petrel-sfu/petrel/ingest"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/session"
@@ -51,6 +52,8 @@ type Server struct {
 	// Sessions serves every client's WebRTC sessions on the ICE ports
 	// (session/, docs/sessions.md).
 	Sessions *session.Server
+	// Ingest takes RTMP publishers into rooms; nil unless ingest.rtmp is set.
+	Ingest *ingest.Server
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -122,9 +125,18 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.closeMedia()
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
+	if cfg.Ingest.RTMP != "" {
+		if s.Ingest, err = ingest.Start(ingest.Options{Addr: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
+			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Log: log}); err != nil {
+			s.Cameras.Close()
+			s.closeMedia()
+			return nil, err
+		}
+	}
 	var routes func(*http.ServeMux)
 	if cfg.Recording.Dir != "" {
 		if s.Recorder, err = record.New(s.Manager, cfg.Recording, log); err != nil {
+			s.closeIngest()
 			s.Cameras.Close()
 			s.closeMedia()
 			return nil, fmt.Errorf("recording: %w", err)
@@ -155,6 +167,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		PullRoom: s.pullRoom})
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
+		s.closeIngest()
 		s.closeMedia()
 		return nil, fmt.Errorf("http: %w", err)
 	}
@@ -164,6 +177,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	if cfg.Cluster.Redis != "" {
 		if handler, err = s.startCluster(cfg, keys[apiKey], handler, log); err != nil {
 			ln.Close()
+			s.closeIngest()
 			s.Cameras.Close()
 			s.closeMedia()
 			return nil, err
@@ -207,6 +221,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// participants at once instead of waiting for the heartbeat to expire.
 		s.Cluster.Close()
 	}
+	s.closeIngest()
 	s.Cameras.Close()
 	if s.Recorder != nil {
 		// Before the rooms go: every open segment is closed and indexed.
@@ -218,6 +233,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// closeIngest ends the RTMP publishers before the rooms and the transcoders go.
+func (s *Server) closeIngest() {
+	if s.Ingest != nil {
+		s.Ingest.Close()
+	}
+}
+
 func (s *Server) closeMedia() {
 	if s.Sessions != nil {
 		s.Sessions.Close()
@@ -226,4 +248,13 @@ func (s *Server) closeMedia() {
 		s.turn.Close()
 	}
 	s.Engine.Close()
+}
+
+// loopbackAddr binds a listen address without a host to 127.0.0.1 when the
+// server is loopback-only.
+func loopbackAddr(addr string, loopback bool) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" && loopback {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
