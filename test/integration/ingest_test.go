@@ -229,6 +229,27 @@ func TestRTMPIngestReachesSubscriber(t *testing.T) {
 	if frames < 45 {
 		t.Fatalf("%d video frames received", frames)
 	}
+	// A subscriber joining mid-GOP starts at once from the cached last
+	// keyframe: the encoder cannot be asked for one.
+	joinedAt := time.Now()
+	late := e.join("stage", "late")
+	for {
+		tr := waitTrack(t, late, 5*time.Second)
+		if tr.Remote.Kind() != webrtc.RTPCodecTypeVideo {
+			continue
+		}
+		_ = tr.Remote.SetReadDeadline(time.Now().Add(5 * time.Second))
+		p, _, err := tr.Remote.ReadRTP()
+		if err != nil {
+			t.Fatalf("late subscriber: %v", err)
+		}
+		types := h264Types(p.Payload)
+		if !bytes.Contains(types, []byte{7}) && !bytes.Contains(types, []byte{5}) {
+			t.Fatalf("the late subscriber's first video packet is not a keyframe's: NAL types %v", types)
+		}
+		t.Logf("a subscriber joining mid-stream: first video RTP %d ms after its join began", time.Since(joinedAt).Milliseconds())
+		break
+	}
 	h264File := filepath.Join(dir, "video.h264")
 	if err := os.WriteFile(h264File, annexB.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
