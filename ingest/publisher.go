@@ -148,6 +148,12 @@ func (p *publisher) onVideo(m *message.Video) error {
 }
 
 func (p *publisher) publishVideo() error {
+	if prof := p.sps[1]; prof != 66 && prof != 77 {
+		// Browsers receive only the profiles they offer: Firefox (OpenH264)
+		// Constrained Baseline, some Chromium builds Baseline and Main.
+		p.log.Warn("H.264 profile above Main: browsers without it cannot receive the video; set the encoder's profile to baseline or main",
+			"profile_idc", prof)
+	}
 	fmtp, w, h := camera.H264Params(p.sps)
 	ssrc := randSSRC()
 	lt, err := p.part.PublishLocal(sfu.LocalTrackOptions{
