@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -9,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bluenviron/gortmplib"
-	"github.com/bluenviron/gortmplib/pkg/message"
 	"github.com/bluenviron/mediacommon/v2/pkg/codecs/h264"
 	"github.com/bluenviron/mediacommon/v2/pkg/codecs/mpeg4audio"
 	"github.com/pion/webrtc/v4"
@@ -26,9 +25,9 @@ const (
 	opusPT  = 111
 )
 
-// publisher is one RTMP connection that joined its room: its FLV video tags
-// become an H.264 track (access units packetized as they are), its AAC an Opus
-// track (the camera gateway's transcoder).
+// publisher is one connection (RTMP or SRT) that joined its room: its H.264
+// becomes a video track (access units packetized as they are), its AAC an
+// Opus track (the camera gateway's transcoder).
 type publisher struct {
 	srv       *Server
 	part      *sfu.Participant
@@ -44,6 +43,7 @@ type publisher struct {
 	aacRate int64
 	aacNext int64 // next access unit's timestamp, in samples
 	aacSeen bool
+	noAudio bool // the transcoder could not start
 
 	warned map[string]bool
 
@@ -57,37 +57,6 @@ func (p *publisher) info() PublisherInfo {
 	return PublisherInfo{Room: p.part.Room().Name(), Identity: p.part.Identity(), Connected: p.connected, FirstVideo: p.firstVideo}
 }
 
-// run reads messages until the connection ends or breaks a bound.
-func (p *publisher) run(sc *gortmplib.ServerConn, bc *budgetConn) error {
-	bc.read, bc.limit = 0, partialBudget
-	for {
-		_ = bc.SetDeadline(time.Now().Add(idleTimeout))
-		msg, err := sc.Read()
-		if err != nil {
-			return err
-		}
-		bc.read = 0
-		switch m := msg.(type) {
-		case *message.Video:
-			if err := p.onVideo(m); err != nil {
-				return err
-			}
-		case *message.Audio:
-			if err := p.onAudio(m); err != nil {
-				return err
-			}
-		case *message.CommandAMF0:
-			if m.Name == "deleteStream" || m.Name == "FCUnpublish" || m.Name == "closeStream" {
-				return nil
-			}
-		case *message.VideoExSequenceStart, *message.VideoExCodedFrames, *message.VideoExFramesX,
-			*message.VideoExMultitrack, *message.AudioExSequenceStart, *message.AudioExCodedFrames,
-			*message.AudioExMultitrack:
-			p.warnOnce("enhanced", "enhanced RTMP (HEVC, AV1, VP9, Opus, multitrack) is not taken: send H.264 and AAC")
-		}
-	}
-}
-
 func (p *publisher) warnOnce(key, msg string) {
 	if p.warned == nil {
 		p.warned = map[string]bool{}
@@ -98,53 +67,41 @@ func (p *publisher) warnOnce(key, msg string) {
 	}
 }
 
-func (p *publisher) onVideo(m *message.Video) error {
-	if m.Codec != message.CodecH264 {
-		p.warnOnce("hevc", "video is not H.264 (browsers take H.264 from RTMP): ignored")
+// videoParams takes the stream's SPS and PPS: the first publish the video track,
+// later ones replace them (the output then waits for an IDR).
+func (p *publisher) videoParams(sps, pps []byte) error {
+	if len(sps) < 4 || len(pps) == 0 {
+		return errors.New("H.264 configuration without SPS or PPS")
+	}
+	if p.video != nil && bytes.Equal(sps, p.sps) && bytes.Equal(pps, p.pps) {
 		return nil
 	}
-	switch m.Type {
-	case message.VideoTypeConfig:
-		c := m.AVCConfig
-		if c == nil || len(c.SequenceParameterSets) == 0 || len(c.PictureParameterSets) == 0 ||
-			len(c.SequenceParameterSets[0].NALUnit) < 4 || len(c.PictureParameterSets[0].NALUnit) == 0 {
-			return errors.New("H.264 configuration without SPS or PPS")
-		}
-		p.sps = append([]byte(nil), c.SequenceParameterSets[0].NALUnit...)
-		p.pps = append([]byte(nil), c.PictureParameterSets[0].NALUnit...)
-		if p.video == nil {
-			if err := p.publishVideo(); err != nil {
-				return err
-			}
-		}
-		p.vw.SetParams(p.sps, p.pps)
-	case message.VideoTypeAU:
-		if p.vw == nil {
-			return nil // frames before the configuration cannot be decoded
-		}
-		var au h264.AVCC
-		if err := au.Unmarshal(m.AU); err != nil {
-			if errors.Is(err, h264.ErrAVCCNoNALUs) {
-				return nil
-			}
-			return fmt.Errorf("H.264 frame: %w", err)
-		}
-		if m.PTSDelta != 0 {
-			p.warnOnce("bframes", "the encoder sends B-frames, which WebRTC receivers show out of order: set bframes=0")
-		}
-		pts := m.DTS + m.PTSDelta
-		p.vw.WriteAU(au, uint32(int64(pts/time.Millisecond)*90))
-		p.mu.Lock()
-		first := p.firstVideo.IsZero() && hasIDR(au)
-		if first {
-			p.firstVideo = time.Now()
-		}
-		p.mu.Unlock()
-		if first {
-			p.log.Info("rtmp first video frame in the room", "since_connect_ms", time.Since(p.connected).Milliseconds())
+	p.sps = append([]byte(nil), sps...)
+	p.pps = append([]byte(nil), pps...)
+	if p.video == nil {
+		if err := p.publishVideo(); err != nil {
+			return err
 		}
 	}
+	p.vw.SetParams(p.sps, p.pps)
 	return nil
+}
+
+// videoFrame sends one access unit stamped pts (90 kHz).
+func (p *publisher) videoFrame(au [][]byte, pts uint32) {
+	if p.vw == nil {
+		return // frames before the configuration cannot be decoded
+	}
+	p.vw.WriteAU(au, pts)
+	p.mu.Lock()
+	first := p.firstVideo.IsZero() && hasIDR(au)
+	if first {
+		p.firstVideo = time.Now()
+	}
+	p.mu.Unlock()
+	if first {
+		p.log.Info("ingest first video frame in the room", "since_connect_ms", time.Since(p.connected).Milliseconds())
+	}
 }
 
 func (p *publisher) publishVideo() error {
@@ -175,35 +132,19 @@ func (p *publisher) publishVideo() error {
 	return nil
 }
 
-func (p *publisher) onAudio(m *message.Audio) error {
-	if m.Codec != message.CodecMPEG4Audio {
-		p.warnOnce("audio", "audio is not AAC: ignored")
-		return nil
+// audioFrame queues one AAC access unit whose time is ts samples.
+func (p *publisher) audioFrame(ts int64, au []byte) {
+	if p.aac == nil || len(au) == 0 {
+		return
 	}
-	switch m.AACType {
-	case message.AudioAACTypeConfig:
-		if m.AACConfig == nil || m.AACConfig.SampleRate <= 0 {
-			return errors.New("AAC configuration without a sample rate")
-		}
-		if p.audio != nil {
-			return nil // the transcoder keeps the first configuration
-		}
-		return p.publishAudio(m.AACConfig)
-	case message.AudioAACTypeAU:
-		if p.aac == nil || len(m.AU) == 0 {
-			return nil
-		}
-		p.aac.Push(p.aacTime(m.DTS), m.AU)
-	}
-	return nil
+	p.aac.Push(p.aacTime(ts), au)
 }
 
-// aacTime stamps an access unit in samples. RTMP's millisecond timestamps are
-// rounded, so consecutive access units are numbered on from the last unless
-// the timestamp jumps by more than one access unit (a gap in the stream): the
-// transcoder takes any other step as a discontinuity.
-func (p *publisher) aacTime(dts time.Duration) uint32 {
-	ts := int64(dts/time.Millisecond) * p.aacRate / 1000
+// aacTime stamps an access unit. Container timestamps are rounded (RTMP's to
+// the millisecond), so consecutive access units are numbered on from the last
+// unless the time jumps by more than one access unit (a gap in the stream):
+// the transcoder takes any other step as a discontinuity.
+func (p *publisher) aacTime(ts int64) uint32 {
 	if !p.aacSeen || ts-p.aacNext > mpeg4audio.SamplesPerAccessUnit || p.aacNext-ts > mpeg4audio.SamplesPerAccessUnit {
 		p.aacSeen, p.aacNext = true, ts
 	}
@@ -212,7 +153,15 @@ func (p *publisher) aacTime(dts time.Duration) uint32 {
 	return uint32(out)
 }
 
-func (p *publisher) publishAudio(conf *mpeg4audio.AudioSpecificConfig) error {
+// audioConfig publishes the Opus track for AAC of configuration conf (the
+// first one stays: the transcoder keeps it).
+func (p *publisher) audioConfig(conf *mpeg4audio.AudioSpecificConfig) error {
+	if conf == nil || conf.SampleRate <= 0 {
+		return errors.New("AAC configuration without a sample rate")
+	}
+	if p.audio != nil || p.noAudio {
+		return nil
+	}
 	asc, err := conf.Marshal()
 	if err != nil {
 		return fmt.Errorf("AAC configuration: %w", err)
@@ -229,7 +178,8 @@ func (p *publisher) publishAudio(conf *mpeg4audio.AudioSpecificConfig) error {
 	aac, err := p.srv.o.Cameras.NewAACLive(asc, lt, ssrc, p.log)
 	if err != nil {
 		lt.Close()
-		p.warnOnce("aac", "AAC audio cannot become Opus ("+err.Error()+"): video only")
+		p.noAudio = true
+		p.log.Warn("AAC audio cannot become Opus: video only", "err", err)
 		return nil
 	}
 	p.audio, p.aac, p.aacRate = lt, aac, int64(conf.SampleRate)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/bluenviron/gortmplib"
+	"github.com/bluenviron/gortmplib/pkg/message"
+	"github.com/bluenviron/mediacommon/pkg/codecs/h264"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
@@ -207,7 +209,7 @@ func (s *Server) serve(c net.Conn) {
 	// Removed from the room (kicked, the room deleted): the encoder is cut off.
 	p.OnClose(func() { _ = c.Close() })
 	log.Info("rtmp publisher joined", "setup_ms", time.Since(connected).Milliseconds())
-	err = pub.run(sc, bc)
+	err = pub.readRTMP(sc, bc)
 	pub.close()
 	p.Close("ingest_ended")
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -276,4 +278,77 @@ func (s *Server) Publishers() []PublisherInfo {
 		}
 	}
 	return out
+}
+
+// readRTMP reads messages until the connection ends or breaks a bound.
+func (p *publisher) readRTMP(sc *gortmplib.ServerConn, bc *budgetConn) error {
+	bc.read, bc.limit = 0, partialBudget
+	for {
+		_ = bc.SetDeadline(time.Now().Add(idleTimeout))
+		msg, err := sc.Read()
+		if err != nil {
+			return err
+		}
+		bc.read = 0
+		switch m := msg.(type) {
+		case *message.Video:
+			if err := p.onRTMPVideo(m); err != nil {
+				return err
+			}
+		case *message.Audio:
+			if err := p.onRTMPAudio(m); err != nil {
+				return err
+			}
+		case *message.CommandAMF0:
+			if m.Name == "deleteStream" || m.Name == "FCUnpublish" || m.Name == "closeStream" {
+				return nil
+			}
+		case *message.VideoExSequenceStart, *message.VideoExCodedFrames, *message.VideoExFramesX,
+			*message.VideoExMultitrack, *message.AudioExSequenceStart, *message.AudioExCodedFrames,
+			*message.AudioExMultitrack:
+			p.warnOnce("enhanced", "enhanced RTMP (HEVC, AV1, VP9, Opus, multitrack) is not taken: send H.264 and AAC")
+		}
+	}
+}
+
+func (p *publisher) onRTMPVideo(m *message.Video) error {
+	if m.Codec != message.CodecH264 {
+		p.warnOnce("hevc", "video is not H.264 (browsers take H.264 from RTMP): ignored")
+		return nil
+	}
+	switch m.Type {
+	case message.VideoTypeConfig:
+		c := m.AVCConfig
+		if c == nil || len(c.SequenceParameterSets) == 0 || len(c.PictureParameterSets) == 0 {
+			return errors.New("H.264 configuration without SPS or PPS")
+		}
+		return p.videoParams(c.SequenceParameterSets[0].NALUnit, c.PictureParameterSets[0].NALUnit)
+	case message.VideoTypeAU:
+		var au h264.AVCC
+		if err := au.Unmarshal(m.AU); err != nil {
+			if errors.Is(err, h264.ErrAVCCNoNALUs) {
+				return nil
+			}
+			return fmt.Errorf("H.264 frame: %w", err)
+		}
+		if m.PTSDelta != 0 {
+			p.warnOnce("bframes", "the encoder sends B-frames, which WebRTC receivers show out of order: set bframes=0")
+		}
+		p.videoFrame(au, uint32(int64((m.DTS+m.PTSDelta)/time.Millisecond)*90))
+	}
+	return nil
+}
+
+func (p *publisher) onRTMPAudio(m *message.Audio) error {
+	if m.Codec != message.CodecMPEG4Audio {
+		p.warnOnce("audio", "audio is not AAC: ignored")
+		return nil
+	}
+	switch m.AACType {
+	case message.AudioAACTypeConfig:
+		return p.audioConfig(m.AACConfig)
+	case message.AudioAACTypeAU:
+		p.audioFrame(int64(m.DTS/time.Millisecond)*p.aacRate/1000, m.AU)
+	}
+	return nil
 }

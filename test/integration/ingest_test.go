@@ -292,7 +292,7 @@ func TestRTMPIngestReachesSubscriber(t *testing.T) {
 	if v, _ := strconv.ParseFloat(string(m[1]), 64); v < -40 {
 		t.Fatalf("the Opus decodes to silence (mean volume %.1f dB)", v)
 	}
-	if !strings.Contains(logs.String(), "rtmp first video frame in the room") {
+	if !strings.Contains(logs.String(), "ingest first video frame in the room") {
 		t.Fatalf("no first-frame log line:\n%s", logs.String())
 	}
 }
