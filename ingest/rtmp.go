@@ -17,6 +17,7 @@ import (
 	"github.com/bluenviron/gortmplib"
 	"github.com/bluenviron/gortmplib/pkg/message"
 	"github.com/bluenviron/mediacommon/pkg/codecs/h264"
+	srt "github.com/datarhei/gosrt"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
@@ -42,10 +43,11 @@ const (
 	refusalLogEvery = 10 * time.Second
 )
 
-// Options configure the RTMP ingest.
+// Options configure the ingest.
 type Options struct {
-	Addr     string // TCP listen address
-	MaxConns int    // open connections, publishing or not
+	RTMP     string // TCP listen address of RTMP; "" for none
+	SRT      string // UDP listen address of SRT; "" for none
+	MaxConns int    // open connections, publishing or not, of both
 	Manager  *sfu.Manager
 	Keys     auth.Keys
 	// Cameras lends the camera gateway's AAC transcoder.
@@ -53,10 +55,11 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-// Server accepts RTMP publishers.
+// Server accepts RTMP and SRT publishers.
 type Server struct {
 	o     Options
-	ln    net.Listener
+	ln    net.Listener // RTMP
+	srtLn srt.Listener
 	log   *slog.Logger
 	slots chan struct{}
 	wg    sync.WaitGroup
@@ -69,29 +72,48 @@ type Server struct {
 	full    lograte.Limit
 }
 
-// Start listens on o.Addr and serves until Close.
+// Start listens on o.RTMP and o.SRT (those set) and serves until Close.
 func Start(o Options) (*Server, error) {
-	ln, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("rtmp ingest: %w", err)
-	}
 	if o.MaxConns < 1 {
 		o.MaxConns = 1
 	}
-	s := &Server{o: o, ln: ln, log: o.Log.With("ingest", "rtmp"), slots: make(chan struct{}, o.MaxConns),
+	s := &Server{o: o, log: o.Log, slots: make(chan struct{}, o.MaxConns),
 		conns: map[net.Conn]*publisher{}}
-	s.wg.Add(1)
-	go s.accept()
-	s.log.Info("rtmp ingest listening", "addr", ln.Addr().String())
+	if o.RTMP != "" {
+		ln, err := net.Listen("tcp", o.RTMP)
+		if err != nil {
+			return nil, fmt.Errorf("rtmp ingest: %w", err)
+		}
+		s.ln = ln
+		s.wg.Add(1)
+		go s.accept()
+		s.log.Info("rtmp ingest listening", "addr", ln.Addr().String())
+	}
+	if o.SRT != "" {
+		if err := s.startSRT(o.SRT); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
-// Addr is the address the listener is bound to.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+// Addr is the address the RTMP listener is bound to ("" without one).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
 
 // Close stops listening, ends every connection and waits for them.
 func (s *Server) Close() {
-	_ = s.ln.Close()
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	if s.srtLn != nil {
+		s.srtLn.Close()
+	}
 	s.mu.Lock()
 	for c := range s.conns {
 		_ = c.Close()
@@ -160,7 +182,7 @@ func (s *Server) serve(c net.Conn) {
 		// The RTMP parsers are a library's: a panic on hostile input ends
 		// this connection, not the server.
 		if r := recover(); r != nil {
-			s.drop(remote, fmt.Errorf("panic: %v", r))
+			s.drop("rtmp", remote, fmt.Errorf("panic: %v", r))
 		}
 		_ = c.Close()
 		s.mu.Lock()
@@ -172,34 +194,34 @@ func (s *Server) serve(c net.Conn) {
 	_ = c.SetDeadline(connected.Add(setupTimeout))
 	sc := &gortmplib.ServerConn{RW: bc}
 	if err := sc.Initialize(); err != nil {
-		s.drop(remote, fmt.Errorf("handshake: %w", err))
+		s.drop("rtmp", remote, fmt.Errorf("handshake: %w", err))
 		return
 	}
 	if err := sc.AcceptConn(); err != nil {
-		s.drop(remote, fmt.Errorf("connect: %w", err))
+		s.drop("rtmp", remote, fmt.Errorf("connect: %w", err))
 		return
 	}
 	if !sc.Publish {
 		_ = sc.RejectAction()
-		s.refuse(remote, "", errors.New("play is not served: the RTMP port takes publishers only"))
+		s.refuse("rtmp", remote, "", errors.New("play is not served: the RTMP port takes publishers only"))
 		return
 	}
 	claims, err := s.authorize(sc.URL)
 	if err != nil {
 		_ = sc.RejectAction()
-		s.refuse(remote, "", err)
+		s.refuse("rtmp", remote, "", err)
 		return
 	}
 	if err := sc.AcceptAction(); err != nil {
-		s.drop(remote, fmt.Errorf("publish: %w", err))
+		s.drop("rtmp", remote, fmt.Errorf("publish: %w", err))
 		return
 	}
-	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote)
+	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote, "via", "rtmp")
 	// A client like any other: the room checks its token's grants.
 	p, err := s.o.Manager.JoinLocal(sfu.LocalOptions{Room: claims.Room, Identity: claims.Identity(), Name: claims.Name,
 		Metadata: claims.Metadata, Grants: claims.Grants, Origin: sfu.Client})
 	if err != nil {
-		s.refuse(remote, claims.Room, fmt.Errorf("join: %w", err))
+		s.refuse("rtmp", remote, claims.Room, fmt.Errorf("join: %w", err))
 		return
 	}
 	pub := &publisher{srv: s, part: p, log: log, connected: connected}
@@ -233,6 +255,11 @@ func (s *Server) authorize(u *url.URL) (*auth.Claims, error) {
 	if tok == "." || tok == "/" {
 		tok = ""
 	}
+	return s.authorizeToken(tok)
+}
+
+// authorizeToken verifies tok and checks that it may publish in a room.
+func (s *Server) authorizeToken(tok string) (*auth.Claims, error) {
 	c, err := s.o.Keys.Verify(tok)
 	if err != nil {
 		return nil, err
@@ -247,16 +274,16 @@ func (s *Server) authorize(u *url.URL) (*auth.Claims, error) {
 }
 
 // refuse logs a publisher turned away (rate-limited: anyone can try).
-func (s *Server) refuse(remote, room string, err error) {
+func (s *Server) refuse(via, remote, room string, err error) {
 	if held, ok := s.refused.Allow(refusalLogEvery); ok {
-		s.log.Warn("rtmp publisher refused", "remote", remote, "room", room, "err", err, "held_back", held)
+		s.log.Warn("ingest publisher refused", "via", via, "remote", remote, "room", room, "err", err, "held_back", held)
 	}
 }
 
 // drop logs a connection that broke the protocol or its bounds (rate-limited).
-func (s *Server) drop(remote string, err error) {
+func (s *Server) drop(via, remote string, err error) {
 	if held, ok := s.dropped.Allow(refusalLogEvery); ok {
-		s.log.Info("rtmp connection dropped", "remote", remote, "err", err, "held_back", held)
+		s.log.Info("ingest connection dropped", "via", via, "remote", remote, "err", err, "held_back", held)
 	}
 }
 

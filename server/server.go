@@ -52,7 +52,8 @@ type Server struct {
 	// Sessions serves every client's WebRTC sessions on the ICE ports
 	// (session/, docs/sessions.md).
 	Sessions *session.Server
-	// Ingest takes RTMP publishers into rooms; nil unless ingest.rtmp is set.
+	// Ingest takes RTMP and SRT publishers into rooms; nil unless ingest.rtmp
+	// or ingest.srt is set.
 	Ingest *ingest.Server
 
 	turn *rtc.TURNServer
@@ -125,8 +126,9 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.closeMedia()
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
-	if cfg.Ingest.RTMP != "" {
-		if s.Ingest, err = ingest.Start(ingest.Options{Addr: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
+	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
+		if s.Ingest, err = ingest.Start(ingest.Options{RTMP: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback),
+			SRT: loopbackAddr(cfg.Ingest.SRT, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
 			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Log: log}); err != nil {
 			s.Cameras.Close()
 			s.closeMedia()

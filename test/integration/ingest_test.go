@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bluenviron/gortsplib/v4/pkg/format/rtph264"
+	srt "github.com/datarhei/gosrt"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media/oggwriter"
@@ -50,7 +51,7 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-// startIngest starts the server with the RTMP ingest on a free loopback port,
+// startIngest starts the server with the RTMP and SRT ingest on free loopback ports,
 // its log lines (info and above) kept.
 func startIngest(t *testing.T) (*env, *logBuf, string) {
 	t.Helper()
@@ -64,6 +65,7 @@ func startIngest(t *testing.T) (*env, *logBuf, string) {
 	cfg.TURN.RelayIP = "127.0.0.1"
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
 	cfg.Ingest.RTMP = "127.0.0.1:0"
+	cfg.Ingest.SRT = "127.0.0.1:0"
 	logs := &logBuf{}
 	var w io.Writer = logs
 	if os.Getenv("PETREL_TEST_LOG") != "" {
@@ -86,10 +88,14 @@ func startIngest(t *testing.T) (*env, *logBuf, string) {
 // H.264 (keyframe every 30 frames, no B-frames) and AAC, to url for secs.
 func ffmpegPublish(t *testing.T, url string, secs int) *exec.Cmd {
 	t.Helper()
+	format := "flv"
+	if strings.HasPrefix(url, "srt:") {
+		format = "mpegts"
+	}
 	cmd := exec.Command("ffmpeg", "-hide_banner", "-loglevel", "error", "-nostdin", "-re",
 		"-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000",
 		"-t", strconv.Itoa(secs), "-c:v", "libx264", "-preset", "veryfast", "-tune", "zerolatency", "-g", "30", "-bf", "0",
-		"-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k", "-f", "flv", url)
+		"-pix_fmt", "yuv420p", "-c:a", "aac", "-b:a", "64k", "-f", format, url)
 	var stderr logBuf
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -106,6 +112,10 @@ func ffmpegPublish(t *testing.T, url string, secs int) *exec.Cmd {
 }
 
 func rtmpURL(addr, token string) string { return "rtmp://" + addr + "/live/" + token }
+
+func srtURL(addr, streamID string) string {
+	return "srt://" + addr + "?mode=caller&latency=120000&streamid=" + streamID
+}
 
 // h264Types lists the NAL unit types a packet starts or carries (STAP-A's
 // aggregated units, an FU-A's original type on its first fragment).
@@ -145,7 +155,25 @@ func TestRTMPIngestReachesSubscriber(t *testing.T) {
 	viewer := e.join("stage", "viewer")
 	tok := e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)
 	ffmpegPublish(t, rtmpURL(addr, tok), 4)
+	checkIngest(t, e, logs, viewer, "RTMP")
+}
 
+// The same over SRT: ffmpeg sends MPEG-TS with the token in the stream id
+// (the SRT access-control form, #!::r=<token>,m=publish).
+func TestSRTIngestReachesSubscriber(t *testing.T) {
+	e, logs, _ := startIngest(t)
+	viewer := e.join("stage", "viewer")
+	tok := e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)
+	ffmpegPublish(t, srtURL(e.srv.Ingest.SRTAddr(), "#!::r="+tok+",m=publish"), 4)
+	checkIngest(t, e, logs, viewer, "SRT")
+}
+
+// checkIngest asserts what viewer receives from the publisher "obs": decodable
+// H.264 from a keyframe with SPS and PPS on, Opus that decodes to the tone, and
+// a keyframe first for a subscriber joining mid-stream. It logs the time to
+// first frame.
+func checkIngest(t *testing.T, e *env, logs *logBuf, viewer *client.Client, proto string) {
+	t.Helper()
 	var video, audio client.Track
 	for video.Remote == nil || audio.Remote == nil {
 		tr := waitTrack(t, viewer, 10*time.Second)
@@ -206,7 +234,7 @@ func TestRTMPIngestReachesSubscriber(t *testing.T) {
 				t.Fatalf("publishers %+v", pubs)
 			}
 			ttff := first.Sub(pubs[0].Connected)
-			t.Logf("RTMP ingest time to first frame (connect to first video RTP at the subscriber): %d ms", ttff.Milliseconds())
+			t.Logf("%s ingest time to first frame (connect to first video RTP at the subscriber): %d ms", proto, ttff.Milliseconds())
 		}
 		if frames == 0 {
 			for _, typ := range h264Types(p.Payload) {
@@ -297,10 +325,12 @@ func TestRTMPIngestReachesSubscriber(t *testing.T) {
 	}
 }
 
-// Publishers whose stream key is not a token allowing publishing in a room
-// are refused with a log line, and nothing joins the room.
-func TestRTMPIngestRefusesBadToken(t *testing.T) {
+// Publishers whose stream key (RTMP) or stream id (SRT) is not a token
+// allowing publishing in a room are refused with a log line, and nothing
+// joins the room.
+func TestIngestRefusesBadToken(t *testing.T) {
 	e, logs, addr := startIngest(t)
+	srtAddr := e.srv.Ingest.SRTAddr()
 	viewer := e.join("stage", "viewer")
 	forged := auth.Claims{Room: "stage", Grants: auth.Grants{Publish: true}}
 	forged.RegisteredClaims = jwt.RegisteredClaims{Subject: "obs"}
@@ -309,16 +339,19 @@ func TestRTMPIngestRefusesBadToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]string{
-		"no key":        "rtmp://" + addr + "/live",
-		"not a token":   rtmpURL(addr, "obs-stream-key"),
-		"forged":        rtmpURL(addr, forgedTok),
-		"no publish":    rtmpURL(addr, e.token("stage", "obs", auth.Grants{Subscribe: true}, time.Hour)),
-		"expired":       rtmpURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, -time.Minute)),
-		"reserved name": rtmpURL(addr, reservedToken(t)),
+		"no key":           "rtmp://" + addr + "/live",
+		"not a token":      rtmpURL(addr, "obs-stream-key"),
+		"forged":           rtmpURL(addr, forgedTok),
+		"no publish":       rtmpURL(addr, e.token("stage", "obs", auth.Grants{Subscribe: true}, time.Hour)),
+		"expired":          rtmpURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, -time.Minute)),
+		"reserved name":    rtmpURL(addr, reservedToken(t)),
+		"srt forged":       srtURL(srtAddr, forgedTok),
+		"srt no publish":   srtURL(srtAddr, e.token("stage", "obs", auth.Grants{Subscribe: true}, time.Hour)),
+		"srt request mode": srtURL(srtAddr, "#!::r="+e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)+",m=request"),
 	}
-	for name, url := range cases {
+	for name, u := range cases {
 		t.Run(name, func(t *testing.T) {
-			cmd := ffmpegPublish(t, url, 3)
+			cmd := ffmpegPublish(t, u, 3)
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
 			select {
@@ -339,7 +372,7 @@ func TestRTMPIngestRefusesBadToken(t *testing.T) {
 	if n := len(e.srv.Ingest.Publishers()); n != 0 {
 		t.Fatalf("%d publishers", n)
 	}
-	if !strings.Contains(logs.String(), "rtmp publisher refused") {
+	if !strings.Contains(logs.String(), "ingest publisher refused") {
 		t.Fatalf("no refusal in the log:\n%s", logs.String())
 	}
 }
@@ -464,10 +497,94 @@ func TestRTMPIngestDropsGarbage(t *testing.T) {
 	}
 	before := pkts.Load()
 	waitPackets("after the garbage", before+30)
-	if !strings.Contains(logs.String(), "rtmp connection dropped") {
+	if !strings.Contains(logs.String(), "ingest connection dropped") {
 		t.Fatalf("no drop in the log:\n%s", logs.String())
 	}
 	if n := len(e.srv.Ingest.Publishers()); n != 1 {
 		t.Fatalf("%d publishers, want the good one", n)
+	}
+}
+
+// Garbage on the SRT port (random datagrams, forged control packets, a
+// handshake with a stream id that is no token, an accepted publisher sending
+// bytes that are not MPEG-TS) leaves a good SRT publisher reaching its
+// subscriber.
+func TestSRTIngestDropsGarbage(t *testing.T) {
+	e, logs, _ := startIngest(t)
+	addr := e.srv.Ingest.SRTAddr()
+	viewer := e.join("stage", "viewer")
+	ffmpegPublish(t, srtURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)), 6)
+	var video client.Track
+	for video.Remote == nil {
+		if tr := waitTrack(t, viewer, 10*time.Second); tr.Remote.Kind() == webrtc.RTPCodecTypeVideo {
+			video = tr
+		}
+	}
+	var pkts atomic.Int64
+	go func() {
+		for {
+			if _, _, err := video.Remote.ReadRTP(); err != nil {
+				return
+			}
+			pkts.Add(1)
+		}
+	}()
+	waitPackets := func(what string, n int64) {
+		t.Helper()
+		for i := 0; i < 100 && pkts.Load() < n; i++ {
+			time.Sleep(30 * time.Millisecond)
+		}
+		if pkts.Load() < n {
+			t.Fatalf("%s: %d video packets, want %d", what, pkts.Load(), n)
+		}
+	}
+	waitPackets("before the garbage", 30)
+
+	u, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	buf := make([]byte, 1500)
+	for i := 0; i < 300; i++ {
+		_, _ = rand.Read(buf)
+		n := 1 + i*5%1500
+		if i%2 == 1 {
+			buf[0] |= 0x80 // a control packet of a random type
+		}
+		_, _ = u.Write(buf[:n])
+	}
+
+	cfg := srt.DefaultConfig()
+	cfg.StreamId = "not-a-token"
+	if c, err := srt.Dial("srt", addr, cfg); err == nil {
+		c.Close()
+		t.Fatal("an SRT caller with no token was accepted")
+	}
+
+	cfg.StreamId = e.token("stage", "noise", auth.Grants{Publish: true}, time.Hour)
+	c, err := srt.Dial("srt", addr, cfg)
+	if err != nil {
+		t.Fatalf("SRT caller with a valid token: %v", err)
+	}
+	noise := make([]byte, 1316)
+	for i := 0; i < 200; i++ {
+		_, _ = rand.Read(noise)
+		if _, err := c.Write(noise); err != nil {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.Close()
+
+	before := pkts.Load()
+	waitPackets("after the garbage", before+30)
+	for _, p := range e.srv.Ingest.Publishers() {
+		if p.Identity != "obs" {
+			t.Fatalf("publisher %+v joined from noise", p)
+		}
+	}
+	if !strings.Contains(logs.String(), "ingest publisher refused") {
+		t.Fatalf("no refusal in the log:\n%s", logs.String())
 	}
 }
