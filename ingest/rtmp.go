@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"path"
 	"strings"
@@ -52,7 +53,11 @@ type Options struct {
 	Keys     auth.Keys
 	// Cameras lends the camera gateway's AAC transcoder.
 	Cameras *camera.Gateway
-	Log     *slog.Logger
+	// Admit spends a join from a client address once its token is verified
+	// (the signal package's allowance per address and the server's budget);
+	// nil admits all.
+	Admit func(netip.Addr) error
+	Log   *slog.Logger
 }
 
 // Server accepts RTMP and SRT publishers.
@@ -207,6 +212,9 @@ func (s *Server) serve(c net.Conn) {
 		return
 	}
 	claims, err := s.authorize(sc.URL)
+	if err == nil {
+		err = s.admit(c.RemoteAddr())
+	}
 	if err != nil {
 		_ = sc.RejectAction()
 		s.refuse("rtmp", remote, "", err)
@@ -271,6 +279,21 @@ func (s *Server) authorizeToken(tok string) (*auth.Claims, error) {
 		return nil, fmt.Errorf("%w: the token does not allow publishing", auth.ErrUnauthorized)
 	}
 	return c, nil
+}
+
+// admit spends a join from addr's allowance.
+func (s *Server) admit(addr net.Addr) error {
+	if s.o.Admit == nil {
+		return nil
+	}
+	var a netip.Addr
+	switch v := addr.(type) {
+	case *net.TCPAddr:
+		a, _ = netip.AddrFromSlice(v.IP)
+	case *net.UDPAddr:
+		a, _ = netip.AddrFromSlice(v.IP)
+	}
+	return s.o.Admit(a.Unmap())
 }
 
 // refuse logs a publisher turned away (rate-limited: anyone can try).

@@ -67,6 +67,14 @@ func (s *Server) acceptSRT() {
 			continue
 		}
 		claims, err := s.authorizeSRT(req)
+		if err == nil {
+			if err = s.admit(req.RemoteAddr()); err != nil {
+				req.Reject(srt.REJX_OVERLOAD)
+				<-s.slots
+				s.refuse("srt", remote, claims.Room, err)
+				continue
+			}
+		}
 		if err != nil {
 			req.Reject(srt.REJX_UNAUTHORIZED)
 			<-s.slots

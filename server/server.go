@@ -126,19 +126,9 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.closeMedia()
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
-	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
-		if s.Ingest, err = ingest.Start(ingest.Options{RTMP: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback),
-			SRT: loopbackAddr(cfg.Ingest.SRT, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
-			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Log: log}); err != nil {
-			s.Cameras.Close()
-			s.closeMedia()
-			return nil, err
-		}
-	}
 	var routes func(*http.ServeMux)
 	if cfg.Recording.Dir != "" {
 		if s.Recorder, err = record.New(s.Manager, cfg.Recording, log); err != nil {
-			s.closeIngest()
 			s.Cameras.Close()
 			s.closeMedia()
 			return nil, fmt.Errorf("recording: %w", err)
@@ -167,6 +157,19 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
 		PullRoom: s.pullRoom})
+	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
+		// Publishers spend joins from the same allowance as every other door.
+		if s.Ingest, err = ingest.Start(ingest.Options{RTMP: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback),
+			SRT: loopbackAddr(cfg.Ingest.SRT, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
+			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Admit: edge.AdmitAddr, Log: log}); err != nil {
+			if s.Recorder != nil {
+				s.Recorder.Close()
+			}
+			s.Cameras.Close()
+			s.closeMedia()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		s.closeIngest()

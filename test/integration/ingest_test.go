@@ -53,7 +53,7 @@ func (l *logBuf) String() string {
 
 // startIngest starts the server with the RTMP and SRT ingest on free loopback ports,
 // its log lines (info and above) kept.
-func startIngest(t *testing.T) (*env, *logBuf, string) {
+func startIngest(t *testing.T, mod ...func(*config.Config)) (*env, *logBuf, string) {
 	t.Helper()
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Skip("ffmpeg is not installed (make deps installs it)")
@@ -66,6 +66,9 @@ func startIngest(t *testing.T) (*env, *logBuf, string) {
 	cfg.APIKey, cfg.APISecret = apiKey, apiSecret
 	cfg.Ingest.RTMP = "127.0.0.1:0"
 	cfg.Ingest.SRT = "127.0.0.1:0"
+	for _, m := range mod {
+		m(&cfg)
+	}
 	logs := &logBuf{}
 	var w io.Writer = logs
 	if os.Getenv("PETREL_TEST_LOG") != "" {
@@ -586,5 +589,31 @@ func TestSRTIngestDropsGarbage(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "ingest publisher refused") {
 		t.Fatalf("no refusal in the log:\n%s", logs.String())
+	}
+}
+
+// A publisher spends a join from its address's allowance like any client:
+// with one join a second (a burst of two) from 127.0.0.1, the third SRT
+// caller in a row is refused.
+func TestIngestSpendsJoinAllowance(t *testing.T) {
+	e, logs, _ := startIngest(t, func(c *config.Config) { c.Limits.JoinsPerIP = 1 })
+	cfg := srt.DefaultConfig()
+	cfg.StreamId = e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)
+	for i := 0; i < 3; i++ {
+		c, err := srt.Dial("srt", e.srv.Ingest.SRTAddr(), cfg)
+		if i < 2 {
+			if err != nil {
+				t.Fatalf("caller %d: %v", i, err)
+			}
+			defer c.Close()
+			continue
+		}
+		if err == nil {
+			c.Close()
+			t.Fatal("a third join within the burst was admitted")
+		}
+	}
+	if !strings.Contains(logs.String(), "too many joins from your address") {
+		t.Fatalf("no refusal for the allowance in the log:\n%s", logs.String())
 	}
 }
