@@ -51,10 +51,11 @@ func (s *Server) acceptSRT() {
 	for {
 		req, err := s.srtLn.Accept2()
 		if err != nil {
-			if errors.Is(err, srt.ErrListenerClosed) {
-				return
+			// gosrt returns errors only once the listener is done.
+			if !errors.Is(err, srt.ErrListenerClosed) {
+				s.log.Error("srt ingest stopped", "err", err)
 			}
-			continue
+			return
 		}
 		remote := req.RemoteAddr().String()
 		select {
@@ -105,22 +106,32 @@ func (s *Server) authorizeSRT(req srt.ConnRequest) (*auth.Claims, error) {
 	if req.IsEncrypted() {
 		return nil, errors.New("encrypted SRT is not served (the token authorizes; use TLS-free SRT on a trusted path)")
 	}
-	id := req.StreamId()
-	if rest, ok := strings.CutPrefix(id, "#!::"); ok {
-		id = ""
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "r":
-				id = v
-			case "m":
-				if v != "publish" {
-					return nil, fmt.Errorf("%w: mode %q: the SRT port takes publishers only", auth.ErrUnauthorized, v)
-				}
+	tok, err := streamToken(req.StreamId())
+	if err != nil {
+		return nil, err
+	}
+	return s.authorizeToken(tok)
+}
+
+// streamToken is the token a stream id carries.
+func streamToken(id string) (string, error) {
+	rest, ok := strings.CutPrefix(id, "#!::")
+	if !ok {
+		return id, nil
+	}
+	tok := ""
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "r":
+			tok = v
+		case "m":
+			if v != "publish" {
+				return "", fmt.Errorf("%w: mode %q: the SRT port takes publishers only", auth.ErrUnauthorized, v)
 			}
 		}
 	}
-	return s.authorizeToken(id)
+	return tok, nil
 }
 
 // progressReader counts the bytes read since the last reset against a limit
