@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bluenviron/gortsplib/v4"
@@ -60,11 +59,6 @@ type talkFloor struct {
 	done   chan struct{}
 }
 
-var camTalk = struct {
-	mu sync.Mutex
-	m  map[*Camera]*talkFloor
-}{m: map[*Camera]*talkFloor{}}
-
 // handleTalk is the TopicHandler of topic talk.
 func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 	var req talkRequest
@@ -75,10 +69,10 @@ func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 	}
 	switch req.Op {
 	case "start":
-		camTalk.mu.Lock()
-		f := camTalk.m[c]
+		c.devMu.Lock()
+		f := c.floor
 		if f != nil {
-			camTalk.mu.Unlock()
+			c.devMu.Unlock()
 			if f.holder == from {
 				c.Reply(from, "talk", errReply(req.ID, "already talking"))
 			} else {
@@ -88,25 +82,25 @@ func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
 		f = &talkFloor{holder: from, cancel: cancel, done: make(chan struct{})}
-		camTalk.m[c] = f
-		camTalk.mu.Unlock()
+		c.floor = f
+		c.devMu.Unlock()
 		go func() {
 			defer close(f.done)
 			reason := c.talk(ctx, from, req.ID)
 			cancel()
-			camTalk.mu.Lock()
-			if camTalk.m[c] == f {
-				delete(camTalk.m, c)
+			c.devMu.Lock()
+			if c.floor == f {
+				c.floor = nil
 			}
-			camTalk.mu.Unlock()
+			c.devMu.Unlock()
 			c.log.Info("talk ended", "from", from, "reason", reason)
 			b, _ := json.Marshal(map[string]string{"event": "ended", "reason": reason})
 			c.Reply(from, "talk", b)
 		}()
 	case "stop":
-		camTalk.mu.Lock()
-		f := camTalk.m[c]
-		camTalk.mu.Unlock()
+		c.devMu.Lock()
+		f := c.floor
+		c.devMu.Unlock()
 		if f == nil || f.holder != from {
 			c.Reply(from, "talk", errReply(req.ID, "not talking"))
 			return
@@ -126,9 +120,9 @@ func handleTalk(c *Camera, from string, _ bool, payload []byte) {
 
 // Talking reports who holds the camera's floor ("" if nobody).
 func (c *Camera) Talking() string {
-	camTalk.mu.Lock()
-	defer camTalk.mu.Unlock()
-	if f := camTalk.m[c]; f != nil {
+	c.devMu.Lock()
+	defer c.devMu.Unlock()
+	if f := c.floor; f != nil {
 		return f.holder
 	}
 	return ""

@@ -73,6 +73,13 @@ type Camera struct {
 	// camera opens its upstream session on it.
 	demand chan struct{}
 
+	// The ptz, talk and http topics' state (ptz.go, backchannel.go,
+	// tunnel.go), made on first use and dropped when it ends.
+	devMu  sync.Mutex
+	ptz    *ptzWorker
+	floor  *talkFloor
+	tunnel *tunnel
+
 	mu         sync.Mutex
 	state      State
 	lastErr    string

@@ -195,7 +195,7 @@ func TestRTSPPullColdViewersDecode(t *testing.T) {
 	if n := emu.Plays.Load(); n != 1 {
 		t.Fatalf("two viewers made %d upstream sessions, want 1", n)
 	}
-	sessions := camera.Sessions(camera.RoomOf("door"))
+	sessions := srv.Cameras.Sessions(camera.RoomOf("door"))
 	if len(sessions) < 2 || sessions[0].Steps["first_rtp"] == 0 || sessions[0].Steps["ice_connected"] == 0 {
 		t.Fatalf("time-to-stream records: %+v", sessions)
 	}

@@ -81,7 +81,7 @@ func (g *Gateway) onRelay(from, to *sfu.Participant, data []byte) {
 			return
 		}
 		now := time.Now()
-		t := sfu.NewSessionTiming(from.Room().Name(), viewer.Identity(), viewer.Sid(), "direct", now)
+		t := from.Room().NewSessionTiming(viewer.Identity(), viewer.Sid(), "direct", now)
 		d.m[key] = &directTiming{t: t, opened: now}
 	case "answer":
 		if cur != nil && viewer == to {

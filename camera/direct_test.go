@@ -94,14 +94,14 @@ func TestWebRTCCameraDirect(t *testing.T) {
 	// The server keeps a record of the session too, tagged direct.
 	var rec *sfu.SessionTimingInfo
 	for deadline := time.Now().Add(10 * time.Second); rec == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		for _, x := range camera.Sessions(room) {
+		for _, x := range srv.Cameras.Sessions(room) {
 			if x.Kind == "direct" && x.Identity == "direct-1" && x.Steps["first_rtp"] > 0 {
 				rec = &x
 			}
 		}
 	}
 	if rec == nil {
-		t.Fatalf("no direct session record with first_rtp: %+v", camera.Sessions(room))
+		t.Fatalf("no direct session record with first_rtp: %+v", srv.Cameras.Sessions(room))
 	}
 	if rec.Steps["answer_created"] <= 0 || rec.Steps["first_rtp"] < rec.Steps["answer_created"] || rec.Steps["dtls_connected"] > rec.Steps["first_rtp"] {
 		t.Fatalf("direct record's steps out of order: %v", rec.Steps)

@@ -386,15 +386,6 @@ func registerDeviceTopics(g *Gateway) {
 	g.HandleTopic("talk", "ptz", handleTalk)
 }
 
-// devices holds the per-camera state of the ptz, talk and http topics; it
-// lives as long as the camera (cleared when the camera's context ends).
-type devices struct {
-	mu  sync.Mutex
-	ptz map[*Camera]*ptzWorker
-}
-
-var camDevices = devices{ptz: map[*Camera]*ptzWorker{}}
-
 // handlePTZ is the TopicHandler of topic ptz.
 func handlePTZ(c *Camera, from string, _ bool, payload []byte) {
 	req, err := parsePTZ(payload)
@@ -408,25 +399,27 @@ func handlePTZ(c *Camera, from string, _ bool, payload []byte) {
 		c.Reply(from, "ptz", errReply(req.ID, "camera "+c.ID()+" has no ONVIF PTZ configured"))
 		return
 	}
-	camDevices.mu.Lock()
-	w := camDevices.ptz[c]
+	c.devMu.Lock()
+	w := c.ptz
 	if w == nil {
 		cl, err := onvif.New(onvif.Config{URL: cfg.ONVIF.URL, User: cfg.ONVIF.User, Password: cfg.ONVIF.Password, Log: c.log})
 		if err != nil {
-			camDevices.mu.Unlock()
+			c.devMu.Unlock()
 			c.Reply(from, "ptz", errReply(req.ID, err.Error()))
 			return
 		}
 		w = newPTZWorker(cl, func(to string, b []byte) { c.Reply(to, "ptz", b) }, c.log)
-		camDevices.ptz[c] = w
+		c.ptz = w
 		go func() {
 			w.run(c.ctx)
-			camDevices.mu.Lock()
-			delete(camDevices.ptz, c)
-			camDevices.mu.Unlock()
+			c.devMu.Lock()
+			if c.ptz == w {
+				c.ptz = nil
+			}
+			c.devMu.Unlock()
 		}()
 	}
-	camDevices.mu.Unlock()
+	c.devMu.Unlock()
 	w.submit(from, req)
 }
 

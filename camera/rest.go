@@ -27,7 +27,7 @@ func (g *Gateway) AdminRoutes(h AdminHandle) {
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"camera": c.Status(), "sessions": Sessions(c.Room())}, nil
+		return map[string]any{"camera": c.Status(), "sessions": g.Sessions(c.Room())}, nil
 	})
 	h("POST /v1/cameras", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var cfg Config

@@ -402,11 +402,6 @@ func (t *tunnel) submit(ctx context.Context, from string, payload []byte) {
 	}()
 }
 
-var camTunnels = struct {
-	mu sync.Mutex
-	m  map[*Camera]*tunnel
-}{m: map[*Camera]*tunnel{}}
-
 // handleHTTP is the TopicHandler of topic http.
 func handleHTTP(c *Camera, from string, _ bool, payload []byte) {
 	cfg := c.Config()
@@ -414,8 +409,8 @@ func handleHTTP(c *Camera, from string, _ bool, payload []byte) {
 		c.Reply(from, "http", errorReply(payload, "camera "+c.ID()+" has no web interface configured"))
 		return
 	}
-	camTunnels.mu.Lock()
-	t := camTunnels.m[c]
+	c.devMu.Lock()
+	t := c.tunnel
 	if t == nil {
 		user, pass := cfg.HTTP.User, cfg.HTTP.Password
 		if user == "" {
@@ -424,18 +419,12 @@ func handleHTTP(c *Camera, from string, _ bool, payload []byte) {
 		var err error
 		t, err = newTunnel(cfg.HTTP.Base, user, pass, cfg.HTTP.Allow, func(to string, b []byte) { c.Reply(to, "http", b) }, c.log)
 		if err != nil {
-			camTunnels.mu.Unlock()
+			c.devMu.Unlock()
 			c.Reply(from, "http", errorReply(payload, err.Error()))
 			return
 		}
-		camTunnels.m[c] = t
-		go func() {
-			<-c.ctx.Done()
-			camTunnels.mu.Lock()
-			delete(camTunnels.m, c)
-			camTunnels.mu.Unlock()
-		}()
+		c.tunnel = t
 	}
-	camTunnels.mu.Unlock()
+	c.devMu.Unlock()
 	t.submit(c.ctx, from, payload)
 }

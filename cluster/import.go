@@ -177,6 +177,15 @@ func (im *importer) materialize(mr *mirror) {
 		return
 	}
 	n.addMirror(p, im.l.peer)
+	im.mu.Lock()
+	mr.p = p
+	tracks := make([]*mirrorTrack, 0, len(mr.tracks))
+	for _, mt := range mr.tracks {
+		tracks = append(tracks, mt)
+	}
+	im.mu.Unlock()
+	// Registered after mr.p is set: a mirror closed already (OnClose runs at
+	// once) must not stay behind as mr.p, or sync would never join it again.
 	p.OnClose(func() {
 		n.removeMirror(p)
 		im.mu.Lock()
@@ -189,13 +198,6 @@ func (im *importer) materialize(mr *mirror) {
 		}
 		im.mu.Unlock()
 	})
-	im.mu.Lock()
-	mr.p = p
-	tracks := make([]*mirrorTrack, 0, len(mr.tracks))
-	for _, mt := range mr.tracks {
-		tracks = append(tracks, mt)
-	}
-	im.mu.Unlock()
 	for _, mt := range tracks {
 		im.publish(p, mt)
 	}

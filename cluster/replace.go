@@ -47,10 +47,8 @@ type Plan struct {
 
 // Margins: a better assignment must win by max(marginMS, marginFrac of the
 // cost) to split a room one node could serve, or to move anybody. They cover
-// the RTT measurements' noise (best of three probes on a loaded machine
-// varies by a millisecond or two) and the cost of a move; they are below the
-// 3.7 ms (8.5 %) by which the three-region benchmark's room of six gains from
-// its split (docs/benchmarks.md), so that split is taken.
+// the RTT measurements' noise and the cost of a move, and stay below the gain
+// of the three-region benchmark's split (docs/benchmarks.md), so it is taken.
 const (
 	marginMS   = 2.0
 	marginFrac = 0.05

@@ -48,8 +48,10 @@ type Config struct {
 	Cameras []Camera `yaml:"cameras"`
 	// Recording records cameras continuously (config/recording.go, docs/recording.md).
 	Recording Recording `yaml:"recording"`
-	// Ingest takes RTMP publishers into rooms (config/ingest.go, docs/ingest.md).
+	// Ingest takes RTMP and SRT publishers into rooms (config/ingest.go, docs/ingest.md).
 	Ingest Ingest `yaml:"ingest"`
+	// Webhook notifies URLs of room events (config/webhook.go, docs/webhooks.md).
+	Webhook Webhook `yaml:"webhook"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -61,6 +63,9 @@ type RTC struct {
 	// LastN is how many other participants' video each receiver gets, by recency
 	// of speaking (pinned ones always); 0 means all.
 	LastN int `yaml:"last_n" flag:"last-n" usage:"video streams per receiver, most recent speakers first (0: all)"`
+	// AudioLastN is how many speakers' audio every receiver gets, the loudest;
+	// 0 or less means all.
+	AudioLastN int `yaml:"audio_last_n" flag:"audio-last-n" usage:"audio streams per receiver, the loudest speakers (0: all)"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 }
@@ -128,6 +133,7 @@ func Default() Config {
 			TCPPort:      7881,
 			ResumeWindow: 20 * time.Second,
 			PacketCache:  1024,
+			AudioLastN:   3,
 		},
 		WebTransport: WebTransport{Enabled: true},
 		TURN: TURN{
@@ -144,6 +150,7 @@ func Default() Config {
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
 		Ingest:    Ingest{MaxConns: 64},
+		Webhook:   defaultWebhook(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -280,6 +287,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Ingest.validate(); err != nil {
+		return err
+	}
+	if err := c.Webhook.validate(); err != nil {
 		return err
 	}
 	if err := validateCameras(c.Cameras); err != nil {

@@ -48,6 +48,8 @@ func TestRejects(t *testing.T) {
 		"bad cache":    {"--packet-cache", "1000"},
 		"stray arg":    {"extra"},
 		"bad duration": {"--turn-ttl", "soon"},
+		"webhook url":  {"--webhook-urls", "ftp://example.com/hook"},
+		"no retries":   {"--webhook-urls", "http://127.0.0.1:1/hook", "--webhook-attempts", "0"},
 	} {
 		if _, err := Load("serve", args); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -78,5 +80,15 @@ func TestTrustedProxies(t *testing.T) {
 	}
 	if _, err := Load("serve", []string{"--trusted-proxies", "proxy.example"}); err == nil {
 		t.Fatal("a name was accepted as a trusted proxy")
+	}
+}
+
+func TestWebhookURLsFromFlag(t *testing.T) {
+	c, err := Load("serve", []string{"--webhook-urls", "http://127.0.0.1:9/a, https://hooks.example/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Webhook.URLs) != 2 || c.Webhook.URLs[1] != "https://hooks.example/b" || c.Webhook.Attempts != 6 {
+		t.Fatalf("webhook: %+v", c.Webhook)
 	}
 }

@@ -58,9 +58,7 @@ func (p scriptPeer) interpreter() string { return cmp.Or(os.Getenv(p.env), p.pyt
 // variant's procs=N overrides it): its host's share of the machine's CPUs,
 // which the two hosts and the emulator between them share. With a P for
 // every CPU, a peer that hands each packet from one goroutine to another
-// woke an idle thread to run it: on 2 CPUs, 66 000 context switches a
-// second between the two Petrel peers on lan, and 510 Mbit/s where one P
-// each moved 820 (TCP and Pion did not gain; lab/notes.md, session 20).
+// wakes an idle thread on a CPU the other host needs (lab/notes.md).
 // The browsers run as they are.
 func PeerProcs() int { return max(1, runtime.NumCPU()/2) }
 
@@ -148,10 +146,8 @@ func (h *Harness) run(ctx context.Context, l *netem.Lab, rs RunSpec, procs int) 
 		recvRole = "dc-answer-lean"
 	}
 	// The bulk data goes from host a to host b, as TCP's does: the sender
-	// of a to-browser stack listens in a, and the browser measures in b.
-	// (Until session 18 Petrel sent from b, so on the mobile profile, whose
-	// jitter is a → b, a browser received on the path that does not
-	// reorder.)
+	// of a to-browser stack listens in a, and the browser measures in b,
+	// so that it receives on the path mobile's jitter reorders.
 	listen, browserHost := netem.AddrB, l.A
 	if IsToBrowser(stack) {
 		listen, browserHost = netem.AddrA, l.B

@@ -53,7 +53,7 @@ func (l leanMeter) OnDataChannel(dc *datachan.Channel) {
 func dcAnswerLean(c PeerConfig) (Result, error) {
 	m := newMeter(c.Duration)
 	var res Result
-	err := leanSession(c, leanMeter{m}, func(v *session.Viewer, _ <-chan error) error {
+	err := leanSession(c, leanMeter{m}, func(v *session.DataSession, _ <-chan error) error {
 		select {
 		case <-m.done:
 		case <-time.After(c.Duration + 30*time.Second):
@@ -94,7 +94,7 @@ func dcAnswerSendLean(c PeerConfig) error {
 	t.SendHigh, t.SendLow = max(t.SendHigh, 8<<20), max(t.SendLow, 4<<20) // as dcOfferPetrel
 	h := leanSender{t: t, stop: make(chan struct{})}
 	defer close(h.stop)
-	return leanSession(c, h, func(v *session.Viewer, ended <-chan error) error {
+	return leanSession(c, h, func(v *session.DataSession, ended <-chan error) error {
 		go logStats("petrel data session sender", func() datachan.Stats { s, _ := v.SCTPStats(); return s }, h.stop)
 		<-ended // the browser measures, and says "done"
 		return nil
@@ -104,7 +104,7 @@ func dcAnswerSendLean(c PeerConfig) error {
 // leanSession answers host a's offer with a lean data session on host b's
 // lab address and runs wait while it lasts; ended yields when host a says
 // "done" or closes signaling. When wait returns, host a is told "done".
-func leanSession(c PeerConfig, h session.DataHandler, wait func(v *session.Viewer, ended <-chan error) error) error {
+func leanSession(c PeerConfig, h session.DataHandler, wait func(v *session.DataSession, ended <-chan error) error) error {
 	sig, err := acceptSignaling(c)
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"github.com/pion/interceptor"
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 func TestReaders(t *testing.T) {
@@ -308,3 +310,111 @@ func TestKeyframeOnRequest(t *testing.T) {
 		t.Fatal("an audio source took a keyframe request")
 	}
 }
+
+// levelCtx negotiates the RFC 6464 audio level extension, as a browser's offer does.
+type levelCtx struct{ bindCtx }
+
+func (levelCtx) HeaderExtensions() []webrtc.RTPHeaderExtensionParameter {
+	return []webrtc.RTPHeaderExtensionParameter{{URI: rtc.ExtAbsSendTime, ID: 3}, {URI: rtc.ExtAudioLevel, ID: 5}}
+}
+
+// levelRecorder keeps the audio level of each packet at the time it is written
+// (the sink rewrites the extension's byte in place for the next one).
+type levelRecorder struct {
+	mu     sync.Mutex
+	levels []int // -1: no extension
+}
+
+func (r *levelRecorder) WriteRTP(h *rtp.Header, p []byte) (int, error) {
+	l := -1
+	if b := h.GetExtension(5); len(b) == 1 {
+		l = int(b[0])
+	}
+	r.mu.Lock()
+	r.levels = append(r.levels, l)
+	r.mu.Unlock()
+	return len(p), nil
+}
+func (r *levelRecorder) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestSyntheticAudioLevels: synthetic audio carries the negotiated audio level
+// on every packet, speech and pauses per talker, different talkers differently;
+// without the extension negotiated, packets carry none.
+func TestSyntheticAudioLevels(t *testing.T) {
+	for _, ssrc := range []uint32{1111, 2222, 3333} {
+		var speech, pause, onset int
+		for n := uint32(0); n < 1000; n++ { // 20 s
+			l := talkLevel(ssrc, n)
+			switch {
+			case l >= 25 && l <= 47:
+				speech++
+				if n > 0 && talkLevel(ssrc, n-1) > 47 {
+					onset++
+				}
+			case l >= 62 && l <= 71:
+				pause++
+			default:
+				t.Fatalf("ssrc %d frame %d: level %d outside speech and noise", ssrc, n, l)
+			}
+		}
+		if speech < 200 || pause < 300 || onset < 2 {
+			t.Fatalf("ssrc %d: %d speech frames, %d pause frames, %d starts of speech in 20 s", ssrc, speech, pause, onset)
+		}
+	}
+	same := 0
+	for n := uint32(0); n < 1000; n++ {
+		if talkLevel(1111, n) == talkLevel(2222, n) {
+			same++
+		}
+	}
+	if same > 500 {
+		t.Fatalf("two talkers share the level of %d frames in 1000", same)
+	}
+
+	s := Synthetic(true, 0, 0, 0)
+	var a, b levelRecorder
+	if _, err := s.Track("a", "st").Bind(levelCtx{bindCtx{"a", 1111, &a}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Track("b", "st").Bind(bindCtx{"b", 2222, &b}); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	time.Sleep(300 * time.Millisecond)
+	s.Stop()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(a.levels) < 5 || len(b.levels) < 5 {
+		t.Fatalf("%d and %d packets in 300 ms", len(a.levels), len(b.levels))
+	}
+	for i, l := range a.levels {
+		if want := int(talkLevel(1111, uint32(i+1))); l != want {
+			t.Fatalf("packet %d: level %d, want %d", i, l, want)
+		}
+	}
+	for i, l := range b.levels {
+		if l != -1 {
+			t.Fatalf("packet %d carries a level (%d) that was not negotiated", i, l)
+		}
+	}
+}
+
+// TestSyntheticAudioNoAlloc: writing an audio frame with its level to a
+// bound track allocates nothing in the generator.
+func TestSyntheticAudioNoAlloc(t *testing.T) {
+	s := Synthetic(true, 0, 0, 0)
+	if _, err := s.Track("a", "st").Bind(levelCtx{bindCtx{"a", 1111, discard{}}}); err != nil {
+		t.Fatal(err)
+	}
+	f := s.frames[0]
+	if n := testing.AllocsPerRun(200, func() { s.writeFrame(&f, 0) }); n != 0 {
+		t.Fatalf("%v allocations per audio frame", n)
+	}
+}
+
+type discard struct{}
+
+func (discard) WriteRTP(h *rtp.Header, p []byte) (int, error) { return len(p), nil }
+func (discard) Write(b []byte) (int, error)                   { return len(b), nil }

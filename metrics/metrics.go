@@ -22,6 +22,7 @@ var (
 	Joins        = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_joins_total", Help: "Join attempts by result."}, []string{"result"})
 	SignalErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_signal_errors_total", Help: "Errors returned to clients, by code."}, []string{"code"})
 	LayerSwitch  = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "petrel_layer_switch_seconds", Help: "From a subscriber's simulcast layer change (its request or the allocation's) to the new layer's keyframe reaching the server and being forwarded.", Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, 1, 2}})
+	AudioPackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_audio_lastn_packets_total", Help: "Audio packets per subscriber: forwarded, or withheld by audio Last-N (the speaker is not among the loudest)."}, []string{"result"})
 	DataMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "petrel_data_messages_total", Help: "Room data messages by result."}, []string{"result"})
 
 	PacketsIn  = Packets.WithLabelValues("in")
@@ -33,9 +34,12 @@ var (
 	PLIsOut    = PLIs.WithLabelValues("out")
 	CacheHit   = Cache.WithLabelValues("hit")
 	CacheMiss  = Cache.WithLabelValues("miss")
+
+	AudioForwarded = AudioPackets.WithLabelValues("forwarded")
+	AudioWithheld  = AudioPackets.WithLabelValues("withheld")
 )
 
 func init() {
-	Registry.MustRegister(Rooms, Participants, Tracks, Subscriptions, Packets, Bytes, NACKs, PLIs, Cache, RTT, LayerSwitch, Joins, SignalErrors, DataMessages,
+	Registry.MustRegister(Rooms, Participants, Tracks, Subscriptions, Packets, Bytes, NACKs, PLIs, Cache, RTT, LayerSwitch, AudioPackets, Joins, SignalErrors, DataMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/petrel-sfu/petrel/sfu"
 	"github.com/petrel-sfu/petrel/signal"
 	"github.com/petrel-sfu/petrel/web"
+	"github.com/petrel-sfu/petrel/webhook"
 	"github.com/petrel-sfu/petrel/webtransport"
 )
 
@@ -55,6 +56,8 @@ type Server struct {
 	// Ingest takes RTMP and SRT publishers into rooms; nil unless ingest.rtmp
 	// or ingest.srt is set.
 	Ingest *ingest.Server
+	// Webhooks notifies webhook.urls of room events; nil without them.
+	Webhooks *webhook.Notifier
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -65,9 +68,7 @@ type Server struct {
 // 100; the GOGC environment variable still overrides it). The server's heap is
 // mostly long-lived connection state and its packet paths allocate little, so
 // collecting at half the growth costs no measurable CPU and keeps RSS closer
-// to what is live: at 400 lean WHEP viewers 45-47 instead of 60-61 KiB per
-// viewer, in a 3x27 room 1.12-1.14 instead of 1.33 MiB per participant, CPU
-// per packet the same within the runs' spread (docs/benchmarks.md).
+// to what is live (docs/benchmarks.md, "Go's GC percent").
 const gcPercent = 50
 
 // Start opens every socket and starts serving. keys with apiKey sign and verify
@@ -87,6 +88,21 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		return nil, err
 	}
 	s.Manager = sfu.NewManager(cfg, session.NewTransport(s.Sessions, sfu.MaxDataMessage(cfg)), log)
+	if len(cfg.Webhook.URLs) > 0 {
+		key := cfg.Webhook.APIKey
+		if key == "" {
+			key = apiKey
+		}
+		secret, ok := keys[key]
+		if !ok {
+			s.Sessions.Close()
+			s.Engine.Close()
+			return nil, fmt.Errorf("webhook.api_key: no secret for key %q", key)
+		}
+		// Before the cameras: their rooms are reported too.
+		s.Webhooks = webhook.New(cfg.Webhook, key, secret, log)
+		s.Manager.SetObserver(s.Webhooks.Emit)
+	}
 	turnSecret := cfg.TURN.Secret
 	if turnSecret == "" {
 		// Derived, so that the API secret itself never reaches a TURN server.
@@ -215,6 +231,10 @@ func timing(r *http.Request) gate.Kind {
 	return gate.Bounded
 }
 
+// webhookDrain is how long a shutdown waits for the last webhook events
+// (the departures it caused) to be delivered.
+const webhookDrain = 2 * time.Second
+
 // Err reports the HTTP server's failure.
 func (s *Server) Err() <-chan error { return s.errc }
 
@@ -233,6 +253,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.Recorder.Close()
 	}
 	s.Manager.Shutdown()
+	if s.Webhooks != nil {
+		// The participants' and rooms' last events go out, within a bound.
+		wctx, cancel := context.WithTimeout(ctx, webhookDrain)
+		s.Webhooks.Close(wctx)
+		cancel()
+	}
 	err := s.http.Shutdown(ctx)
 	s.closeMedia()
 	return err

@@ -41,7 +41,7 @@ func (b *Batch) Errors() int { return b.errs }
 // b's next buffer and sent with the batch's other packets by Flush (or when
 // the batch is full). The same rules hold: 0 and no error before the SRTP
 // keys are in place. It allocates nothing.
-func (v *Viewer) QueueRTP(b *Batch, h *rtp.Header, payload []byte) (int, error) {
+func (v *Session) QueueRTP(b *Batch, h *rtp.Header, payload []byte) (int, error) {
 	if !v.ready.Load() {
 		if v.closed.Load() {
 			return 0, errClosed

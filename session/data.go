@@ -19,7 +19,7 @@ import (
 
 // A data session is a connection that carries only data channels, which the
 // client offers: the publisher connection of a room participant that may
-// not publish media (a webinar's audience). It is a Viewer like the others
+// not publish media (a webinar's audience). It is a Session like the others
 // (ICE-lite, the shared UDP socket, the server's DTLS certificate) whose
 // DTLS connection stays up and carries an SCTP association instead of
 // giving SRTP keys: no PeerConnection, no ICE agent, no SRTP session.
@@ -32,7 +32,18 @@ type DataHandler interface {
 	OnDataChannel(dc *datachan.Channel)
 }
 
-// dataSide is what a data session has besides a Viewer's ICE and DTLS.
+// DataSession is a session of data channels alone.
+type DataSession struct{ *Session }
+
+// RTT is the SCTP association's smoothed round-trip time (0: not measured).
+func (v *DataSession) RTT() time.Duration {
+	if st, ok := v.SCTPStats(); ok {
+		return st.SRTT
+	}
+	return 0
+}
+
+// dataSide is what a data session has besides a Session's ICE and DTLS.
 type dataSide struct {
 	h          DataHandler
 	mu         sync.Mutex
@@ -57,7 +68,7 @@ const dataQueue = 4096
 // NewDataSession answers a client's offer for a connection with data
 // channels only. Audio and video sections of the offer are rejected;
 // maxMessage bounds the messages the server accepts (a=max-message-size).
-func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandler) (*Viewer, string, error) {
+func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandler) (*DataSession, string, error) {
 	if err := s.open(); err != nil {
 		return nil, "", err
 	}
@@ -69,7 +80,7 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 	if err != nil {
 		return nil, "", err
 	}
-	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
+	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
@@ -79,13 +90,13 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 		return nil, "", err
 	}
 	s.serve(v, dataQueue)
-	return v, answer, nil
+	return &DataSession{v}, answer, nil
 }
 
 // Reoffer answers a later offer of a data session's client: a
 // renegotiation, or an ICE restart (new client credentials), which gives
 // the server new ones too. The DTLS fingerprint may not change.
-func (v *Viewer) Reoffer(offerSDP string) (string, error) {
+func (v *DataSession) Reoffer(offerSDP string) (string, error) {
 	d := v.data
 	if d == nil {
 		return "", errors.New("session: not a data session")
@@ -117,7 +128,7 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 	if o.ufrag != d.rufrag {
 		c = newCreds(c)
 		v.creds.Store(c)
-		v.s.addUfrag(v, c.ufrag)
+		v.s.addUfrag(v.Session, c.ufrag)
 		d.rufrag = o.ufrag
 	}
 	v.setClient(o.ufrag, o.pwd)
@@ -130,7 +141,7 @@ func (v *Viewer) Reoffer(offerSDP string) (string, error) {
 
 // LastOffer is the client's last offer of a data or publisher session (a
 // WHIP ICE restart is that offer with new credentials).
-func (v *Viewer) LastOffer() string {
+func (v *DataSession) LastOffer() string {
 	if d := v.data; d != nil {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -140,7 +151,7 @@ func (v *Viewer) LastOffer() string {
 }
 
 // remoteUfrag is the client's ICE ufrag.
-func (v *Viewer) remoteUfrag() string {
+func (v *Session) remoteUfrag() string {
 	if d := v.data; d != nil {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -170,7 +181,7 @@ func dataSection(o *offer, mid string) (string, error) {
 // dataAnswer writes the answer: ICE-lite, setup:passive, the data section
 // accepted and, for a publisher session, the media sections it receives
 // (ingest.go), all in one BUNDLE group; every other section rejected.
-func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
+func (v *Session) dataAnswer(o *offer, c *iceCreds) (string, error) {
 	s := &sdp.SessionDescription{
 		Origin:           sdp.Origin{Username: "-", SessionID: uint64(randomSSRC()), SessionVersion: 2, NetworkType: "IN", AddressType: "IP4", UnicastAddress: "0.0.0.0"},
 		SessionName:      "-",
@@ -241,7 +252,7 @@ func (v *Viewer) dataAnswer(o *offer, c *iceCreds) (string, error) {
 // drain when records are queued (kickSCTP), so a quiet session holds no
 // goroutine. Without them (a suite dtlsrec does not handle) the
 // association reads pion/dtls's connection on a goroutine of its own.
-func (v *Viewer) runSCTP(dc net.Conn, rec *dtlsrec.Conn, client bool) {
+func (v *Session) runSCTP(dc net.Conn, rec *dtlsrec.Conn, client bool) {
 	d := v.data
 	cfg := datachan.Config{Conn: dc, Client: client, MaxMessage: d.maxMessage, MTU: sctpMTU, Log: v.s.log,
 		MaxChannels: v.s.MaxDataChannels, Input: rec != nil, OnChannel: d.h.OnDataChannel,
@@ -278,7 +289,7 @@ func (v *Viewer) runSCTP(dc net.Conn, rec *dtlsrec.Conn, client bool) {
 
 // kickSCTP starts a drain of the queued DTLS records into the association
 // unless one runs.
-func (v *Viewer) kickSCTP() {
+func (v *Session) kickSCTP() {
 	d := v.data
 	if d.rec.Load() != nil && d.draining.CompareAndSwap(false, true) {
 		go v.drainSCTP()
@@ -291,7 +302,7 @@ var sctpBufs = sync.Pool{New: func() any { return new([8192]byte) }}
 // drainSCTP hands every queued record's SCTP packet to the association, and
 // ends when none is left: a record queued after its last look starts the
 // next drain (kickSCTP), or this one goes on if that found it running.
-func (v *Viewer) drainSCTP() {
+func (v *Session) drainSCTP() {
 	d := v.data
 	rec, a := d.rec.Load(), v.association()
 	buf := sctpBufs.Get().(*[8192]byte)
@@ -354,7 +365,7 @@ func interfaceMTU() int {
 
 // SCTPStats are the counters of a data session's SCTP association, false
 // before it started.
-func (v *Viewer) SCTPStats() (datachan.Stats, bool) {
+func (v *DataSession) SCTPStats() (datachan.Stats, bool) {
 	if a := v.association(); a != nil {
 		return a.Stats(), true
 	}
@@ -363,7 +374,7 @@ func (v *Viewer) SCTPStats() (datachan.Stats, bool) {
 
 // association is the data session's SCTP association, nil before it
 // started (or on a session without data).
-func (v *Viewer) association() *datachan.Association {
+func (v *Session) association() *datachan.Association {
 	d := v.data
 	if d == nil {
 		return nil
@@ -374,7 +385,7 @@ func (v *Viewer) association() *datachan.Association {
 }
 
 // closeData ends the association (an ABORT to the client if it is up).
-func (v *Viewer) closeData() {
+func (v *Session) closeData() {
 	if a := v.association(); a != nil {
 		a.Abort("session closed")
 	}

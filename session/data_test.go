@@ -224,7 +224,7 @@ func TestDataSessionBadOffers(t *testing.T) {
 // sendJunk sends each datagram of junk to session v from a second address
 // of the client's (one that passed an ICE check with the session's
 // credentials), and waits until the server has dropped them all.
-func sendJunk(t *testing.T, s *Server, v *Viewer, offer, answer string, junk [][]byte) {
+func sendJunk(t *testing.T, s *Server, v *DataSession, offer, answer string, junk [][]byte) {
 	t.Helper()
 	j := newClient(t)
 	j.ufrag, j.sufrag, j.spwd = iceUfrag(offer), iceUfrag(answer), icePwd(answer)

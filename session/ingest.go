@@ -67,7 +67,7 @@ type InTrack struct {
 
 	rid    string
 	ssrc   uint32
-	v      *Viewer
+	v      *Session
 	sec    *inSection
 	rtp    *packetio.Buffer
 	rtcp   *packetio.Buffer
@@ -143,10 +143,14 @@ func (sec *inSection) has(pt uint8) *inCodec {
 	return nil
 }
 
-// NewIngest answers a client's offer for a publisher connection: its audio
+// Publisher is a publisher session: a data session that also receives the
+// client's audio and video.
+type Publisher struct{ *DataSession }
+
+// NewPublisher answers a client's offer for a publisher connection: its audio
 // and video sections are received, its data channel section (if any) is a
 // data session's. maxMessage bounds the data channel messages.
-func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h IngestHandler) (*Viewer, string, error) {
+func (s *Server) NewPublisher(offerSDP string, cfg Ingest, maxMessage uint32, h IngestHandler) (*Publisher, string, error) {
 	if err := s.open(); err != nil {
 		return nil, "", err
 	}
@@ -162,7 +166,7 @@ func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h Ing
 	in := &ingestSide{cfg: cfg, h: h, chain: chain, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
-	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
+	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	v.setClient(o.ufrag, o.pwd)
 	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
@@ -183,7 +187,7 @@ func (s *Server) NewIngest(offerSDP string, cfg Ingest, maxMessage uint32, h Ing
 		return nil, "", err
 	}
 	s.serve(v, dataQueue)
-	return v, answer, nil
+	return &Publisher{&DataSession{v}}, answer, nil
 }
 
 // update takes the media sections of an offer: new ones are added with
@@ -318,7 +322,7 @@ func (in *ingestSide) close() {
 
 // onRTP decrypts one SRTP packet, routes it by SSRC, lets the interceptors
 // see it and queues it for its track. It runs on the socket's reader.
-func (in *ingestSide) onRTP(v *Viewer, b []byte) {
+func (in *ingestSide) onRTP(v *Session, b []byte) {
 	rx := in.rx.Load()
 	if rx == nil {
 		v.s.drop("srtp", "SRTP before the DTLS handshake finished", v.remoteAddr(), len(b))
@@ -363,7 +367,7 @@ func (in *ingestSide) onRTP(v *Viewer, b []byte) {
 
 // bind makes the stream of a new SSRC: the section its a=ssrc lines or its
 // mid extension name, the encoding its rid extension names.
-func (in *ingestSide) bind(v *Viewer, h *rtp.Header) *InTrack {
+func (in *ingestSide) bind(v *Session, h *rtp.Header) *InTrack {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	streams := *in.streams.Load()
@@ -541,19 +545,14 @@ func ntpTime(t time.Time) uint64 {
 	return s<<32 | f
 }
 
-// PublisherRTT is the round-trip time to a publisher session's client: from
-// its answers to RTCP XR receiver reference times, else its SCTP
-// association's smoothed RTT; 0 if neither has been measured.
-func (v *Viewer) PublisherRTT() time.Duration {
-	if v.in != nil {
-		if rtt := v.in.rtt.Load(); rtt > 0 {
-			return time.Duration(rtt)
-		}
+// RTT is the round-trip time to the client: from its answers to RTCP XR
+// receiver reference times, else its SCTP association's smoothed RTT; 0 if
+// neither has been measured.
+func (p *Publisher) RTT() time.Duration {
+	if rtt := p.in.rtt.Load(); rtt > 0 {
+		return time.Duration(rtt)
 	}
-	if st, ok := v.SCTPStats(); ok && st.SRTT > 0 {
-		return st.SRTT
-	}
-	return 0
+	return p.DataSession.RTT()
 }
 
 // ReadRTP blocks for the stream's next packet (decrypted, as sent).

@@ -84,7 +84,7 @@ func TestIngestWithPion(t *testing.T) {
 	}()
 
 	offer := offerWith(t, pc, nil)
-	v, answer, err := s.NewIngest(offer, testIngest(), 65536, ev)
+	v, answer, err := s.NewPublisher(offer, testIngest(), 65536, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestIngestWithPion(t *testing.T) {
 
 	// Junk from a second address that passed an ICE check: dropped and
 	// counted, the stream goes on.
-	sendJunk(t, s, v, offer, answer, [][]byte{
+	sendJunk(t, s, v.DataSession, offer, answer, [][]byte{
 		append([]byte{0x80, 0x60, 0, 1, 0, 0, 0, 0, 1, 2, 3, 4}, bytes.Repeat([]byte{7}, 40)...), // RTP that is not SRTP
 		{0x80, 0x60, 0}, // a truncated header
 		append([]byte{0x80, 0xc8}, bytes.Repeat([]byte{7}, 40)...), // SRTCP that does not authenticate
@@ -260,7 +260,7 @@ const simulcastOffer = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=gro
 func TestIngestSimulcastRouting(t *testing.T) {
 	s := startServer(t)
 	ev := newIngestEvents()
-	v, answer, err := s.NewIngest(simulcastOffer, testIngest(), 65536, ev)
+	v, answer, err := s.NewPublisher(simulcastOffer, testIngest(), 65536, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestIngestSimulcastRouting(t *testing.T) {
 		{"q again under another SSRC", hdr(6, "0", "q"), false},
 		{"f", hdr(7, "0", "f"), true},
 	} {
-		if got := in.bind(v, c.h) != nil; got != c.ok {
+		if got := in.bind(v.Session, c.h) != nil; got != c.ok {
 			t.Errorf("%s: bound %v, want %v", c.name, got, c.ok)
 		}
 	}
@@ -316,7 +316,7 @@ func TestIngestSimulcastRouting(t *testing.T) {
 	// packets: its encodings end, and their SSRCs no longer route.
 	first.Stop()
 	readsEnd(t, first)
-	if in.bind(v, hdr(5, "0", "q")) != nil || in.bind(v, hdr(8, "0", "h")) != nil {
+	if in.bind(v.Session, hdr(5, "0", "q")) != nil || in.bind(v.Session, hdr(8, "0", "h")) != nil {
 		t.Error("a stopped track's encodings were bound again")
 	}
 	in.mu.Lock()
@@ -332,7 +332,7 @@ func TestIngestSimulcastRouting(t *testing.T) {
 		in.mu.Lock()
 		in.secs[0].tracks = nil
 		in.mu.Unlock()
-		if in.bind(v, hdr(ssrc, "0", "")) != nil {
+		if in.bind(v.Session, hdr(ssrc, "0", "")) != nil {
 			bound++
 		}
 	}

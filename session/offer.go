@@ -18,7 +18,7 @@ import (
 
 // A session the server offers is a room participant's subscriber side: the
 // server adds and removes tracks, writes an offer for what it sends, and
-// applies the client's answer. It is a Viewer like a WHEP one (ICE-lite,
+// applies the client's answer. It is a Session like a WHEP viewer's (ICE-lite,
 // DTLS server, the same write path), with the negotiation the other way round.
 
 // Header extension ids of a server-offered session. The answerer keeps the
@@ -67,23 +67,27 @@ type offSection struct {
 
 func (o *offerer) wasAnswered() bool { return o.hasAnswer.Load() }
 
+// Subscriber is a room participant's subscriber session: the server offers
+// its tracks (AddTrack, Offer) and applies the client's answers.
+type Subscriber struct{ *Session }
+
 // NewSubscriber makes a session the server offers to. It has no tracks and
 // waits for AddTrack and Offer; h hears about it as about a WHEP viewer.
-func (s *Server) NewSubscriber(h Handler) (*Viewer, error) {
+func (s *Server) NewSubscriber(h Handler) (*Subscriber, error) {
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	v := &Viewer{s: s, h: h, off: &offerer{pts: map[string]uint8{}, cname: lean.Token(16),
+	v := &Session{s: s, h: h, off: &offerer{pts: map[string]uint8{}, cname: lean.Token(16),
 		sessionID: uint64(randomSSRC())<<16 | uint64(randomSSRC()&0xffff), answered: make(chan struct{})}}
 	v.creds.Store(newCreds(nil))
 	s.serve(v, lean.HandshakeQueue)
-	return v, nil
+	return &Subscriber{v}, nil
 }
 
 // AddTrack gives t a media section (a new one, or one a removed track left
 // and an answer took off) and returns what t is sent with. The client learns
 // of it with the next offer.
-func (v *Viewer) AddTrack(t Track) (Sender, error) {
+func (v *Subscriber) AddTrack(t Track) (Sender, error) {
 	o := v.off
 	if o == nil {
 		return Sender{}, errors.New("session: a WHEP viewer's tracks are fixed by its offer")
@@ -116,7 +120,7 @@ func (v *Viewer) AddTrack(t Track) (Sender, error) {
 const maxSections = 512
 
 // RemoveTrack stops the section mid; the next offer has it inactive.
-func (v *Viewer) RemoveTrack(mid string) {
+func (v *Subscriber) RemoveTrack(mid string) {
 	o := v.off
 	if o == nil {
 		return
@@ -183,7 +187,7 @@ func (o *offerer) payloadType(t Track) (uint8, error) {
 // Offer writes an offer for the session's sections. restart gives the
 // server new ICE credentials (the old ones answer checks until the client
 // switched).
-func (v *Viewer) Offer(restart bool) (string, error) {
+func (v *Subscriber) Offer(restart bool) (string, error) {
 	o := v.off
 	if o == nil {
 		return "", errors.New("session: a WHEP viewer is not offered to")
@@ -191,7 +195,7 @@ func (v *Viewer) Offer(restart bool) (string, error) {
 	if restart {
 		c := newCreds(v.creds.Load())
 		v.creds.Store(c)
-		v.s.addUfrag(v, c.ufrag)
+		v.s.addUfrag(v.Session, c.ufrag)
 	}
 	c := v.creds.Load()
 	o.mu.Lock()
@@ -287,7 +291,7 @@ type Accepted struct {
 // ApplyAnswer applies the client's answer to the last offer and says, for
 // every track section it offered, whether the client takes it. The answer
 // comes from the network: everything in it is checked.
-func (v *Viewer) ApplyAnswer(text string) ([]Accepted, error) {
+func (v *Subscriber) ApplyAnswer(text string) ([]Accepted, error) {
 	o := v.off
 	if o == nil {
 		return nil, errors.New("session: a WHEP viewer answers nothing")

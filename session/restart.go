@@ -16,9 +16,6 @@ var ErrBadCredentials = errors.New("ICE restart: ice-ufrag must be 4-256 and ice
 // answered until the next restart, so media goes on while the client
 // switches; DTLS and SRTP are not touched.
 func (v *Viewer) RestartICE(ufrag, pwd string) (string, error) {
-	if v.off != nil || v.data != nil {
-		return "", errors.New("session: ICE restart of an offered or data session goes through its offers")
-	}
 	if !iceChars(ufrag, 4) || !iceChars(pwd, 22) {
 		return "", ErrBadCredentials
 	}
@@ -30,7 +27,7 @@ func (v *Viewer) RestartICE(ufrag, pwd string) (string, error) {
 	c.remote = ufrag
 	v.creds.Store(c)
 	v.s.mu.Unlock()
-	v.s.addUfrag(v, c.ufrag)
+	v.s.addUfrag(v.Session, c.ufrag)
 	v.setClient(ufrag, pwd) // new credentials: a new nomination (and nudge)
 	var b strings.Builder
 	fmt.Fprintf(&b, "a=ice-ufrag:%s\r\na=ice-pwd:%s\r\n", c.ufrag, c.pwd)

@@ -54,8 +54,8 @@ type Server struct {
 	log  *slog.Logger
 
 	mu      sync.RWMutex
-	byUfrag map[string]*Viewer
-	byAddr  map[netip.AddrPort]*Viewer
+	byUfrag map[string]*Session
+	byAddr  map[netip.AddrPort]*Session
 	// active counts both maps' entries: with no lean viewer a datagram costs
 	// Handle one atomic load.
 	active  atomic.Int32
@@ -93,7 +93,7 @@ type Server struct {
 }
 
 type rtcpBuf struct {
-	v *Viewer
+	v *Session
 	n int
 	b [mtu]byte
 }
@@ -113,7 +113,7 @@ func New(conn *net.UDPConn, ips []net.IP, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{conn: conn, cert: cert, ips: ips, port: conn.LocalAddr().(*net.UDPAddr).Port, log: log.With("component", "webrtc"),
-		byUfrag: map[string]*Viewer{}, byAddr: map[netip.AddrPort]*Viewer{}, done: make(chan struct{}),
+		byUfrag: map[string]*Session{}, byAddr: map[netip.AddrPort]*Session{}, done: make(chan struct{}),
 		rtcpFree: make(chan *rtcpBuf, rtcpQueue), rtcpWork: make(chan *rtcpBuf, rtcpQueue),
 		rtcpDec: make([]byte, mtu)}
 	var tb [8]byte
@@ -151,7 +151,7 @@ func (s *Server) Close() {
 			_ = s.tcpLn.Close()
 		}
 		s.mu.RLock()
-		vs := make([]*Viewer, 0, len(s.byUfrag))
+		vs := make([]*Session, 0, len(s.byUfrag))
 		for _, v := range s.byUfrag {
 			vs = append(vs, v)
 		}
@@ -219,7 +219,7 @@ func (s *Server) onSTUN(b []byte, from netip.AddrPort) bool {
 
 // queueRTCP hands an SRTCP datagram to the rtcp goroutine, or drops it when
 // the queue is full (RTCP is periodic or repeated: losing some is harmless).
-func (s *Server) queueRTCP(v *Viewer, b []byte) {
+func (s *Server) queueRTCP(v *Session, b []byte) {
 	select {
 	case rb := <-s.rtcpFree:
 		rb.v, rb.n = v, copy(rb.b[:], b)
@@ -273,13 +273,13 @@ func (s *Server) open() error {
 
 // serve starts v's consent clock, gives it the adapter its DTLS connection
 // reads from (queue records long) and lets its ICE checks reach it.
-func (s *Server) serve(v *Viewer, queue int) {
+func (s *Server) serve(v *Session, queue int) {
 	v.lastCheck.Store(time.Now().UnixNano())
 	v.pc = lean.NewPacketConnSize(v.writeDTLS, s.conn.LocalAddr(), &net.UDPAddr{}, queue)
 	s.add(v)
 }
 
-func (s *Server) add(v *Viewer) {
+func (s *Server) add(v *Session) {
 	s.addUfrag(v, v.creds.Load().ufrag)
 	s.viewers.Add(1)
 	metrics.Sessions.Inc()
@@ -287,7 +287,7 @@ func (s *Server) add(v *Viewer) {
 
 // addUfrag lets binding requests for ufrag reach v. Of the ufrags an ICE
 // restart replaced, only the last one stays.
-func (s *Server) addUfrag(v *Viewer, ufrag string) {
+func (s *Server) addUfrag(v *Session, ufrag string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if v.closed.Load() {
@@ -307,7 +307,7 @@ func (s *Server) addUfrag(v *Viewer, ufrag string) {
 
 // addPath lets datagrams from a (checked) UDP address, or the frames of an
 // ICE-TCP connection (tc), reach v.
-func (s *Server) addPath(v *Viewer, a netip.AddrPort, tc *tcpConn) bool {
+func (s *Server) addPath(v *Session, a netip.AddrPort, tc *tcpConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if tc != nil {
@@ -336,7 +336,7 @@ const maxAddrs = 8
 
 // remove forgets v's ufrags and addresses and returns its ICE-TCP
 // connections, for the caller to close.
-func (s *Server) remove(v *Viewer) []*tcpConn {
+func (s *Server) remove(v *Session) []*tcpConn {
 	s.mu.Lock()
 	if len(v.ufrags) > 0 {
 		s.viewers.Add(-1)
@@ -365,7 +365,7 @@ func (s *Server) remove(v *Viewer) []*tcpConn {
 func (s *Server) janitor() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var vs []*Viewer
+	var vs []*Session
 	for {
 		select {
 		case <-s.done:

@@ -156,7 +156,7 @@ type tcpConn struct {
 	c    net.Conn
 	from netip.AddrPort
 	// v is the session; set by the reader when the first check passed.
-	v       *Viewer
+	v       *Session
 	pending bool // not yet counted out of tcpPending (under s.tcpMu)
 	msg     stun.Message
 
@@ -262,7 +262,7 @@ func (t *tcpConn) frame(b []byte) string {
 }
 
 // attach makes t a path of v: its send queue and writer start. Under s.mu.
-func (t *tcpConn) attach(v *Viewer) {
+func (t *tcpConn) attach(v *Session) {
 	t.v = v
 	t.mu.Lock()
 	t.ring = make([]byte, tcpQueueStart)
@@ -416,7 +416,7 @@ func (t *tcpConn) shutdown() {
 // on, the last path checked takes its place; with none left the session
 // ends, as when consent expires, unless a check on a new path comes within
 // TCPPathGrace.
-func (v *Viewer) lostTCP(t *tcpConn, reason string) {
+func (v *Session) lostTCP(t *tcpConn, reason string) {
 	s := v.s
 	s.mu.Lock()
 	for i, x := range v.tcps {

@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
@@ -42,7 +41,7 @@ func trackOf(t sfu.TrackSpec) Track {
 }
 
 // Viewer answers a WHEP viewer's offer.
-func (t *Transport) Viewer(offer string, tracks []sfu.TrackSpec, h sfu.SessionHandler) (sfu.Subscriber, []sfu.TrackSlot, string, error) {
+func (t *Transport) Viewer(offer string, tracks []sfu.TrackSpec, h sfu.SessionHandler) (sfu.Viewer, []sfu.TrackSlot, string, error) {
 	specs := make([]Track, len(tracks))
 	for i, x := range tracks {
 		specs[i] = trackOf(x)
@@ -55,7 +54,7 @@ func (t *Transport) Viewer(offer string, tracks []sfu.TrackSpec, h sfu.SessionHa
 	for i, s := range v.Senders {
 		slots[i] = sfu.TrackSlot{Mid: s.Mid, SSRC: s.SSRC, PT: s.PT, TransportCC: s.TransportCC, OK: true}
 	}
-	return subscriber{v}, slots, answer, nil
+	return viewer{v}, slots, answer, nil
 }
 
 // Subscriber makes a room participant's subscriber side.
@@ -70,30 +69,39 @@ func (t *Transport) Subscriber(h sfu.SessionHandler) (sfu.Subscriber, error) {
 // Publisher answers a publisher's offer: a publisher session, or a data
 // session for a client that may not publish media.
 func (t *Transport) Publisher(offer string, media bool, h sfu.PublisherHandler) (sfu.Publisher, string, error) {
-	var v *Viewer
-	var answer string
-	var err error
 	if media {
-		v, answer, err = t.s.NewIngest(offer, t.ingest, t.maxMsg, publisherHandler{h})
-	} else {
-		v, answer, err = t.s.NewDataSession(offer, t.maxMsg, publisherHandler{h})
+		p, answer, err := t.s.NewPublisher(offer, t.ingest, t.maxMsg, publisherHandler{h})
+		if err != nil {
+			return nil, "", err
+		}
+		return p, answer, nil
 	}
+	d, answer, err := t.s.NewDataSession(offer, t.maxMsg, publisherHandler{h})
 	if err != nil {
 		return nil, "", err
 	}
-	return publisher{v}, answer, nil
+	return d, answer, nil
 }
 
-// subscriber is a Viewer as sfu's Subscriber.
-type subscriber struct{ *Viewer }
+// viewer is a Viewer as sfu's Viewer.
+type viewer struct{ *Viewer }
+
+func (v viewer) NewBatch() sfu.Batch { return newBatch() }
+
+func (v viewer) QueueRTP(b sfu.Batch, h *rtp.Header, payload []byte) (int, error) {
+	return v.Session.QueueRTP(b.(pooledBatch).Batch, h, payload)
+}
+
+// subscriber is a Subscriber as sfu's Subscriber.
+type subscriber struct{ *Subscriber }
 
 func (s subscriber) AddTrack(t sfu.TrackSpec) (string, error) {
-	snd, err := s.Viewer.AddTrack(trackOf(t))
+	snd, err := s.Subscriber.AddTrack(trackOf(t))
 	return snd.Mid, err
 }
 
 func (s subscriber) ApplyAnswer(sdp string) ([]sfu.TrackSlot, error) {
-	acc, err := s.Viewer.ApplyAnswer(sdp)
+	acc, err := s.Subscriber.ApplyAnswer(sdp)
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +112,10 @@ func (s subscriber) ApplyAnswer(sdp string) ([]sfu.TrackSlot, error) {
 	return out, nil
 }
 
-func (s subscriber) NewBatch() sfu.Batch { return pooledBatch{batches.Get().(*Batch)} }
+func (s subscriber) NewBatch() sfu.Batch { return newBatch() }
 
 func (s subscriber) QueueRTP(b sfu.Batch, h *rtp.Header, payload []byte) (int, error) {
-	return s.Viewer.QueueRTP(b.(pooledBatch).Batch, h, payload)
+	return s.Session.QueueRTP(b.(pooledBatch).Batch, h, payload)
 }
 
 // pooledBatch goes back to the pool once flushed.
@@ -115,15 +123,12 @@ type pooledBatch struct{ *Batch }
 
 var batches = sync.Pool{New: func() any { return NewBatch() }}
 
+func newBatch() sfu.Batch { return pooledBatch{batches.Get().(*Batch)} }
+
 func (b pooledBatch) Flush() {
 	b.Batch.Flush()
 	batches.Put(b.Batch)
 }
-
-// publisher is a Viewer as sfu's Publisher.
-type publisher struct{ *Viewer }
-
-func (p publisher) RTT() time.Duration { return p.PublisherRTT() }
 
 // publisherHandler hands a session's streams and channels to sfu's handler.
 type publisherHandler struct{ sfu.PublisherHandler }

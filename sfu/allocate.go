@@ -94,7 +94,8 @@ func (p *Participant) allocate() {
 	var video []*DownTrack
 	for _, d := range subs {
 		if d.pub.kind == Audio {
-			if !d.Paused() {
+			// Audio Last-N's withheld speakers are not sent (audiolastn.go).
+			if !d.Paused() && !d.pub.audioWithheld.Load() {
 				budget -= d.pub.audioRate()
 			}
 			continue

@@ -194,7 +194,7 @@ func TestDemandTurnsLayersOffAfterTheDelay(t *testing.T) {
 // at 40 kbit/s and a video track whose layers run at 100 and 300 kbit/s. The
 // audio takes 48 kbit/s (its rate and a fifth), which leaves the 300 kbit/s
 // layer room; a fixed 64 kbit/s reserve, as before the audio is measured,
-// does not.
+// does not, and audio withheld by audio Last-N takes nothing.
 func TestAudioTakesItsMeasuredRate(t *testing.T) {
 	room := &Room{participants: map[string]*Participant{}, lastSpoke: map[string]time.Time{}, speakers: NewSpeakers()}
 	sub := &Participant{sid: "PA_sub", room: room, subs: map[string]*DownTrack{}, bwe: bwe.New(350_000, 0, 0)}
@@ -228,6 +228,13 @@ func TestAudioTakesItsMeasuredRate(t *testing.T) {
 	sub.allocate()
 	if got := video.allocLayer.Load(); got != 0 {
 		t.Fatalf("with 64 kbit/s set aside for the audio the video got layer %d, want 0", got)
+	}
+	// Audio Last-N withholds it: the subscriber is not sent it, nothing is
+	// set aside.
+	audio.setAudioForwarded(false, 0)
+	sub.allocate()
+	if got := video.allocLayer.Load(); got != 1 {
+		t.Fatalf("with the audio withheld the video got layer %d, want 1", got)
 	}
 }
 

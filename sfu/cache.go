@@ -130,3 +130,25 @@ func (c *PacketCache) Get(seq uint16, dst []byte) int {
 	}
 	return copy(dst, c.slots[i][:c.lens[i]])
 }
+
+// GetAt is Get that also returns when the packet arrived (sfu clock).
+func (c *PacketCache) GetAt(seq uint16, dst []byte) (int, int64) {
+	i := seq & c.mask
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid[i] || c.seqs[i] != seq {
+		return 0, 0
+	}
+	return copy(dst, c.slots[i][:c.lens[i]]), c.at[i]
+}
+
+// Arrival is when the packet with seq arrived (sfu clock), 0 if not cached.
+func (c *PacketCache) Arrival(seq uint16) int64 {
+	i := seq & c.mask
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid[i] || c.seqs[i] != seq {
+		return 0
+	}
+	return c.at[i]
+}

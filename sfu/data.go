@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // Room data messages travel on two data channels of the publisher connection:
@@ -249,7 +251,7 @@ func (p *Participant) onData(label string, b []byte) {
 			p.log.Warn("data message dropped", "why", why, "bytes", len(b))
 		}
 	}
-	if !p.grants.PublishData {
+	if !p.Grants().PublishData {
 		drop("forbidden")
 		return
 	}
@@ -277,11 +279,18 @@ func (p *Participant) onData(label string, b []byte) {
 	if f := p.room.mgr.dataFilter.Load(); f != nil && (*f)(p, label == labelReliable, h, to, payload) {
 		return // consumed by a server component (relaytap.go)
 	}
-	frame := EncodeData(h, payload)
 	if tap := p.room.mgr.dataTap.Load(); tap != nil {
 		(*tap)(p, label == labelReliable, h, to, payload)
 	}
-	for _, r := range p.room.recipients(p, to) {
+	deliverData(p.room.recipients(p, to), label, h, payload, drop)
+}
+
+// deliverData sends one message to each recipient on its channel of that
+// label (or to a local participant's handler) and counts those it reached.
+func deliverData(to []*Participant, label string, h DataHeader, payload []byte, drop func(why string)) int {
+	frame := EncodeData(h, payload)
+	n := 0
+	for _, r := range to {
 		r.mu.Lock()
 		dc := r.dcs[label]
 		fn := r.dataFn
@@ -289,6 +298,7 @@ func (p *Participant) onData(label string, b []byte) {
 		if fn != nil {
 			fn(label == labelReliable, h, payload)
 			metrics.DataMessages.WithLabelValues("forwarded").Inc()
+			n++
 			continue
 		}
 		if dc == nil || !dc.open() {
@@ -303,7 +313,9 @@ func (p *Participant) onData(label string, b []byte) {
 			continue
 		}
 		metrics.DataMessages.WithLabelValues("forwarded").Inc()
+		n++
 	}
+	return n
 }
 
 // SendData sends a server-originated message (from is empty) to the participant.
@@ -319,4 +331,34 @@ func (p *Participant) SendData(reliable bool, h DataHeader, payload []byte) erro
 		return errors.New("no data channel")
 	}
 	return dc.send(EncodeData(h, payload))
+}
+
+// SendData delivers a message from the server itself (no sender) to the room's
+// visible participants on this node, or to those of the named identities. It
+// returns how many received it; an identity not in the room is an error
+// (not_found), an oversize payload too (message_too_large).
+func (r *Room) SendData(reliable bool, topic string, text bool, identities []string, payload []byte) (int, error) {
+	if len(payload) > r.mgr.cfg.Limits.MaxDataBytes {
+		return 0, protocol.Errorf(protocol.CodeTooLarge, "payload over limits.max_data_bytes (%d bytes)", r.mgr.cfg.Limits.MaxDataBytes)
+	}
+	if len(topic) > 256 || len(identities) > 256 {
+		return 0, protocol.Errorf(protocol.CodeBadRequest, "topic over 256 bytes or more than 256 identities")
+	}
+	var to []*Participant
+	for _, p := range r.Participants() {
+		if len(identities) == 0 || slices.Contains(identities, p.identity) {
+			to = append(to, p)
+		}
+	}
+	for _, id := range identities {
+		if !slices.ContainsFunc(to, func(p *Participant) bool { return p.identity == id }) {
+			return 0, protocol.Errorf(protocol.CodeNotFound, "no participant %q in room %q", id, r.name)
+		}
+	}
+	label := labelLossy
+	if reliable {
+		label = labelReliable
+	}
+	drop := func(why string) { metrics.DataMessages.WithLabelValues(why).Inc() }
+	return deliverData(to, label, DataHeader{Topic: topic, Text: text}, payload, drop), nil
 }

@@ -40,6 +40,9 @@ type DownTrack struct {
 	// targetAt is when target last changed (for the switch delay metric).
 	targetAt atomic.Int64
 	needSync atomic.Bool
+	// audioReplay: the track was just selected by audio Last-N; the next
+	// packet is preceded by the recent ones (audiolastn.go).
+	audioReplay atomic.Bool
 
 	// Transport-wide congestion control: the negotiated extension id, and the
 	// subscriber connection's estimator that numbers and records every packet.
@@ -268,6 +271,9 @@ func (d *DownTrack) writeRTP(p *Packet) bool { return d.writeRTPBatch(p, nil) }
 func (d *DownTrack) writeRTPBatch(p *Packet, fb *fanBatch) bool {
 	if !d.bound.Load() || d.paused.Load() {
 		return false
+	}
+	if d.audioReplay.Load() {
+		d.replayAudio(p)
 	}
 	if d.needSync.Load() && !p.Keyframe {
 		d.replayGOP(p) // gop.go: a new subscriber of a camera starts from the cached GOP

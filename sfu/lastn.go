@@ -18,12 +18,16 @@ const decisionInterval = 300 * time.Millisecond
 func (r *Room) selectionLoop() {
 	tick := time.NewTicker(decisionInterval)
 	defer tick.Stop()
+	audio := time.NewTicker(audioDecisionInterval)
+	defer audio.Stop()
 	for {
 		select {
 		case <-r.done:
 			return
 		case t := <-tick.C:
 			r.decide(t)
+		case t := <-audio.C:
+			r.decideAudio(t)
 		}
 	}
 }

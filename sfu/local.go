@@ -113,7 +113,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 	if !p.local {
 		return nil, errors.New("PublishLocal on a participant with a peer connection")
 	}
-	if !p.grants.Publish {
+	if !p.Grants().Publish {
 		return nil, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
 	}
 	kind := KindOf(opt.Info.Kind)

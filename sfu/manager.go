@@ -32,8 +32,12 @@ type Manager struct {
 	// when its node says so, after the new session has media).
 	handover atomic.Pointer[func(*Participant) bool]
 	relayTap relayTapPtr // relaytap.go
+	observer observerPtr // observer.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
+
+	timings timingTable // timing.go
+	reports reporter    // reporter.go
 }
 
 // NewManager returns a manager whose participants' sessions t makes.
@@ -92,12 +96,14 @@ func (m *Manager) getOrCreate(name string) (*Room, error) {
 	r := &Room{
 		sid: newSid("RM_"), name: name, mgr: m, createdAt: time.Now(),
 		participants: map[string]*Participant{}, maxParticipants: m.cfg.Limits.MaxParticipantsPerRoom,
-		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, done: make(chan struct{}),
+		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, audioLastN: m.cfg.RTC.AudioLastN, done: make(chan struct{}),
 	}
 	go r.selectionLoop()
 	m.rooms[name] = r
 	metrics.Rooms.Inc()
 	m.log.Info("room opened", "room", name)
+	// Under m.mu: no one joins the room before it is reported.
+	m.emitRoom(EventRoomStarted, r)
 	return r, nil
 }
 
@@ -115,6 +121,7 @@ func (m *Manager) dropIfEmpty(r *Room) {
 		delete(m.rooms, r.name)
 		metrics.Rooms.Dec()
 		m.log.Info("room closed", "room", r.name, "why", "empty")
+		m.emitRoom(EventRoomFinished, r)
 	}
 }
 
@@ -129,6 +136,7 @@ func (m *Manager) forget(r *Room) {
 		delete(m.rooms, r.name)
 		metrics.Rooms.Dec()
 		m.log.Info("room closed", "room", r.name)
+		m.emitRoom(EventRoomFinished, r)
 	}
 }
 
@@ -179,7 +187,7 @@ func (m *Manager) Join(c *auth.Claims, opt JoinOptions, out Sender) (*Participan
 // it during a handover or keep is set. The server's own participants are never
 // replaced by anyone else's: their identities are reserved.
 func (m *Manager) takeIdentity(p *Participant, keep bool) error {
-	if p.origin == Client && auth.Reserved(p.identity) && !(p.identity == auth.CameraIdentity && p.grants.Camera) {
+	if p.origin == Client && auth.Reserved(p.identity) && !(p.identity == auth.CameraIdentity && p.Grants().Camera) {
 		return protocol.Errorf(protocol.CodeIdentityReserved, "identity %q is reserved for the server's own participants", p.identity)
 	}
 	if p.hidden {
@@ -226,13 +234,15 @@ func (m *Manager) newParticipant(c *auth.Claims, hidden bool) (*Participant, err
 	}
 	sid := newSid("PA_")
 	p := &Participant{
-		sid: sid, identity: c.Identity(), room: room, grants: c.Grants,
+		sid: sid, identity: c.Identity(), room: room,
 		joinedAt: time.Now(), resumeToken: newSid(""), hidden: hidden,
 		name: c.Name, metadata: c.Metadata,
 		published: map[string]*Publication{}, announced: map[string]protocol.TrackInfo{},
 		subs: map[string]*DownTrack{}, dcs: map[string]*openChan{},
 		lastN: -1,
 	}
+	g := c.Grants
+	p.grants.Store(&g)
 	p.log = m.log.With("room", room.name, "participant", sid, "identity", c.Identity())
 	return p, nil
 }

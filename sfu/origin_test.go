@@ -67,7 +67,7 @@ func TestLocalParticipantGrants(t *testing.T) {
 	if err := q.Relay(p.Sid(), []byte(`{}`)); protocol.CodeOf(err) != protocol.CodeForbidden {
 		t.Errorf("relay without subscribe: %v", err)
 	}
-	p.grants.PublishData = true
+	p.SetGrants(auth.Grants{PublishData: true})
 	p.PublishData(true, "chat", nil, []byte("hi"))
 	if from := <-got; from != "viewer" || len(got) != 0 {
 		t.Fatalf("delivered from %q, %d more", from, len(got))

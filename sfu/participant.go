@@ -32,11 +32,12 @@ type Sender interface {
 // subscriber side (the server offers; media flows out). Each side has exactly
 // one offerer, so renegotiation never collides.
 type Participant struct {
-	sid         string
-	identity    string
-	room        *Room
-	log         *slog.Logger
-	grants      auth.Grants
+	sid      string
+	identity string
+	room     *Room
+	log      *slog.Logger
+	// grants change live (SetGrants): read them with Grants().
+	grants      atomic.Pointer[auth.Grants]
 	joinedAt    time.Time
 	resumeToken string
 	// hidden participants (WHEP viewers) are not announced to the room.
@@ -104,7 +105,7 @@ func (p *Participant) Identity() string { return p.identity }
 func (p *Participant) Room() *Room      { return p.room }
 func (p *Participant) Hidden() bool     { return p.hidden }
 func (p *Participant) Grants() auth.Grants {
-	return p.grants
+	return *p.grants.Load()
 }
 
 // Origin is whom the participant answers to.
@@ -150,12 +151,13 @@ func (p *Participant) infoLocked() protocol.ParticipantInfo {
 	for _, t := range p.published {
 		tracks = append(tracks, t.Info())
 	}
+	g := p.Grants()
 	return protocol.ParticipantInfo{
 		Sid: p.sid, Identity: p.identity, Name: p.name, Metadata: p.metadata,
 		JoinedAt: p.joinedAt.UnixMilli(),
 		Permissions: protocol.Grants{
-			Publish: p.grants.Publish, Subscribe: p.grants.Subscribe,
-			PublishData: p.grants.PublishData, Admin: p.grants.Admin,
+			Publish: g.Publish, Subscribe: g.Subscribe,
+			PublishData: g.PublishData, Admin: g.Admin,
 		},
 		Tracks: tracks,
 	}
@@ -226,7 +228,7 @@ func (p *Participant) HandleOffer(sdp string) (string, error) {
 		}
 		return answer, nil
 	}
-	pub, answer, err := p.room.mgr.transport.Publisher(sdp, p.grants.Publish, publisherSide{p})
+	pub, answer, err := p.room.mgr.transport.Publisher(sdp, p.Grants().Publish, publisherSide{p})
 	if err != nil {
 		return "", protocol.Errorf(protocol.CodeSDPInvalid, "%v", err)
 	}
@@ -248,7 +250,7 @@ func (p *Participant) HandleAnswer(sdp string) error {
 	p.mu.Lock()
 	sub, waiting := p.sub, p.negotiating
 	p.mu.Unlock()
-	if sub == nil || !sub.offers {
+	if sub == nil || sub.off == nil {
 		return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 	}
 	if !waiting {
@@ -286,7 +288,7 @@ func (p *Participant) AddCandidate(target string, c *protocol.Candidate) error {
 		p.mu.Lock()
 		sub := p.sub
 		p.mu.Unlock()
-		if sub == nil || !sub.offers {
+		if sub == nil || sub.off == nil {
 			return protocol.Errorf(protocol.CodeBadRequest, "no subscriber connection")
 		}
 	case "publisher", "":
@@ -344,7 +346,7 @@ func (p *Participant) doNegotiate() {
 	sub := p.sub
 	p.mu.Unlock()
 
-	sdp, err := sub.s.Offer(restart)
+	sdp, err := sub.off.Offer(restart)
 	if err == nil {
 		p.send(protocol.Msg{"type": "offer", "sdp": sdp})
 		return
@@ -358,7 +360,7 @@ func (p *Participant) doNegotiate() {
 // PublishTrack records a track the client is about to send; media arriving with
 // the same msid track id becomes this track.
 func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, error) {
-	if !p.grants.Publish {
+	if !p.Grants().Publish {
 		return protocol.TrackInfo{}, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
 	}
 	p.mu.Lock()
@@ -390,7 +392,7 @@ func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, err
 // dependency descriptor extensions (0: none).
 func (p *Participant) publishStream(src Source, id string, kind Kind, codec Codec, levelExt, ddExt uint8) {
 	p.mu.Lock()
-	if p.closed || !p.grants.Publish {
+	if p.closed || !p.Grants().Publish {
 		p.mu.Unlock()
 		src.Stop()
 		return
@@ -475,6 +477,7 @@ func (p *Participant) unpublish(t *Publication, why string) {
 		t.stop()
 	}
 	p.log.Info("track unpublished", "track", t.sid, "why", why)
+	p.room.mgr.emitParticipant(EventTrackUnpublished, p, t, why)
 	p.room.broadcast(protocol.Msg{"type": "trackUnpublished", "participantSid": p.sid, "trackSid": t.sid}, p)
 }
 
@@ -494,14 +497,15 @@ func (p *Participant) MuteTrack(sid string, muted bool) error {
 
 // Subscribe starts receiving t.
 func (p *Participant) Subscribe(t *Publication) error {
-	if !p.grants.Subscribe {
+	if !p.Grants().Subscribe {
 		return protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing")
 	}
 	if t.owner == p {
 		return nil
 	}
 	p.mu.Lock()
-	if p.closed || !p.hasSubscriberSide() {
+	// Again under mu: SetGrants collects the subscriptions to end under it.
+	if p.closed || !p.hasSubscriberSide() || !p.Grants().Subscribe {
 		p.mu.Unlock()
 		return nil
 	}
@@ -554,10 +558,10 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 			return
 		}
 	}
-	if sub != nil && sub.offers {
+	if sub != nil && sub.off != nil {
 		sub.remove(d)
 	}
-	if sub != nil && sub.offers && renegotiate {
+	if sub != nil && sub.off != nil && renegotiate {
 		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
 		p.negotiate(false)
 	}
@@ -608,7 +612,7 @@ func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
 // sender's grant and the recipient, and stamps the sender. Media received
 // over a direct connection is subscribed to: relaying needs that grant.
 func (p *Participant) Relay(to string, data []byte) error {
-	if !p.grants.Subscribe {
+	if !p.Grants().Subscribe {
 		return protocol.Errorf(protocol.CodeForbidden, "the token does not allow subscribing, which a direct connection does")
 	}
 	q := p.room.BySid(to)
@@ -620,6 +624,45 @@ func (p *Participant) Relay(to string, data []byte) error {
 	}
 	q.send(protocol.Msg{"type": "relay", "from": p.sid, "data": json.RawMessage(data)})
 	return nil
+}
+
+// SetGrants changes what p may do, at once (the admin API): a revoked publish
+// unpublishes its tracks, a revoked subscribe ends its subscriptions, a
+// revoked publishData drops its next message. The camera grant is the token's
+// alone and stays as it was. Everyone in the room, p too, gets
+// participantUpdated. A client whose publisher connection was made without
+// publish (data only) publishes media after it reconnects.
+func (p *Participant) SetGrants(g auth.Grants) {
+	old := p.Grants()
+	g.Camera = old.Camera
+	p.grants.Store(&g)
+	var pubs, subs []*Publication
+	p.mu.Lock()
+	if old.Publish && !g.Publish {
+		clear(p.announced)
+		for _, t := range p.published {
+			pubs = append(pubs, t)
+		}
+	}
+	if old.Subscribe && !g.Subscribe {
+		for _, d := range p.subs {
+			subs = append(subs, d.pub)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range pubs {
+		p.unpublish(t, "permission_revoked")
+	}
+	for _, t := range subs {
+		p.unsubscribe(t, true)
+	}
+	if len(pubs)+len(subs) > 0 || old != g {
+		p.log.Info("grants changed", "publish", g.Publish, "subscribe", g.Subscribe, "publishData", g.PublishData, "admin", g.Admin, "ptz", g.PTZ)
+	}
+	p.UpdateMetadata(nil, nil)
+	if !old.Subscribe && g.Subscribe {
+		p.room.subscribeExisting(p)
+	}
 }
 
 // UpdateMetadata changes name and/or metadata and tells the room.
@@ -680,6 +723,25 @@ func (p *Participant) ResumeTokenMatches(tok string) bool {
 
 // ResumeToken is handed to the client in joined.
 func (p *Participant) ResumeToken() string { return p.resumeToken }
+
+// MoveTo sends a room-protocol client to another room (the server API): it
+// gets move with the room and a token for it, its connections close, and it
+// leaves this room (reason moved); the client joins the other room with the
+// token and publishes its tracks there. Only a client on a signaling
+// connection can follow.
+func (p *Participant) MoveTo(room, token string) error {
+	p.mu.Lock()
+	out := p.out
+	p.mu.Unlock()
+	if out == nil || p.local || p.hidden {
+		return protocol.Errorf(protocol.CodeBadRequest, "participant %q is not connected over the room protocol's WebSocket, so it cannot follow a move", p.identity)
+	}
+	out.Send(protocol.Msg{"type": "move", "room": room, "token": token})
+	// No leave message: the client would take it as the end of its session.
+	out.Close("moved", "moved to room "+room)
+	p.Close("moved")
+	return nil
+}
 
 // Kick tells the client why and removes it.
 func (p *Participant) Kick(reason, message string) {
@@ -780,7 +842,7 @@ func constantTimeEqual(a, b string) bool {
 
 // hasSubscriberSide: the participant's subscriptions are offered to it by
 // the server. Under mu.
-func (p *Participant) hasSubscriberSide() bool { return p.sub != nil && p.sub.offers }
+func (p *Participant) hasSubscriberSide() bool { return p.sub != nil && p.sub.off != nil }
 
 // OnClose registers f to run once the participant has left.
 func (p *Participant) OnClose(f func()) {

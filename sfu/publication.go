@@ -42,6 +42,10 @@ type Publication struct {
 	sinks  atomic.Pointer[[]Sink] // local.go; nil or empty when none
 
 	muted atomic.Bool
+	// audioWithheld: audio Last-N leaves this audio track out (audiolastn.go);
+	// replayFrom is where its subscribers' replay starts when it comes back.
+	audioWithheld atomic.Bool
+	replayFrom    atomic.Int64
 	// gopStart: new subscribers start from the cached last keyframe (gop.go).
 	gopStart atomic.Bool
 	// demand is the last trackDemand sent to the publisher (packDemand).
@@ -82,6 +86,10 @@ type layer struct {
 	// Audio: the RFC 6464 audio-level extension id and the speaker record it feeds.
 	levelExt uint8
 	speaker  *activity
+	// The replay of recent audio to a subscriber when the track is selected
+	// (audiolastn.go), reused: the reader goroutine alone uses them.
+	replayBuf []byte
+	replayPkt Packet
 
 	// Publisher's clock mapping from its last sender report: the RTP time srRTP was
 	// current at local monotonic time srAt. Sender reports to subscribers derive from it.
@@ -264,7 +272,7 @@ func (l *layer) forward() {
 		workers = newFanWorkers(n)
 		defer workers.close()
 	}
-	var inPackets, inBytes, outPackets, outBytes int
+	var inPackets, inBytes, outPackets, outBytes, withheld int
 	var flushed int64
 	flush := func() {
 		flushed = now()
@@ -272,7 +280,11 @@ func (l *layer) forward() {
 		metrics.BytesIn.Add(float64(inBytes))
 		metrics.PacketsOut.Add(float64(outPackets))
 		metrics.BytesOut.Add(float64(outBytes))
-		inPackets, inBytes, outPackets, outBytes = 0, 0, 0, 0
+		if t.kind == Audio {
+			metrics.AudioForwarded.Add(float64(outPackets))
+			metrics.AudioWithheld.Add(float64(withheld))
+		}
+		inPackets, inBytes, outPackets, outBytes, withheld = 0, 0, 0, 0, 0
 	}
 	defer flush()
 	for {
@@ -311,8 +323,8 @@ func (l *layer) forward() {
 		if t.muted.Load() {
 			continue
 		}
-		sent := t.fanoutBatch(&pkt, workers, &fb)
-		t.sendSinks(&pkt)
+		sent, held := t.deliver(&pkt, workers, &fb)
+		withheld += held
 		outPackets += sent
 		outBytes += sent * n
 		// Counters reach Prometheus in batches: every 128 packets, and at least
@@ -321,6 +333,20 @@ func (l *layer) forward() {
 			flush()
 		}
 	}
+}
+
+// deliver hands pkt to the subscribers and the sinks and returns how many
+// subscribers sent it, and how many audio Last-N withheld it from.
+func (t *Publication) deliver(pkt *Packet, workers *fanWorkers, fb *fanBatch) (sent, withheld int) {
+	if t.audioWithheld.Load() {
+		// Not among the loudest speakers; sinks (a recording, other nodes)
+		// still get it.
+		withheld = len(*t.downs.Load())
+	} else {
+		sent = t.fanoutBatch(pkt, workers, fb)
+	}
+	t.sendSinks(pkt)
+	return sent, withheld
 }
 
 // fanout hands pkt to every subscriber and returns how many sent it.

@@ -24,14 +24,15 @@ type relayTapPtr = atomic.Pointer[RelayTap]
 // NewSessionTiming starts a record that belongs to no participant's
 // connection: a session the server only signals for (a direct session between
 // a viewer and a WebRTC camera). It is listed by SessionTimings until Finish.
-func NewSessionTiming(room, identity, sid, kind string, start time.Time) *SessionTiming {
-	t := &SessionTiming{Room: room, Identity: identity, Sid: sid, Kind: kind, Start: start}
-	timings.mu.Lock()
-	if timings.detached == nil {
-		timings.detached = map[*SessionTiming]bool{}
+func (r *Room) NewSessionTiming(identity, sid, kind string, start time.Time) *SessionTiming {
+	tt := &r.mgr.timings
+	t := &SessionTiming{Room: r.name, Identity: identity, Sid: sid, Kind: kind, Start: start, table: tt}
+	tt.mu.Lock()
+	if tt.detached == nil {
+		tt.detached = map[*SessionTiming]bool{}
 	}
-	timings.detached[t] = true
-	timings.mu.Unlock()
+	tt.detached[t] = true
+	tt.mu.Unlock()
 	return t
 }
 
@@ -46,16 +47,17 @@ func (t *SessionTiming) MarkAt(s Step, d time.Duration) {
 
 // Finish moves a record made by NewSessionTiming to the recent ones.
 func (t *SessionTiming) Finish() {
-	timings.mu.Lock()
-	defer timings.mu.Unlock()
-	if !timings.detached[t] {
+	tt := t.table
+	if tt == nil {
 		return
 	}
-	delete(timings.detached, t)
-	timings.recent = append(timings.recent, t)
-	if len(timings.recent) > recentTimings {
-		timings.recent = timings.recent[len(timings.recent)-recentTimings:]
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if !tt.detached[t] {
+		return
 	}
+	delete(tt.detached, t)
+	tt.finish(t)
 }
 
 // DataFilter may take a room data message before it is delivered: true means

@@ -23,23 +23,26 @@ type reportee struct {
 	pc rtcpWriter
 }
 
+// reporter is a manager's: its goroutine runs while it has participants.
 type reporter struct {
-	once  sync.Once
-	mu    sync.Mutex
-	slots [reportSlots][]reportee
-	next  int
+	mu      sync.Mutex
+	slots   [reportSlots][]reportee
+	next    int
+	n       int  // participants in the slots
+	running bool // the goroutine runs
 }
-
-// reports is the process's reporter; it starts with its first participant.
-var reports reporter
 
 // add runs p's periodic work, its sender reports going out through pc, until
 // p closes.
 func (r *reporter) add(p *Participant, pc rtcpWriter) {
-	r.once.Do(func() { go r.run() })
 	r.mu.Lock()
 	r.slots[r.next] = append(r.slots[r.next], reportee{p, pc})
 	r.next = (r.next + 1) % reportSlots
+	r.n++
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
 	r.mu.Unlock()
 }
 
@@ -62,12 +65,19 @@ func (r *reporter) run() {
 				closed = true
 			}
 		}
-		if closed {
-			r.mu.Lock()
-			r.slots[slot] = slices.DeleteFunc(r.slots[slot], func(x reportee) bool { return x.p.isClosed() })
-			r.mu.Unlock()
-		}
 		clear(batch) // no participant stays reachable from here
+		r.mu.Lock()
+		if closed {
+			before := len(r.slots[slot])
+			r.slots[slot] = slices.DeleteFunc(r.slots[slot], func(x reportee) bool { return x.p.isClosed() })
+			r.n -= before - len(r.slots[slot])
+		}
+		if r.n == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
 	}
 }
 

@@ -30,8 +30,8 @@ func (w *srRecorder) count() int {
 	return len(w.srs)
 }
 
-// The shared reporter sends each subscriber's sender reports once a second
-// and forgets a participant once it has closed.
+// The reporter sends each subscriber's sender reports once a second, forgets
+// a participant once it has closed, and stops when it has none.
 func TestReporterSendsSenderReportsUntilClose(t *testing.T) {
 	pub, _ := testPub(1, false)
 	d := pub.Subscribers()[0]
@@ -47,6 +47,7 @@ func TestReporterSendsSenderReportsUntilClose(t *testing.T) {
 	p := &Participant{sid: "PA_viewer", subs: map[string]*DownTrack{pub.sid: d}}
 	d.sub = p
 	w := &srRecorder{}
+	var reports reporter
 	reports.add(p, w)
 	deadline := time.Now().Add(3 * time.Second)
 	for w.count() < 2 && time.Now().Before(deadline) {
@@ -81,7 +82,11 @@ func TestReporterSendsSenderReportsUntilClose(t *testing.T) {
 			}
 		}
 	}
+	running := reports.running
 	reports.mu.Unlock()
+	if running {
+		t.Error("the reporter's goroutine runs on with no participant")
+	}
 	time.Sleep(1100 * time.Millisecond)
 	if w.count() != n {
 		t.Errorf("%d sender reports after close", w.count()-n)

@@ -32,6 +32,12 @@ type Room struct {
 	dominant  string
 	lastSpoke map[string]time.Time
 	lastN     int
+	// Audio Last-N (audiolastn.go): how many speakers' audio is forwarded
+	// (≤ 0: all; under mu), and the last selection (by participant sid,
+	// under audioMu).
+	audioLastN int
+	audioMu    sync.Mutex
+	audioSel   map[string]bool
 	// rank is the speaker order of the last selection round (ranked), for
 	// the receivers' bandwidth allocation between rounds.
 	rank     atomic.Pointer[ranking]
@@ -138,6 +144,7 @@ func (r *Room) add(p *Participant) error {
 	r.participants[p.sid] = p
 	r.mu.Unlock()
 	metrics.Participants.Inc()
+	r.mgr.emitParticipant(EventParticipantJoined, p, nil, "")
 	r.announce(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
 	return nil
 }
@@ -165,6 +172,7 @@ func (r *Room) remove(p *Participant, reason string) {
 	r.mu.Unlock()
 	r.speakers.Forget(p.sid)
 	metrics.Participants.Dec()
+	r.mgr.emitParticipant(EventParticipantLeft, p, nil, reason)
 	r.announce(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)
 	if empty {
 		r.mgr.dropIfEmpty(r)
@@ -193,6 +201,7 @@ func (r *Room) announce(m protocol.Msg, p *Participant) {
 
 // trackPublished announces t and subscribes those who subscribe automatically.
 func (r *Room) trackPublished(owner *Participant, t *Publication) {
+	r.mgr.emitParticipant(EventTrackPublished, owner, t, "")
 	info := t.Info()
 	for _, p := range r.all() {
 		if p == owner || !owner.seenBy(p) {
@@ -201,7 +210,7 @@ func (r *Room) trackPublished(owner *Participant, t *Publication) {
 		if !p.hidden {
 			p.send(protocol.Msg{"type": "trackPublished", "participantSid": owner.sid, "track": info})
 		}
-		if p.autoSubscribe && p.grants.Subscribe && !sameSession(p, owner) {
+		if p.autoSubscribe && p.Grants().Subscribe && !sameSession(p, owner) {
 			if err := p.Subscribe(t); err != nil {
 				p.log.Warn("auto-subscribe failed", "track", t.sid, "err", err)
 			}
@@ -218,7 +227,7 @@ func sameSession(p, q *Participant) bool {
 
 // subscribeExisting subscribes a newcomer to the tracks already published.
 func (r *Room) subscribeExisting(p *Participant) {
-	if !p.autoSubscribe || !p.grants.Subscribe {
+	if !p.autoSubscribe || !p.Grants().Subscribe {
 		return
 	}
 	for _, q := range r.all() {

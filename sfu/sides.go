@@ -17,12 +17,12 @@ import (
 type subscriberSide struct {
 	p  *Participant
 	tm *SessionTiming
-	s  Subscriber
-	// offers: the server offers this side's tracks (a room participant); a
-	// WHEP viewer's tracks were fixed by its own offer.
-	offers bool
-	downs  atomic.Pointer[[]boundDown]
-	hdr    rtp.Header // OnRTCP's scratch: it runs on the transport's one RTCP goroutine
+	s  Downstream
+	// off is s when the server offers this side's tracks (a room
+	// participant); nil for a WHEP viewer, whose tracks its own offer fixed.
+	off   Subscriber
+	downs atomic.Pointer[[]boundDown]
+	hdr   rtp.Header // OnRTCP's scratch: it runs on the transport's one RTCP goroutine
 
 	// By media section, the DownTracks the last offers carried (bound when
 	// an answer takes them).
@@ -85,7 +85,7 @@ func (t *Publication) spec() TrackSpec {
 
 // add gives d a media section in the next offer.
 func (ss *subscriberSide) add(d *DownTrack) error {
-	mid, err := ss.s.AddTrack(d.pub.spec())
+	mid, err := ss.off.AddTrack(d.pub.spec())
 	if err != nil {
 		return err
 	}
@@ -114,13 +114,13 @@ func (ss *subscriberSide) remove(d *DownTrack) {
 	ss.downs.Store(&downs)
 	ss.mu.Unlock()
 	if mid != "" {
-		ss.s.RemoveTrack(mid)
+		ss.off.RemoveTrack(mid)
 	}
 }
 
 // answer applies the client's answer and binds the DownTracks it takes.
 func (ss *subscriberSide) answer(sdp string) error {
-	acc, err := ss.s.ApplyAnswer(sdp)
+	acc, err := ss.off.ApplyAnswer(sdp)
 	if err != nil {
 		return err
 	}
@@ -167,15 +167,15 @@ func (ps publisherSide) OnTrack(t IncomingTrack) {
 // newSubscriberSide makes a room participant's subscriber side. Under p.mu
 // or before p is admitted.
 func (p *Participant) newSubscriberSide(tm *SessionTiming) error {
-	ss := &subscriberSide{p: p, tm: tm, offers: true, mids: map[string]*DownTrack{}}
+	ss := &subscriberSide{p: p, tm: tm, mids: map[string]*DownTrack{}}
 	s, err := p.room.mgr.transport.Subscriber(ss)
 	if err != nil {
 		return err
 	}
-	ss.s = s
+	ss.s, ss.off = s, s
 	ss.downs.Store(&[]boundDown{})
 	p.sub = ss // Close closes s
-	reports.add(p, s)
+	p.room.mgr.reports.add(p, s)
 	return nil
 }
 
@@ -206,7 +206,7 @@ func (p *Participant) playViewer(offer string, tracks []*Publication, tm *Sessio
 		t.addDown(d)
 	}
 	ss.downs.Store(&downs)
-	reports.add(p, s)
+	p.room.mgr.reports.add(p, s)
 	return answer, nil
 }
 
@@ -232,10 +232,14 @@ func (p *Participant) RestartViewerICE(ufrag, pwd string) (string, error) {
 	p.mu.Lock()
 	sub := p.sub
 	p.mu.Unlock()
-	if !p.hidden || sub == nil {
+	var v Viewer
+	if sub != nil {
+		v, _ = sub.s.(Viewer)
+	}
+	if !p.hidden || v == nil {
 		return "", protocol.Errorf(protocol.CodeBadRequest, "not a WHEP session")
 	}
-	frag, err := sub.s.RestartICE(ufrag, pwd)
+	frag, err := v.RestartICE(ufrag, pwd)
 	if err != nil {
 		return "", protocol.Errorf(protocol.CodeBadRequest, "%v", err)
 	}

@@ -40,6 +40,13 @@ const (
 	floorRise = 0.02
 	// staleAfter: a participant without audio levels this long is silent.
 	staleAfter = 200 * time.Millisecond
+	// loudAttack and loudRelease smooth the loudness per frame: a word's first
+	// frames count at once, a pause between words (a few hundred ms) barely.
+	loudAttack  = 0.5
+	loudRelease = 0.03
+	// loudDecay is how fast the loudness of a participant sending no packets
+	// (muted, or Opus DTX in silence) fades: the release, per frame of 20 ms.
+	loudDecay = 20 * time.Millisecond
 )
 
 // activity is one participant's speech history. Observe is called by the audio
@@ -59,6 +66,12 @@ type activity struct {
 	activeMeds   int
 	longs        [n3]bool
 	li           int
+
+	// loud is the recent loudness in steps above the floor, rising fast and
+	// falling slowly (audiolastn.go ranks speakers by it); onset is when it last
+	// rose past activeImmediate: where the current speech began.
+	loud  float64
+	onset time.Time
 }
 
 // Observe records one audio level: dBov as in RFC 6464 (0 loudest, 127 silence).
@@ -78,6 +91,15 @@ func (a *activity) Observe(dBov uint8, at time.Time) {
 	imm := uint8(math.Min(n1, math.Max(0, (loud-a.floor)/stepDB)))
 	a.last[2], a.last[1], a.last[0] = a.last[1], a.last[0], imm
 	a.lastAt = at
+	prevLoud := a.loud
+	if v := float64(imm); v > a.loud {
+		a.loud += (v - a.loud) * loudAttack
+	} else {
+		a.loud += (v - a.loud) * loudRelease
+	}
+	if prevLoud < activeImmediate && a.loud >= activeImmediate {
+		a.onset = at
+	}
 	a.frames++
 	if imm >= activeImmediate {
 		a.activeFrames++
@@ -97,6 +119,19 @@ func (a *activity) Observe(dBov uint8, at time.Time) {
 			a.mediumCount, a.activeMeds = 0, 0
 		}
 	}
+}
+
+// loudness is the smoothed loudness at t (steps of 3 dB above the noise floor),
+// faded for the time without packets since the last one, and where the
+// current speech began.
+func (a *activity) loudness(t time.Time) (float64, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.loud
+	if gap := t.Sub(a.lastAt); a.hasData && gap > staleAfter {
+		l *= math.Pow(1-loudRelease, float64(gap/loudDecay))
+	}
+	return l, a.onset
 }
 
 // scores returns the three activity scores at time t.

@@ -41,6 +41,7 @@ type SessionTiming struct {
 	Kind     string // "whep", "room" or "direct"
 	Start    time.Time
 	marks    [numSteps]atomic.Int64
+	table    *timingTable // a detached record's (NewSessionTiming)
 }
 
 // Mark records step now, once.
@@ -88,8 +89,9 @@ func (t *SessionTiming) Info() SessionTimingInfo {
 	return out
 }
 
-// The sessions: live ones by participant, and the last finished ones.
-var timings struct {
+// timingTable is a manager's sessions: live ones by participant, and the
+// last finished ones.
+type timingTable struct {
 	mu     sync.Mutex
 	live   map[*Participant]*SessionTiming
 	recent []*SessionTiming
@@ -97,34 +99,41 @@ var timings struct {
 	detached map[*SessionTiming]bool
 }
 
+// finish moves t to the recent records. Under mu.
+func (tt *timingTable) finish(t *SessionTiming) {
+	tt.recent = append(tt.recent, t)
+	if len(tt.recent) > recentTimings {
+		tt.recent = tt.recent[len(tt.recent)-recentTimings:]
+	}
+}
+
 const recentTimings = 200
 
 // startTiming begins p's record at start (the first signaling message).
 func (p *Participant) startTiming(kind string, start time.Time) *SessionTiming {
 	t := &SessionTiming{Room: p.room.name, Identity: p.identity, Sid: p.sid, Kind: kind, Start: start}
-	timings.mu.Lock()
-	if timings.live == nil {
-		timings.live = map[*Participant]*SessionTiming{}
+	tt := &p.room.mgr.timings
+	tt.mu.Lock()
+	if tt.live == nil {
+		tt.live = map[*Participant]*SessionTiming{}
 	}
-	timings.live[p] = t
-	timings.mu.Unlock()
+	tt.live[p] = t
+	tt.mu.Unlock()
 	p.OnClose(func() {
-		timings.mu.Lock()
-		delete(timings.live, p)
-		timings.recent = append(timings.recent, t)
-		if len(timings.recent) > recentTimings {
-			timings.recent = timings.recent[len(timings.recent)-recentTimings:]
-		}
-		timings.mu.Unlock()
+		tt.mu.Lock()
+		delete(tt.live, p)
+		tt.finish(t)
+		tt.mu.Unlock()
 	})
 	return t
 }
 
 // timing is p's record, nil if it has none.
 func (p *Participant) timing() *SessionTiming {
-	timings.mu.Lock()
-	defer timings.mu.Unlock()
-	return timings.live[p]
+	tt := &p.room.mgr.timings
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	return tt.live[p]
 }
 
 // Timing is the participant's session timing, nil if it has none.
@@ -132,19 +141,20 @@ func (p *Participant) Timing() *SessionTiming { return p.timing() }
 
 // SessionTimings lists the live and recently finished sessions of room, newest
 // last.
-func SessionTimings(room string) []SessionTimingInfo {
-	timings.mu.Lock()
+func (m *Manager) SessionTimings(room string) []SessionTimingInfo {
+	tt := &m.timings
+	tt.mu.Lock()
 	var all []*SessionTiming
-	for _, t := range timings.recent {
+	for _, t := range tt.recent {
 		all = append(all, t)
 	}
-	for _, t := range timings.live {
+	for _, t := range tt.live {
 		all = append(all, t)
 	}
-	for t := range timings.detached {
+	for t := range tt.detached {
 		all = append(all, t)
 	}
-	timings.mu.Unlock()
+	tt.mu.Unlock()
 	out := []SessionTimingInfo{}
 	for _, t := range all {
 		if t.Room == room {

@@ -15,7 +15,7 @@ import (
 type Transport interface {
 	// Viewer answers a client's offer to receive tracks (WHEP): one sender
 	// per track, in the same order.
-	Viewer(offer string, tracks []TrackSpec, h SessionHandler) (Subscriber, []TrackSlot, string, error)
+	Viewer(offer string, tracks []TrackSpec, h SessionHandler) (Viewer, []TrackSlot, string, error)
 	// Subscriber makes the session a room participant's subscriptions are
 	// offered on (the server offers; AddTrack and Offer).
 	Subscriber(h SessionHandler) (Subscriber, error)
@@ -50,23 +50,33 @@ type Session interface {
 	Close(reason string)
 }
 
-// Subscriber is the side that sends a participant its subscriptions. The
+// Downstream is the side that sends a participant its subscriptions. The
 // DownTracks write to it directly (rtpWriter, batchWriter).
-type Subscriber interface {
+type Downstream interface {
 	Session
 	rtpWriter
 	batchWriter
 	rtcpWriter
+}
+
+// Viewer is a WHEP viewer's downstream: its tracks are fixed by its offer.
+type Viewer interface {
+	Downstream
+	// RestartICE takes the client's new ICE credentials and returns the
+	// server's new ones as an sdpfrag; DTLS and SRTP go on.
+	RestartICE(ufrag, pwd string) (string, error)
+}
+
+// Subscriber is a room participant's downstream: the server offers.
+type Subscriber interface {
+	Downstream
 	// AddTrack gives a track a media section in the next offer, RemoveTrack
 	// takes it off; Offer writes that offer and ApplyAnswer reads the
-	// client's answer (room subscribers only: a viewer's tracks are fixed).
+	// client's answer.
 	AddTrack(t TrackSpec) (mid string, err error)
 	RemoveTrack(mid string)
 	Offer(iceRestart bool) (string, error)
 	ApplyAnswer(sdp string) ([]TrackSlot, error)
-	// RestartICE takes a WHEP viewer's new ICE credentials and returns the
-	// server's new ones as an sdpfrag; DTLS and SRTP go on.
-	RestartICE(ufrag, pwd string) (string, error)
 }
 
 // Publisher is the side a participant's media and data arrive on.

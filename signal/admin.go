@@ -91,6 +91,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		p.Kick("kicked", "removed by an administrator")
 		return map[string]bool{"kicked": true}, nil
 	})
+	h("PATCH /v1/admin/rooms/{room}/participants/{identity}", s.updateParticipant)
+	h("POST /v1/admin/rooms/{room}/data", s.sendData)
+	h("POST /v1/admin/rooms/{room}/participants/{identity}/move", s.moveParticipant)
 	h("POST /v1/admin/rooms/{room}/participants/{identity}/tracks/{track}/mute", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		p, err := s.participant(r)
 		if err != nil {

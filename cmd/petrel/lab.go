@@ -39,8 +39,8 @@ func labMain(args []string) int {
 	load := fs.String("load", "", "render results saved by -save instead of measuring (report; comma-separated files are merged)")
 	fs.Parse(args[1:])
 	if args[0] == "report" || *load != "" {
-		// bench -load renders too: it used to measure anew with the
-		// default cases and overwrite the report with them.
+		// bench -load renders too, rather than measuring anew with the
+		// default cases and overwriting the report with them.
 		// Several files (comma-separated) are merged: e.g. a run of the
 		// browser directions added to the main run.
 		var saved savedBench

@@ -4,7 +4,7 @@
 // (RFC 3758), stream reset (RFC 6525) and the data channel establishment
 // protocol (RFC 8832). It replaces pion/sctp and pion/datachannel where
 // Petrel runs data channels without a PeerConnection (session data
-// sessions), for the reasons in docs/benchmarks.md ("What Petrel tunes, and
+// sessions), for the reasons in lab/notes.md ("Pion: what Petrel tunes, and
 // what stands in the way"): pion/sctp halves its window on reordering,
 // retransmits a chunk only once before a 1 s timeout, and hands each packet
 // through several goroutines. Here a packet is handled on the goroutine that

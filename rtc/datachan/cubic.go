@@ -8,10 +8,9 @@ import (
 // Congestion avoidance is CUBIC's (RFC 9438), as the TCP that data
 // channels are measured against: after a reduction the window grows back
 // toward where the loss came (wMax) along a cubic of time, not by one
-// packet per round trip, and a reduction keeps 0.7 of it, not half. On an
-// 80 ms path a receiver that drops a burst (a browser's socket buffer that
-// overflowed) cost one packet per RTT of regrowth, about 15 KB a second;
-// CUBIC comes back to wMax in a few seconds whatever the RTT.
+// packet per round trip, and a reduction keeps 0.7 of it, not half: after
+// a burst dropped by a browser's socket buffer on a long path, CUBIC comes
+// back to wMax in a few seconds whatever the RTT.
 const (
 	cubicC    = 0.4 // segments per second cubed
 	cubicBeta = 0.7
@@ -30,10 +29,9 @@ type cubic struct {
 // reduce is a congestion event (RFC 9438 4.6, with fast convergence 4.7):
 // ssthresh and cwnd go to cubicBeta of cwnd, or half of it in slow start.
 // Slow start doubles the window each round trip, so when the first loss
-// shows the path is full it holds up to twice what fits; 0.7 of that
-// overflowed a deep bottleneck queue (mobile-20mbit) again and again, in
-// bursts of losses that ended in timeouts (16.5 -> 11.8 Mbit/s to
-// Chromium).
+// shows the path is full it holds up to twice what fits, and 0.7 of that
+// would overflow a deep bottleneck queue again, in bursts of losses that
+// end in timeouts.
 func (s *sender) reduce() {
 	beta := cubicBeta
 	if s.cwnd < s.ssthresh {

@@ -7,11 +7,10 @@ import "time"
 // last round's by an eighth (4–16 ms), the window grows a quarter as fast
 // for five rounds (conservative slow start), then congestion avoidance
 // takes over; if the RTT comes back down, it was jitter, and slow start
-// goes on. Slow start doubles the window each round, and behind a deep
-// queue (mobile-20mbit: 1000 packets, 560 ms at 20 Mbit/s) the first loss
-// comes a queue's worth of round trips late: the window was 3.2 MB on a
-// 200 KB path, and the burst of losses that ended it took seconds to
-// repair through a receiver that reports 20 holes per SACK (dcSCTP).
+// goes on. Behind a deep queue the first loss comes a queue's worth of
+// round trips late, with the window many times the path, and the burst of
+// losses that ends it takes seconds to repair through a receiver that
+// reports 20 holes per SACK (dcSCTP).
 // Chunks are paced, so there is no limit on growth per SACK (RFC 9406's L).
 const (
 	hsMinThresh = 4 * int64(time.Millisecond)

@@ -130,11 +130,8 @@ func (r *receiver) init(a *Association) {
 	r.streams = map[uint16]*inStream{}
 	r.hold = holdInit
 	// A SACK reports as many gaps as fit in one packet beside its
-	// duplicates. With 64, a burst that lost every other chunk left all
-	// but the first 128 TSNs above the cumulative ack unreported, and
-	// Chromium's sender, which sees no miss indication for them, resent
-	// one chunk a round trip for the rest of a run (5 Mbit/s on long,
-	// where into Pion it moved 85).
+	// duplicates: after a burst of losses, a sender that sees no miss
+	// indication for the unreported chunks resends one a round trip.
 	r.maxGaps = max((a.cfg.MTU-headerSize-chunkHeader-12-4*maxDups)/4, 16)
 }
 
@@ -579,8 +576,8 @@ func (r *receiver) visible(now int64) (limit uint32, due int64) {
 // stretch is how many packets a SACK may cover while more wait to be read.
 // No more than 3: usrsctp (Firefox), with its default max burst of 4
 // packets, lowers cwnd to the flight plus 4 packets when a SACK leaves more
-// than that free (sctp_use_cwnd_based_maxburst); a SACK for 16 packets took
-// Firefox -> Petrel on long from 250 to 48 Mbit/s, one for 4 to 210.
+// than that free (sctp_use_cwnd_based_maxburst), so a SACK that covers
+// more cuts its rate (lab/notes.md).
 const stretch = 3
 
 // afterPacket decides when the packet's DATA is acknowledged: every second

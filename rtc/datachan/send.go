@@ -371,12 +371,9 @@ func (s *sender) transmit() {
 
 // Pacing: chunks leave at twice cwnd per smoothed RTT in slow start and
 // 1.25 times after (as Linux paces TCP), not in bursts as SACKs open the
-// window: a burst overflowed a browser's socket buffer on a clean 80 ms
-// path, and a bottleneck's queue in slow start. The bucket holds 1 ms'
-// worth (at least 8 packets): Chromium reads a data-only session through a
-// 128 KiB socket buffer, about 55 datagrams, and a bucket of 4 ms overflowed
-// it whenever a SACK opened the window after a pause (Petrel → Chromium on
-// `long`, medians of 9 runs: 79 → 104 Mbit/s; `mobile`, of 5: 66 → 92).
+// window, which overflow a browser's socket buffer or a bottleneck's queue.
+// The bucket holds 1 ms' worth (at least 8 packets): Chromium's 128 KiB
+// socket buffer holds about 55 datagrams (figures: docs/benchmarks.md).
 func (s *sender) refill(now int64) {
 	if s.srtt == 0 {
 		return
@@ -744,9 +741,8 @@ func (s *sender) detectLoss(now int64) {
 // were sent an RTT and the reordering window ago: had the report gone on,
 // RACK would have judged them by now. They have most likely arrived (the
 // holes below them are few, or the report would not stop there), and
-// counted in flight they held the window shut: a chunk RACK found lost
-// waited for it, as the window halved, until the timeout took it to one
-// packet (Petrel → Chromium on mobile). When a report reaches them, they are
+// counted in flight they would hold the window shut until the timeout.
+// When a report reaches them, they are
 // acknowledged, or RACK finds them lost and they are resent. Chunks in TSN
 // order were sent in order too, but for the resent ones, so the scan stops
 // at the first new chunk too young.
@@ -813,9 +809,8 @@ func (s *sender) onLoss(again bool) {
 	prior := s.cwnd
 	s.reduce()
 	// The first retransmission goes out whatever the window (RFC 9260
-	// 7.2.4, 3): with the window halved below what is in flight, it
-	// waited for that to drain, and where a peer's truncated SACKs kept
-	// it from draining, for the timeout (Petrel → Chromium on mobile).
+	// 7.2.4, 3), so it does not wait for the flight to drain below a
+	// halved window, which truncated SACKs can keep from draining.
 	s.probe = true
 	// Not below what the delivery rate fills without a queue (delivery.go).
 	if w := min(s.delivery.bdp(s.minRTT), prior); w > s.cwnd {
@@ -825,13 +820,10 @@ func (s *sender) onLoss(again bool) {
 
 // noCongestion says whether a loss found the path without a queue, so that
 // it is no bottleneck's overflow: a browser's socket buffer that overflowed
-// while its reader was late (Chromium's holds 55 datagrams, about 7 ms at
-// 150 Mbit/s), or random loss. It keeps the window and CUBIC's curve, where
-// a reduction took the window down for seconds: CUBIC regrows to where the
-// loss came in K = ∛(reduction / C) seconds whatever the RTT, 7 s for
-// 230 KB, and in slow start such a loss halves the window (Petrel →
-// Chromium on long: a run whose first second had one moved 40 Mbit/s
-// against 170–210). No queue: the chunk delivered last took no more than
+// while its reader was late, or random loss. It keeps the window and
+// CUBIC's curve: CUBIC regrows in K = ∛(reduction / C) seconds whatever
+// the RTT, so a needless reduction costs seconds. No queue: the chunk
+// delivered last took no more than
 // an eighth above the minimum RTT (1 ms at least), and the delivery rate
 // still carries the window, as BBR's model has it: in slow start it grew
 // by a quarter in the last round trip (BBR's full-pipe test), after it the
@@ -899,10 +891,8 @@ func (s *sender) onT3() {
 		s.reduce()
 	}
 	// else a timeout again before the last one's data was acknowledged:
-	// ssthresh is held (RFC 5681 3.1), where halving the one-packet
-	// window again left it at 4 packets for the rest of the transfer
-	// (Petrel → Chromium behind mobile-20mbit: 7.8 Mbit/s after two
-	// timeouts; 16.6–16.8 in four runs with ssthresh held).
+	// ssthresh is held (RFC 5681 3.1): halving the one-packet window
+	// again would leave it at the floor for the rest of the transfer.
 	a.blackHole()
 	s.cwnd = s.mtu
 	s.inRecovery = false

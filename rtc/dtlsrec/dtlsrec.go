@@ -88,7 +88,6 @@ type Conn struct {
 
 	rmu     sync.Mutex // one reader of pc at a time: the pump, then Read
 	k       atomic.Pointer[keys]
-	rbuf    []byte
 	rnonce  [12]byte    // open's nonce and additional data: a local array
 	raad    [13]byte    // passed to the AEAD interface escapes, 2 allocations a record
 	pending chan []byte // application data not read from pc by Read
@@ -100,7 +99,6 @@ type Conn struct {
 
 	wmu    sync.Mutex
 	wseq   uint64
-	wbuf   []byte
 	wnonce [12]byte // Write's, as rnonce and raad
 	waad   [13]byte
 
@@ -115,12 +113,16 @@ type Conn struct {
 	closeOnce sync.Once
 }
 
+// bufs lends Read and Write a datagram buffer for one record: a connection
+// holds none of its own, since most are quiet most of the time (a room's
+// data sessions) and 32 KiB each of a thousand is 32 MB.
+var bufs = sync.Pool{New: func() any { b := make([]byte, maxDatagram+overhead); return &b }}
+
 // New makes the transport of a DTLS connection to raddr over pc. Give
 // Transport() to dtls.Server or dtls.Client, then call Handoff after the
 // handshake.
 func New(pc net.PacketConn, raddr net.Addr) *Conn {
-	c := &Conn{pc: pc, raddr: raddr, rbuf: make([]byte, maxDatagram), pending: make(chan []byte, 64),
-		wbuf: make([]byte, 0, maxDatagram+overhead), ready: make(chan struct{}), done: make(chan struct{})}
+	c := &Conn{pc: pc, raddr: raddr, pending: make(chan []byte, 64), ready: make(chan struct{}), done: make(chan struct{})}
 	c.queued, _ = pc.(interface{ Queued() int })
 	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	go c.pump()
@@ -356,20 +358,22 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return copy(b, p), nil
 		default:
 		}
-		n, again, err := c.readTransport(c.rbuf)
-		if again {
+		buf := bufs.Get().(*[]byte)
+		n, again, err := c.readTransport(*buf)
+		if again || err != nil {
+			bufs.Put(buf)
 			c.rmu.Unlock()
-			continue
-		}
-		if err != nil {
-			c.rmu.Unlock()
+			if again {
+				continue
+			}
 			return 0, err
 		}
-		p, ok := c.records(c.rbuf[:n])
+		p, ok := c.records((*buf)[:n])
 		var k int
 		if ok {
 			k = copy(b, p)
 		}
+		bufs.Put(buf)
 		c.rmu.Unlock()
 		if ok {
 			return k, nil
@@ -450,19 +454,21 @@ func (c *Conn) TryRead(b []byte) (n int, ok bool, err error) {
 			return 0, false, nil
 		}
 		c.rmu.Lock()
-		n, again, err := c.readTransport(c.rbuf)
-		if again {
+		buf := bufs.Get().(*[]byte)
+		n, again, err := c.readTransport(*buf)
+		if again || err != nil {
+			bufs.Put(buf)
 			c.rmu.Unlock()
-			continue
-		}
-		if err != nil {
-			c.rmu.Unlock()
+			if again {
+				continue
+			}
 			return 0, false, err
 		}
-		p, got := c.records(c.rbuf[:n])
+		p, got := c.records((*buf)[:n])
 		if got {
 			n = copy(b, p)
 		}
+		bufs.Put(buf)
 		c.rmu.Unlock()
 		if got {
 			return n, true, nil
@@ -555,7 +561,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, ErrSequenceExhausted
 	}
 	c.wseq++
-	w := c.wbuf[:headerSize+nonceSize]
+	buf := bufs.Get().(*[]byte)
+	defer bufs.Put(buf)
+	w := (*buf)[:headerSize+nonceSize]
 	w[0], w[1], w[2] = typeAppData, 0xfe, 0xfd
 	binary.BigEndian.PutUint64(w[3:11], uint64(k.epoch)<<48|seq)
 	binary.BigEndian.PutUint16(w[11:], uint16(nonceSize+len(b)+tagSize))

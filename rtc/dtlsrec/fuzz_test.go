@@ -30,8 +30,7 @@ func fuzzConn(t testing.TB) *Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Conn{pc: nullPC{}, pending: make(chan []byte, 64), rbuf: make([]byte, maxDatagram),
-		wbuf: make([]byte, 0, maxDatagram+overhead), ready: make(chan struct{}), done: make(chan struct{})}
+	c := &Conn{pc: nullPC{}, pending: make(chan []byte, 64), ready: make(chan struct{}), done: make(chan struct{})}
 	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	c.k.Store(&keys{seal: a, open: a, sealIV: [4]byte{1, 2, 3, 4}, openIV: [4]byte{1, 2, 3, 4}, epoch: 1})
 	return c

@@ -1,7 +1,7 @@
 // Package sctptune holds how Petrel configures Pion's SCTP associations
 // (data channels) and the UDP socket under them, as measured by
 // `petrel lab bench` against TCP in a netem lab (docs/benchmarks.md, "Data
-// channels vs TCP"). The server calls TuneSCTP on the SettingEngine it
+// channels vs TCP", and lab/notes.md). The server calls TuneSCTP on the SettingEngine it
 // builds its API from, and SetSocketBuffers on its ICE UDP socket.
 package sctptune
 
@@ -92,29 +92,24 @@ func (t *Tuning) Set(kv string) error {
 // thinking about it.
 var Default = Tuning{SendHigh: 1 << 20, SendLow: 512 << 10, MessageSize: 64 << 10}
 
-// Petrel is what Petrel uses, chosen with `petrel lab bench` (see
-// docs/benchmarks.md, "Data channels vs TCP"):
+// Petrel is what Petrel uses, chosen with `petrel lab bench` (the reasons
+// in lab/notes.md, "Pion: what Petrel tunes"):
 //
-//   - an 8 MiB UDP socket buffer: the default 208 KiB overflowed at the
-//     receiver on every run of the long profile (RcvbufErrors), and SCTP
-//     takes each drop for congestion;
+//   - an 8 MiB UDP socket buffer: the kernel's default overflows at the
+//     receiver on a long path (RcvbufErrors), and SCTP takes each drop for
+//     congestion;
 //   - a DTLS replay window of 4096 records instead of 64, so a jittery
-//     link that reorders packets by more than 64 does not turn reordering
-//     into loss. 4096 records are 40 ms of reordering at 1 Gbit/s and far
-//     more than the mobile profile's jitter at the rates SCTP reaches; the
-//     window is a bit field shifted on every record, and session 1's 16384
-//     cost the receiver 6% of its CPU on lan (4096 measured no worse in any
-//     profile, docs/benchmarks.md);
+//     link does not turn reordering into loss; 4096 records are 40 ms of
+//     reordering at 1 Gbit/s, and the window is a bit field shifted on
+//     every record, so it is no larger;
 //   - a congestion-window floor of 256 KiB: Pion's SCTP halves cwnd on
-//     three miss indications even when RACK would have waited, so on the
-//     reordering mobile link cwnd sat at its 4-MTU minimum (0.6 Mbit/s);
-//     the floor keeps 26 Mbit/s per 80 ms of RTT in flight. It is a floor,
+//     three miss indications even when RACK would have waited, so on a
+//     reordering link cwnd would sit at its 4-MTU minimum. It is a floor,
 //     not a target: with loss cwnd still falls to it.
 //   - the receive window stays at Pion's 1 MiB and the sender's high
 //     watermark at 2 MiB: larger windows overflow a 1000-packet bottleneck
-//     queue in one burst, and Pion recovers from a burst loss only by its
-//     retransmission timer (RTO.min 1 s, not configurable), which stalled
-//     10 Mbit/s links for a second at a time.
+//     queue in one burst, which Pion recovers from only by its
+//     retransmission timer (RTO.min 1 s, not configurable).
 var Petrel = Tuning{
 	SendHigh:         2 << 20,
 	SendLow:          1 << 20,

@@ -150,9 +150,9 @@ func wtAsk(t *testing.T, c *webtransport.Client, room, identity, topic, from str
 }
 
 // A WebTransport session is a client like any other: without the ptz grant
-// its request for the camera's web interface is refused (it used to join as
-// a server-local participant, which the camera trusted), and with the grant
-// it is served.
+// its request for the camera's web interface is refused (it joins as a
+// client, not as a server-local participant the camera trusts), and with the
+// grant it is served.
 func TestGrantsWebTransportNeedsPTZGrant(t *testing.T) {
 	page, hits := secretPage(t)
 	s := Start(t, Options{YAML: grantsCamera(t, page.URL, "")})

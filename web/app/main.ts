@@ -241,8 +241,10 @@ function wireRoom(r: Room): void {
     // After a full reconnect we are a new participant with a new sid.
     const own = tiles.querySelector<HTMLElement>('.tile[data-local]');
     if (own && r.localParticipant) own.dataset.sid = r.localParticipant.sid;
+    if (r.room) $('room-name').textContent = r.room.name;
     note('reconnected');
   });
+  r.on('roomMoved', (room) => note(`moved to room ${room} by an administrator`));
   r.on('disconnected', (reason) => {
     clearInterval(statsTimer);
     tiles.replaceChildren();
@@ -265,9 +267,9 @@ function wireRoom(r: Room): void {
 // while the newer one plays: a waiting swap whose unmute (or timeout) comes late
 // is dropped then, as is a track that ended while it waited. In a move to
 // another node the relay of the other's new stream through the old node waits
-// for its first frame until about when we leave; its late unmute used to swap
-// the tile back to it after the new node's track was shown, and it ended with
-// the old connection: frozen for good. Order, not arrival, decides: when a third
+// for its first frame until about when we leave; its late unmute must not swap
+// the tile back to it after the new node's track was shown (it ends with the
+// old connection: frozen for good). Order, not arrival, decides: when a third
 // joins a 1:1 call the camera's simulcast republish waits while the old
 // publication comes back from the direct path to the SFU, and that re-show must
 // neither call off the wait nor replace the republish if that is shown first.

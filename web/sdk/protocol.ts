@@ -140,7 +140,8 @@ export type ServerMessage =
   | { type: 'error'; id?: number; code: string; message: string }
   | { type: 'pong'; t?: number; serverTime: number }
   | { type: 'leave'; reason: string; message: string }
-  | { type: 'reconnect'; url: string; node?: string; reason?: string };
+  | { type: 'reconnect'; url: string; node?: string; reason?: string }
+  | { type: 'move'; room: string; token: string };
 
 // Error codes after which the server closes the socket: retrying the same join
 // cannot succeed, so the SDK gives up instead of reconnecting.

@@ -212,6 +212,12 @@ export interface RoomEvents {
   relayReceived: (fromSid: string, data: unknown) => void;
   reconnecting: () => void;
   reconnected: () => void;
+  /**
+   * An administrator moved us to another room (server API): the SDK joins it
+   * with the token the server sent and publishes the same tracks; `reconnected`
+   * follows, with the new room's participants.
+   */
+  roomMoved: (room: string) => void;
   disconnected: (reason: string) => void;
 }
 
@@ -845,6 +851,9 @@ export class Room extends Emitter<RoomEvents> {
       case 'reconnect':
         this.moveTo(msg.url, msg.node, msg.reason ?? 'reconnect');
         break;
+      case 'move':
+        this.moveRoom(msg.room, msg.token);
+        break;
       default:
         break;
     }
@@ -1326,6 +1335,18 @@ export class Room extends Emitter<RoomEvents> {
         this.leaveAndJoin(url, node, reason);
       })
       .finally(() => this.endMove());
+  }
+
+  // The server moved us to another room: join it anew with its token (a new
+  // participant there), and publish the same local tracks. The server closes
+  // this session; its socket's close finds us reconnecting and is ignored.
+  private moveRoom(room: string, token: string): void {
+    if (this.state !== 'connected' || typeof token !== 'string' || !token) return;
+    this.token = token;
+    this.resumeToken = '';
+    this.signal?.close();
+    this.emit('roomMoved', room);
+    void this.reconnect(`moved to room ${room}`, 0);
   }
 
   private endMove(): void {

@@ -210,7 +210,7 @@ test('rate controller starts at 150 kbit/s and ramps per clean round trip, stopp
   let d = rc.update({ lossFraction: 0 }, now);
   d = rc.update({ lossFraction: 0 }, (now += 500));
   assert.ok(d.bitrate < 160_000, `held without a delay signal: ${d.bitrate}`);
-  // A clean 40 ms path: past 800 kbit/s (what the old start was) within 4 s.
+  // A clean 40 ms path: past 800 kbit/s within 4 s.
   let t = 0;
   while (d.bitrate < 800_000 && t < 10_000) {
     d = rc.update({ lossFraction: 0, rttMs: 42, minRttMs: 40 }, (now += 500));

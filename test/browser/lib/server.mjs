@@ -96,14 +96,15 @@ export async function startServer(name, { dev = false, args: extraArgs = [], env
       );
       return out.trim().split('\n').pop().trim();
     },
-    // GET of an admin API path (e.g. /v1/admin/rooms/r/participants/id), as JSON.
-    async admin(path) {
+    // A call of the admin API (by default GET, e.g. /v1/admin/rooms/r/participants/id), as JSON.
+    async admin(path, { method = 'GET', body } = {}) {
       const token = await new Promise((resolve, reject) =>
         execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
           (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
       );
-      const res = await fetch(`http://127.0.0.1:${http}${path}`, { headers: dev ? {} : { Authorization: `Bearer ${token}` } });
-      if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
+      const headers = dev ? {} : { Authorization: `Bearer ${token}` };
+      const res = await fetch(`http://127.0.0.1:${http}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
       return res.json();
     },
     async stop() {

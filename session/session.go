@@ -32,9 +32,11 @@ type Handler interface {
 	OnClose(reason string)     // the viewer is gone (consent expired, DTLS closed, Close)
 }
 
-// Viewer is one lean WHEP viewer: its ICE credentials, its DTLS session and
-// SRTP contexts, and the buffers its packets are encrypted into.
-type Viewer struct {
+// Session is what every client's session has: its ICE credentials, its DTLS
+// session and SRTP contexts, and the write path. The roles are the types
+// that embed it: Viewer (WHEP), Subscriber (offered by the server),
+// DataSession and Publisher (offered by the client).
+type Session struct {
 	s *Server
 	h Handler
 
@@ -52,10 +54,6 @@ type Viewer struct {
 	data *dataSide
 	// in is set for a publisher session, which receives media (ingest.go).
 	in *ingestSide
-	// Senders says, per track given to NewViewer, the payload type and SSRC
-	// to send it with.
-	Senders []Sender
-
 	// client is the client's ICE credentials (from its offer, or from its
 	// answer to the server's offer): the nudge is sent with them.
 	client    atomic.Pointer[clientICE]
@@ -110,6 +108,15 @@ const mtu = 1500
 // tag, plus SRTCP index).
 const srtpOverhead = 32
 
+// Viewer is a WHEP viewer's session: the client offers, and its tracks are
+// fixed by that offer.
+type Viewer struct {
+	*Session
+	// Senders says, per track given to NewViewer, the payload type and SSRC
+	// to send it with.
+	Senders []Sender
+}
+
 // NewViewer answers a WHEP offer for tracks. The viewer is served once the
 // answer reaches the client; h hears about it.
 func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer, string, error) {
@@ -120,7 +127,7 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	if err != nil {
 		return nil, "", err
 	}
-	v := &Viewer{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp}
+	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp}
 	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	c.remote = o.ufrag
@@ -130,9 +137,8 @@ func (s *Server) NewViewer(offerSDP string, tracks []Track, h Handler) (*Viewer,
 	if err != nil {
 		return nil, "", err
 	}
-	v.Senders = senders
 	s.serve(v, lean.HandshakeQueue)
-	return v, answer, nil
+	return &Viewer{Session: v, Senders: senders}, answer, nil
 }
 
 // iceCreds are one set of the server's ICE credentials, and the set an ICE
@@ -170,7 +176,7 @@ func (c *iceCreds) check(m *stun.Message) (lean.Binding, *iceCreds, error) {
 // valid credentials makes its path the viewer's; the first one starts DTLS,
 // USE-CANDIDATE moves the media to the nominated path. It reports whether
 // the check was valid.
-func (v *Viewer) onBinding(m *stun.Message, from netip.AddrPort, tc *tcpConn) bool {
+func (v *Session) onBinding(m *stun.Message, from netip.AddrPort, tc *tcpConn) bool {
 	if m.Type == bindingIndication {
 		return tc == nil // a keepalive (RFC 8445 11): nothing to answer, nothing wrong
 	}
@@ -237,7 +243,7 @@ type clientICE struct{ ufrag, pwd string }
 
 // setClient records the client's credentials; new ones (an ICE restart)
 // call for a new nomination.
-func (v *Viewer) setClient(ufrag, pwd string) {
+func (v *Session) setClient(ufrag, pwd string) {
 	old := v.client.Load()
 	if old != nil && old.ufrag == ufrag && old.pwd == pwd {
 		return
@@ -254,7 +260,7 @@ func (v *Viewer) setClient(ufrag, pwd string) {
 // on its own check timer rather than on a check's success (Pion, every 200
 // ms) starts DTLS that much later; an incoming check on a pair that
 // succeeded makes it nominate at once (docs/sessions.md, "Setup").
-func (v *Viewer) nudge(from netip.AddrPort, tc *tcpConn) {
+func (v *Session) nudge(from netip.AddrPort, tc *tcpConn) {
 	c := v.client.Load()
 	if c == nil || v.nominated.Load() || v.nudged.Swap(c) == c {
 		return
@@ -271,7 +277,7 @@ func (v *Viewer) nudge(from netip.AddrPort, tc *tcpConn) {
 }
 
 // onDatagram handles a non-STUN datagram from one of the viewer's addresses.
-func (v *Viewer) onDatagram(b []byte) {
+func (v *Session) onDatagram(b []byte) {
 	switch c := b[0]; {
 	case c >= 20 && c < 64:
 		if v.detached.Load() {
@@ -305,13 +311,13 @@ func (v *Viewer) onDatagram(b []byte) {
 	}
 }
 
-func (v *Viewer) remoteAddr() netip.AddrPort {
+func (v *Session) remoteAddr() netip.AddrPort {
 	v.wmu.Lock()
 	defer v.wmu.Unlock()
 	return v.remote
 }
 
-func (v *Viewer) onSRTCP(b []byte) {
+func (v *Session) onSRTCP(b []byte) {
 	rx := v.rx.Load()
 	if rx == nil {
 		v.s.drop("srtcp", "SRTCP before the DTLS handshake finished", v.remoteAddr(), len(b))
@@ -337,7 +343,7 @@ func (v *Viewer) onSRTCP(b []byte) {
 	v.h.OnRTCP(pkts)
 }
 
-func (v *Viewer) writeDTLS(b []byte) (int, error) {
+func (v *Session) writeDTLS(b []byte) (int, error) {
 	v.wmu.Lock()
 	r, tc := v.remote, v.tcp
 	v.wmu.Unlock()
@@ -355,7 +361,7 @@ func (v *Viewer) writeDTLS(b []byte) (int, error) {
 
 // sendLocked writes one protected packet on the viewer's path: the UDP
 // socket, or the ICE-TCP connection's queue. Under wmu.
-func (v *Viewer) sendLocked(b []byte) error {
+func (v *Session) sendLocked(b []byte) error {
 	if v.tcp != nil {
 		return v.tcp.send(b)
 	}
@@ -365,7 +371,7 @@ func (v *Viewer) sendLocked(b []byte) error {
 
 // handshake runs the DTLS server handshake, derives SRTP, then waits for the
 // connection to end (close_notify, or Close).
-func (v *Viewer) handshake() {
+func (v *Session) handshake() {
 	ctx, cancel := context.WithTimeout(context.Background(), ConsentTimeout)
 	defer cancel()
 	v.dmu.Lock()
@@ -518,7 +524,7 @@ func (v *Viewer) handshake() {
 // the viewer has the keys, so it will not ask for the last flight again, and
 // a lean viewer then keeps no DTLS state or goroutines (three per viewer, a
 // good part of its memory). The close_notify is not sent.
-func (v *Viewer) detachDTLS() {
+func (v *Session) detachDTLS() {
 	v.dmu.Lock()
 	if v.detached.Swap(true) {
 		v.dmu.Unlock()
@@ -540,7 +546,7 @@ func (v *Viewer) detachDTLS() {
 // two, so one that has been quiet this long has it.
 const dtlsQuiet = 5 * time.Second
 
-func (v *Viewer) detachWhenQuiet() {
+func (v *Session) detachWhenQuiet() {
 	if v.detached.Load() || v.closed.Load() {
 		return
 	}
@@ -561,7 +567,7 @@ var errClosed = errors.New("session: viewer closed")
 // WriteRTP encrypts one packet into the viewer's buffer and sends it. Before
 // the SRTP keys are in place it sends nothing and returns 0 (as Pion does):
 // the DownTrack then waits for the next keyframe. It allocates nothing.
-func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
+func (v *Session) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 	if !v.ready.Load() {
 		if v.closed.Load() {
 			return 0, errClosed
@@ -585,7 +591,7 @@ func (v *Viewer) WriteRTP(h *rtp.Header, payload []byte) (int, error) {
 // protect builds the RTP packet (h, payload and h's padding) and its SRTP
 // protection in dst, which has room for mtu+srtpOverhead bytes, and returns
 // the SRTP packet and the RTP packet's size. Under wmu, keys in place.
-func (v *Viewer) protect(dst []byte, h *rtp.Header, payload []byte) ([]byte, int, error) {
+func (v *Session) protect(dst []byte, h *rtp.Header, payload []byte) ([]byte, int, error) {
 	pad := 0
 	if h.Padding {
 		pad = int(h.PaddingSize)
@@ -624,7 +630,7 @@ func (v *Viewer) protect(dst []byte, h *rtp.Header, payload []byte) ([]byte, int
 }
 
 // WriteRTCP sends RTCP (sender reports) to the viewer.
-func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
+func (v *Session) WriteRTCP(pkts []rtcp.Packet) error {
 	if !v.ready.Load() {
 		return nil
 	}
@@ -656,14 +662,14 @@ func (v *Viewer) WriteRTCP(pkts []rtcp.Packet) error {
 
 // Offered reports whether the server offers to this session (a room
 // subscriber) rather than answering it (a WHEP viewer).
-func (v *Viewer) Offered() bool { return v.off != nil }
+func (v *Session) Offered() bool { return v.off != nil }
 
 // RemoteUfrag is the ICE ufrag of the client's (last) offer.
-func (v *Viewer) RemoteUfrag() string { return v.remoteUfrag() }
+func (v *Session) RemoteUfrag() string { return v.remoteUfrag() }
 
 // fingerprint is the client's certificate fingerprint (from its offer, or
 // from its answer, which the handshake of an offered session waits for).
-func (v *Viewer) fingerprint() (string, []byte, error) {
+func (v *Session) fingerprint() (string, []byte, error) {
 	if v.off == nil {
 		return v.fpAlg, v.fp, nil
 	}
@@ -676,11 +682,11 @@ func (v *Viewer) fingerprint() (string, []byte, error) {
 }
 
 // Ready reports whether media flows (the SRTP keys are in place).
-func (v *Viewer) Ready() bool { return v.ready.Load() }
+func (v *Session) Ready() bool { return v.ready.Load() }
 
 // Close ends the viewer: the DTLS session gets a close_notify, the server
 // forgets its addresses, and the handler hears why.
-func (v *Viewer) Close(reason string) {
+func (v *Session) Close(reason string) {
 	v.closeOnce.Do(func() {
 		v.closed.Store(true)
 		v.ready.Store(false)
