@@ -29,10 +29,13 @@ type Grants struct {
 	// camera/<id> as identity "camera" (camera.Gateway.Token): the only
 	// token that may hold a reserved identity.
 	Camera bool `json:"camera,omitempty"`
+	// Record lets a participant start and stop the recording of its own room
+	// (signaling startRecording/stopRecording; docs/recording.md).
+	Record bool `json:"record,omitempty"`
 }
 
 // Has reports whether g holds the grant of that name (its JSON name: publish,
-// subscribe, publishData, admin, ptz, camera); an unknown name is not held.
+// subscribe, publishData, admin, ptz, camera, record); an unknown name is not held.
 func (g Grants) Has(name string) bool {
 	switch name {
 	case "publish":
@@ -47,6 +50,8 @@ func (g Grants) Has(name string) bool {
 		return g.PTZ
 	case "camera":
 		return g.Camera
+	case "record":
+		return g.Record
 	}
 	return false
 }

@@ -26,6 +26,9 @@ type mirror struct {
 	room, identity, name, meta string
 	grants                     auth.Grants // the mirrored participant's
 	p                          *sfu.Participant
+	// joining: a materialize runs (the control reader's and the sync loop's
+	// must not both join, or the second would push the first out).
+	joining bool
 	tracks                     map[uint32]*mirrorTrack
 }
 
@@ -142,11 +145,17 @@ func (im *importer) onCtl(m *ctlMsg) {
 func (im *importer) materialize(mr *mirror) {
 	n := im.l.node
 	im.mu.Lock()
-	if mr.p != nil || im.mirrors[mr.room+"\x00"+mr.identity] != mr {
+	if mr.p != nil || mr.joining || im.mirrors[mr.room+"\x00"+mr.identity] != mr {
 		im.mu.Unlock()
 		return
 	}
+	mr.joining = true
 	im.mu.Unlock()
+	defer func() {
+		im.mu.Lock()
+		mr.joining = false
+		im.mu.Unlock()
+	}()
 	keep := false
 	if r := n.mgr.Room(mr.room); r != nil {
 		if q := r.ByIdentity(mr.identity); q != nil {

@@ -83,6 +83,24 @@ func TestTrustedProxies(t *testing.T) {
 	}
 }
 
+func TestRecordsRoom(t *testing.T) {
+	r := Recording{Rooms: []string{"standup", "class-*"}}
+	for room, want := range map[string]bool{"standup": true, "standup2": false, "class-7": true, "class": false,
+		"camera/door": false, "recording/x-1": false, "other": false} {
+		if got := r.RecordsRoom(room); got != want {
+			t.Errorf("RecordsRoom(%q) = %v", room, got)
+		}
+	}
+	if !(Recording{Rooms: []string{"*"}}).RecordsRoom("any") || (Recording{Rooms: []string{"*"}}).RecordsRoom("camera/door") {
+		t.Error(`"*" must match every room but camera rooms`)
+	}
+	for _, bad := range [][]string{{""}, {"a*b"}, {"**"}} {
+		if err := (Recording{Dir: "/tmp/x", Segment: 10 * time.Second, Rooms: bad}).validate(); err == nil {
+			t.Errorf("rooms %q accepted", bad)
+		}
+	}
+}
+
 func TestWebhookURLsFromFlag(t *testing.T) {
 	c, err := Load("serve", []string{"--webhook-urls", "http://127.0.0.1:9/a, https://hooks.example/b"})
 	if err != nil {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -18,6 +19,28 @@ type Recording struct {
 	MaxSizeMB int `yaml:"max_size_mb" flag:"recording-max-size-mb" usage:"total size of all recordings in MiB (0: no limit)"`
 	// Cameras limits recording to these camera ids; empty records every camera.
 	Cameras []string `yaml:"cameras"`
+	// Rooms are recorded from the moment they open: a room name, or a prefix
+	// ending in "*" ("*" alone: every room). Camera rooms are never matched
+	// (their cameras are recorded as cameras), nor the rooms recordings play
+	// back in (recording/<id>).
+	Rooms []string `yaml:"rooms"`
+}
+
+// RecordsRoom reports whether room is to be recorded when it opens.
+func (r Recording) RecordsRoom(room string) bool {
+	if strings.HasPrefix(room, "camera/") || strings.HasPrefix(room, "recording/") {
+		return false
+	}
+	for _, p := range r.Rooms {
+		if pre, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(room, pre) {
+				return true
+			}
+		} else if p == room {
+			return true
+		}
+	}
+	return false
 }
 
 func (r Recording) validate() error {
@@ -26,6 +49,11 @@ func (r Recording) validate() error {
 	}
 	if r.Segment < time.Second || r.Segment > time.Hour {
 		return errors.New("recording.segment must be between 1s and 1h")
+	}
+	for _, p := range r.Rooms {
+		if p == "" || strings.Contains(strings.TrimSuffix(p, "*"), "*") {
+			return errors.New("recording.rooms: each entry is a room name or a prefix ending in *")
+		}
 	}
 	if r.MaxAge < 0 || r.MaxSizeMB < 0 {
 		return errors.New("recording.max_age and recording.max_size_mb must not be negative")

@@ -67,6 +67,7 @@ type Grants struct {
 	Subscribe   bool `json:"subscribe"`
 	PublishData bool `json:"publishData"`
 	Admin       bool `json:"admin"`
+	Record      bool `json:"record,omitempty"`
 }
 
 // RoomInfo describes a room.
@@ -296,7 +297,7 @@ func (r *Request) validate() error {
 		if r.Bitrate == nil || *r.Bitrate < 0 || *r.Bitrate > 1e9 {
 			return bad("setMaxBitrate needs bitrate between 0 (no cap) and 1e9 bit/s")
 		}
-	case "updateMetadata", "restartIce", "ping", "leave":
+	case "updateMetadata", "restartIce", "ping", "leave", "startRecording", "stopRecording":
 	case "":
 		return bad("message has no type")
 	default:

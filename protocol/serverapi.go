@@ -20,6 +20,7 @@ type Permissions struct {
 	PublishData *bool `json:"publishData,omitempty"`
 	Admin       *bool `json:"admin,omitempty"`
 	PTZ         *bool `json:"ptz,omitempty"`
+	Record      *bool `json:"record,omitempty"`
 }
 
 // Apply returns g with the permissions given changed.
@@ -27,7 +28,7 @@ func (p *Permissions) Apply(g auth.Grants) auth.Grants {
 	for _, f := range []struct {
 		v *bool
 		g *bool
-	}{{p.Publish, &g.Publish}, {p.Subscribe, &g.Subscribe}, {p.PublishData, &g.PublishData}, {p.Admin, &g.Admin}, {p.PTZ, &g.PTZ}} {
+	}{{p.Publish, &g.Publish}, {p.Subscribe, &g.Subscribe}, {p.PublishData, &g.PublishData}, {p.Admin, &g.Admin}, {p.PTZ, &g.PTZ}, {p.Record, &g.Record}} {
 		if f.v != nil {
 			*f.g = *f.v
 		}

@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir, os.Getenv("PETREL_RECORD_CLIP"))
 		return
 	}
+	if dir := os.Getenv("PETREL_RECORD_ROOM_CHILD"); dir != "" {
+		roomCrashChild(dir, os.Getenv("PETREL_RECORD_CLIP"))
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -5,6 +5,7 @@
 package record
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -35,9 +36,23 @@ type Recorder struct {
 	mu       sync.Mutex
 	tracks   map[*sfu.Publication]*recTrack
 	sessions map[sessionKey]*Session
-	done     chan struct{}
-	wg       sync.WaitGroup
-	closed   bool
+	// Room recordings (room.go): every one by id, the active ones by room
+	// name, and room instances whose recording was stopped by hand (the room
+	// setting does not start it again).
+	rooms  map[string]*roomRec
+	live   map[string]*roomRec
+	noAuto map[*sfu.Room]bool
+	// Room playback (roomplay.go): the recording's participant in each
+	// playback room with a viewer, and the sessions.
+	hosts        map[string]*sfu.Participant
+	roomSessions map[roomSessionKey]*roomSession
+	// composites are the composite jobs by recording id (composite.go); ffmpeg
+	// is the binary they run ("": ffmpeg from PATH).
+	composites map[string]*compositeJob
+	ffmpeg     string
+	done       chan struct{}
+	wg         sync.WaitGroup
+	closed     bool
 
 	// watchEvery is how often rooms are checked for cameras that came or went.
 	watchEvery time.Duration
@@ -91,7 +106,13 @@ func New(mgr *sfu.Manager, cfg config.Recording, log *slog.Logger) (*Recorder, e
 		return nil, err
 	}
 	r := &Recorder{mgr: mgr, store: st, cfg: cfg, log: log, tracks: map[*sfu.Publication]*recTrack{},
-		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond}
+		sessions: map[sessionKey]*Session{}, done: make(chan struct{}), watchEvery: 250 * time.Millisecond,
+		rooms: map[string]*roomRec{}, live: map[string]*roomRec{}, noAuto: map[*sfu.Room]bool{},
+		hosts: map[string]*sfu.Participant{}, roomSessions: map[roomSessionKey]*roomSession{},
+		composites: map[string]*compositeJob{}}
+	if err := r.loadRooms(); err != nil {
+		return nil, fmt.Errorf("room recordings: %w", err)
+	}
 	if len(cfg.Cameras) > 0 {
 		r.only = map[string]bool{}
 		for _, id := range cfg.Cameras {
@@ -126,6 +147,9 @@ func (r *Recorder) Close() {
 	for _, s := range sess {
 		s.Close("server closing")
 	}
+	r.closePlayback()
+	r.closeComposites()
+	r.closeRooms()
 	r.mu.Lock()
 	for pub, t := range r.tracks {
 		t.remove()
@@ -150,6 +174,8 @@ func (r *Recorder) watch() {
 		case <-t.C:
 		}
 		r.scan()
+		r.scanRooms()
+		r.scanPlaybackRooms()
 		if time.Since(lastPrune) > 30*time.Second {
 			lastPrune = time.Now()
 			r.store.Prune(time.Now())

@@ -277,6 +277,12 @@ func createSegment(dir string, start uint64, sps, pps []byte, width, height int,
 		init.Moov.Traks[1].Mdia.Minf.Stbl.Stsd.AddChild(entry)
 		acodec = audio.Codec
 	}
+	return writeInit(dir, start, init, acodec)
+}
+
+// writeInit creates the segment file for a recording starting at start and
+// writes its init (ftyp+moov).
+func writeInit(dir string, start uint64, init *mp4.InitSegment, acodec string) (*segWriter, error) {
 	path := filepath.Join(dir, segmentName(start))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if errors.Is(err, os.ErrExist) {

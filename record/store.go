@@ -285,6 +285,12 @@ func (s *Store) Prune(now time.Time) {
 	}
 }
 
+// removeSegmentFiles deletes a segment and its index.
+func removeSegmentFiles(path string) {
+	_ = os.Remove(path)
+	_ = os.Remove(indexPath(path))
+}
+
 func (c *camStore) remove(seg *Segment) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -57,6 +57,7 @@ type qpkt struct {
 	seq    uint16
 	ts     uint32
 	marker bool
+	layer  int32 // the simulcast layer (room tracks)
 	n      int
 	buf    [1500]byte
 }

@@ -143,6 +143,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
 	var routes func(*http.ServeMux)
+	var adminRoutes func(*http.ServeMux, func(http.Handler) http.Handler)
 	if cfg.Recording.Dir != "" {
 		if s.Recorder, err = record.New(s.Manager, cfg.Recording, log); err != nil {
 			s.Cameras.Close()
@@ -169,8 +170,11 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			rec.HandlePlayback(cam.ID(), from, payload, func(b []byte) { cam.Reply(from, record.Topic, b) })
 		})
 		routes = func(mux *http.ServeMux) { rec.Routes(mux, keys) }
+		// Room recording: the admin API, and participants with the record grant.
+		adminRoutes = rec.AdminRoutes
+		s.Manager.SetRecordControl(rec.Control)
 	}
-	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes,
+	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes, AdminRoutes: adminRoutes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
 		PullRoom: s.pullRoom})
 	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
@@ -225,7 +229,8 @@ func timing(r *http.Request) gate.Kind {
 	switch {
 	case p == "/v1/rtc" || strings.HasPrefix(p, "/v1/admin/debug/pprof/"):
 		return gate.Open
-	case strings.HasPrefix(p, "/v1/cameras/") && (strings.HasSuffix(p, "/live.mp4") || strings.HasSuffix(p, "/export")):
+	case strings.HasPrefix(p, "/v1/cameras/") && (strings.HasSuffix(p, "/live.mp4") || strings.HasSuffix(p, "/export")),
+		strings.HasPrefix(p, "/v1/admin/recordings/") && (strings.HasSuffix(p, "/export") || strings.HasSuffix(p, "/composite.mp4")):
 		return gate.Stream
 	}
 	return gate.Bounded

@@ -35,6 +35,8 @@ type Manager struct {
 	observer observerPtr // observer.go
 	// dataFilter may take a data message before delivery (relaytap.go).
 	dataFilter atomic.Pointer[DataFilter]
+	// recordCtl starts and stops room recordings (record.go).
+	recordCtl atomic.Pointer[RecordControl]
 
 	timings timingTable // timing.go
 	reports reporter    // reporter.go

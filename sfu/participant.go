@@ -157,7 +157,7 @@ func (p *Participant) infoLocked() protocol.ParticipantInfo {
 		JoinedAt: p.joinedAt.UnixMilli(),
 		Permissions: protocol.Grants{
 			Publish: g.Publish, Subscribe: g.Subscribe,
-			PublishData: g.PublishData, Admin: g.Admin,
+			PublishData: g.PublishData, Admin: g.Admin, Record: g.Record,
 		},
 		Tracks: tracks,
 	}
@@ -657,7 +657,7 @@ func (p *Participant) SetGrants(g auth.Grants) {
 		p.unsubscribe(t, true)
 	}
 	if len(pubs)+len(subs) > 0 || old != g {
-		p.log.Info("grants changed", "publish", g.Publish, "subscribe", g.Subscribe, "publishData", g.PublishData, "admin", g.Admin, "ptz", g.PTZ)
+		p.log.Info("grants changed", "publish", g.Publish, "subscribe", g.Subscribe, "publishData", g.PublishData, "admin", g.Admin, "ptz", g.PTZ, "record", g.Record)
 	}
 	p.UpdateMetadata(nil, nil)
 	if !old.Subscribe && g.Subscribe {

@@ -35,6 +35,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		s.cameras.AdminRoutes(h)
 		s.cameras.Routes(mux, s.verify, s) // viewer routes (live.mp4), viewer tokens
 	}
+	if s.adminExtra != nil {
+		s.adminExtra(mux, s.admin)
+	}
 	h("GET /v1/admin/rooms", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		out := []protocol.RoomInfo{}
 		for _, room := range s.mgr.Rooms() {

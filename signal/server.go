@@ -42,6 +42,7 @@ type Server struct {
 	turnPort   int
 	web        fs.FS
 	routes     func(*http.ServeMux)
+	adminExtra func(*http.ServeMux, func(http.Handler) http.Handler)
 	joins      *gate.Joins
 	refused    *gate.Refusals
 	localHosts []string // names of this machine besides loopback ones
@@ -70,6 +71,9 @@ type Options struct {
 	WebTransport func(host string) map[string]any
 	// Routes adds endpoints that authorize by themselves (recordings).
 	Routes func(*http.ServeMux)
+	// AdminRoutes adds endpoints to the admin API, each wrapped with its
+	// checks (room recordings).
+	AdminRoutes func(mux *http.ServeMux, admin func(http.Handler) http.Handler)
 	// PullRoom, in a cluster, brings a room's tracks from other nodes to this
 	// one for a WHEP viewer, until release (cluster.Node.Pull); nil: none.
 	PullRoom func(ctx context.Context, room string) (release func())
@@ -79,7 +83,7 @@ type Options struct {
 func New(o Options) *Server {
 	return &Server{
 		cfg: o.Config, mgr: o.Manager, keys: o.Keys, apiKey: o.APIKey, dev: o.Dev,
-		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, wtInfo: o.WebTransport, cameras: o.Cameras, routes: o.Routes,
+		log: o.Log, turnSecret: o.TURNSecret, turnPort: o.TURNPort, web: o.Web, wtInfo: o.WebTransport, cameras: o.Cameras, routes: o.Routes, adminExtra: o.AdminRoutes,
 		pullRoom:   o.PullRoom,
 		joins:      gate.NewJoins(o.Config.Limits.JoinsPerSecond, o.Config.Limits.JoinsPerIP),
 		refused:    gate.NewRefusals(o.Log, "request refused", refusalLogInterval),

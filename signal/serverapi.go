@@ -50,7 +50,7 @@ func (s *Server) updateParticipant(w http.ResponseWriter, r *http.Request) (any,
 		return nil, err
 	}
 	var req protocol.UpdateParticipant
-	if err := decodeStrict(w, r, 64<<10, &req, "body must be {name?, metadata?, permissions?: {publish?, subscribe?, publishData?, admin?, ptz?}}"); err != nil {
+	if err := decodeStrict(w, r, 64<<10, &req, "body must be {name?, metadata?, permissions?: {publish?, subscribe?, publishData?, admin?, ptz?, record?}}"); err != nil {
 		return nil, err
 	}
 	if req.Name != nil && len(*req.Name) > maxNameLen || req.Metadata != nil && len(*req.Metadata) > maxMetadataLen {

@@ -383,6 +383,12 @@ func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, 
 	case "updateMetadata":
 		p.UpdateMetadata(r.Name, r.Metadata)
 		return protocol.Response(r.ID, nil), nil
+	case "startRecording", "stopRecording":
+		rec, err := p.Record(r.Type == "startRecording")
+		if err != nil {
+			return nil, err
+		}
+		return protocol.Response(r.ID, protocol.Msg{"recording": rec}), nil
 	case "restartIce":
 		p.RestartICE()
 		return protocol.Response(r.ID, nil), nil

@@ -22,6 +22,7 @@ func tokenMain(args []string) int {
 	data := fs.Bool("data", true, "may send data messages")
 	admin := fs.Bool("admin", false, "may use the admin API")
 	ptz := fs.Bool("ptz", false, "may control a camera: PTZ, talk-back audio, HTTP tunnel (camera rooms)")
+	record := fs.Bool("record", false, "may start and stop the recording of the room")
 	ttl := fs.Duration("ttl", 6*time.Hour, "validity")
 	key := fs.String("api-key", os.Getenv("PETREL_API_KEY"), "API key (default: development key)")
 	secret := fs.String("api-secret", os.Getenv("PETREL_API_SECRET"), "API secret")
@@ -37,7 +38,7 @@ func tokenMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel token:", err)
 		return 1
 	}
-	c := auth.Claims{Room: *room, Name: *name, Metadata: *metadata, Grants: auth.Grants{Publish: *publish, Subscribe: *subscribe, PublishData: *data, Admin: *admin, PTZ: *ptz}}
+	c := auth.Claims{Room: *room, Name: *name, Metadata: *metadata, Grants: auth.Grants{Publish: *publish, Subscribe: *subscribe, PublishData: *data, Admin: *admin, PTZ: *ptz, Record: *record}}
 	c.Subject = *identity
 	if *ttl > auth.DefaultMaxLifetime {
 		fmt.Fprintf(os.Stderr, "petrel token: warning: servers refuse tokens valid longer than limits.max_token_lifetime (default %s)\n", auth.DefaultMaxLifetime)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/petrel-sfu/petrel/client"
 	"github.com/petrel-sfu/petrel/config"
-	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // talker publishes Opus-like audio, 50 packets a second, each with its frame
@@ -35,42 +34,23 @@ func publishTalker(t *testing.T, c *client.Client, level int32) *talker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var levelID uint8
-	for _, x := range sender.GetParameters().HeaderExtensions {
-		if x.URI == rtc.ExtAudioLevel {
-			levelID = uint8(x.ID)
+	levelID := audioLevelID(t, sender)
+	everyFrame(t, func(n int) {
+		if l := tk.louder.Swap(0); l != 0 {
+			tk.level.Store(l)
+			tk.louderN.Store(int64(n))
 		}
-	}
-	if levelID == 0 {
-		t.Fatal("audio level extension not negotiated")
-	}
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	go func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if l := tk.louder.Swap(0); l != 0 {
-				tk.level.Store(l)
-				tk.louderN.Store(int64(n))
-			}
-			level := byte(95 + n%4)
-			if n%15 >= 3 {
-				level = byte(tk.level.Load())
-			}
-			payload := make([]byte, 60)
-			binary.BigEndian.PutUint32(payload, uint32(n))
-			p := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n), Timestamp: uint32(n * 960)}, Payload: payload}
-			_ = p.Header.SetExtension(levelID, []byte{level})
-			_ = track.WriteRTP(p)
-			tk.frame.Store(int64(n))
+		level := byte(95 + n%4)
+		if n%15 >= 3 {
+			level = byte(tk.level.Load())
 		}
-	}()
+		payload := make([]byte, 60)
+		binary.BigEndian.PutUint32(payload, uint32(n))
+		p := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n), Timestamp: uint32(n * 960)}, Payload: payload}
+		_ = p.Header.SetExtension(levelID, []byte{level})
+		_ = track.WriteRTP(p)
+		tk.frame.Store(int64(n))
+	})
 	return tk
 }
 

@@ -48,15 +48,43 @@ func publishAV(t *testing.T, c *client.Client) *avPublisher {
 		t.Fatal(err)
 	}
 	p.videoSid = sid
-	var levelID uint8
-	for _, x := range asender.GetParameters().HeaderExtensions {
+	levelID := audioLevelID(t, asender)
+	everyFrame(t, func(n int) {
+		level := byte(95) // room noise, dBov
+		if p.speaking.Load() && n%15 >= 3 {
+			level = byte(35 + n%10) // speech, with a pause every 300 ms
+		}
+		ap := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n), Timestamp: uint32(n * 960)}, Payload: make([]byte, 60)}
+		_ = ap.Header.SetExtension(levelID, []byte{level})
+		_ = audio.WriteRTP(ap)
+		if n%2 == 0 {
+			payload := make([]byte, 300)
+			payload[0] = 0x10
+			payload[1] = 0x01
+			if n%100 == 0 || p.forceKey.Swap(false) {
+				payload[1] = 0x00
+			}
+			_ = video.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n / 2), Timestamp: uint32(n * 1800), Marker: true}, Payload: payload})
+		}
+	})
+	return p
+}
+
+// audioLevelID is the RFC 6464 audio level extension's id on sender's track.
+func audioLevelID(t *testing.T, sender *webrtc.RTPSender) uint8 {
+	t.Helper()
+	for _, x := range sender.GetParameters().HeaderExtensions {
 		if x.URI == rtc.ExtAudioLevel {
-			levelID = uint8(x.ID)
+			return uint8(x.ID)
 		}
 	}
-	if levelID == 0 {
-		t.Fatal("audio level extension not negotiated")
-	}
+	t.Fatal("audio level extension not negotiated")
+	return 0
+}
+
+// everyFrame calls f with 0, 1, 2, ... every 20 ms (an Opus frame) until the
+// test ends.
+func everyFrame(t *testing.T, f func(n int)) {
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	go func() {
@@ -68,25 +96,9 @@ func publishAV(t *testing.T, c *client.Client) *avPublisher {
 				return
 			case <-tick.C:
 			}
-			level := byte(95) // room noise, dBov
-			if p.speaking.Load() && n%15 >= 3 {
-				level = byte(35 + n%10) // speech, with a pause every 300 ms
-			}
-			ap := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n), Timestamp: uint32(n * 960)}, Payload: make([]byte, 60)}
-			_ = ap.Header.SetExtension(levelID, []byte{level})
-			_ = audio.WriteRTP(ap)
-			if n%2 == 0 {
-				payload := make([]byte, 300)
-				payload[0] = 0x10
-				payload[1] = 0x01
-				if n%100 == 0 || p.forceKey.Swap(false) {
-					payload[1] = 0x00
-				}
-				_ = video.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n / 2), Timestamp: uint32(n * 1800), Marker: true}, Payload: payload})
-			}
+			f(n)
 		}
 	}()
-	return p
 }
 
 // videoFrom counts video packets per publishing participant on a receiver.

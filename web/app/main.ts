@@ -126,9 +126,12 @@ async function join(roomName: string, name: string, relay: boolean): Promise<voi
     call.hidden = false;
     addTile(r.localParticipant?.sid ?? 'local', `${r.localParticipant?.name || name || r.localParticipant?.identity} (you)`, true);
     statsTimer = setInterval(() => void refreshStats(r), 1000);
-    // Media is optional: a participant without camera or microphone still joins.
-    await r.publishCamera({ simulcast: simulcastParam(), svc: svcParam() }).catch((err) => note(`camera: ${describe(err)}`));
-    await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
+    // Media is optional: a participant without camera or microphone still
+    // joins. A recording's viewer (room recording/<id>) only watches.
+    if (!/^recording\//.test(r.room?.name ?? roomName)) {
+      await r.publishCamera({ simulcast: simulcastParam(), svc: svcParam() }).catch((err) => note(`camera: ${describe(err)}`));
+      await r.publishMicrophone().catch((err) => note(`microphone: ${describe(err)}`));
+    }
     updateControls();
     // Labels are only readable once the user allowed the devices, so list them now.
     await listDevices();
@@ -147,12 +150,19 @@ function wireRoom(r: Room): void {
     if (p.identity.startsWith('playback-')) return;
     const tile = addTile(p.sid, p.name, false);
     // In a camera room the camera gets PTZ, talk-back and picture tools (ptzui.ts).
-    if (p.identity === 'camera') mountCameraControls(r, tile.querySelector('video') as HTMLVideoElement, tile);
+    if (p.identity === 'camera' && /^camera\//.test(r.room?.name ?? '')) mountCameraControls(r, tile.querySelector('video') as HTMLVideoElement, tile);
     // ...and the recording timeline (timeline.ts).
     const camRoom = /^camera\/(.+)$/.exec(r.room?.name ?? '');
     if (p.identity === 'camera' && camRoom) {
       window.petrel.timeline?.close();
       window.petrel.timeline = new Timeline(tile, { room: r, camera: camRoom[1], token: roomToken, video: tile.querySelector('video') as HTMLVideoElement });
+    }
+    // A room recording plays back in room recording/<id>: its participant
+    // "camera" answers the timeline, the tracks come as playback tiles.
+    if (p.identity === 'camera' && /^recording\//.test(r.room?.name ?? '')) {
+      tile.querySelector('video')?.remove();
+      window.petrel.timeline?.close();
+      window.petrel.timeline = new Timeline(tile, { room: r, token: roomToken });
     }
   });
   r.on('participantUpdated', (p) => updateLabel(p));
@@ -173,7 +183,12 @@ function wireRoom(r: Room): void {
     if (pinned.delete(p.sid)) void sendPins();
   });
   r.on('trackSubscribed', (track, pub, p) => {
-    if (p?.identity.startsWith('playback-')) return; // the timeline shows it
+    if (p?.identity.startsWith('playback-')) {
+      // A camera's recording: the timeline shows it in the camera's tile. A
+      // room recording's: one tile per recorded participant (the track's name).
+      if (/^recording\//.test(r.room?.name ?? '')) showRecorded(pub.info.name || pub.sid, track, pub.sid);
+      return;
+    }
     const tile = tileOf(pub.participantSid) ?? addTile(pub.participantSid, p?.name ?? '', false);
     if (track.kind === 'video') {
       // Screen shares get their own tile so that the camera stays visible.
@@ -342,6 +357,22 @@ function showVideo(video: HTMLVideoElement, track: MediaStreamTrack, trackSid: s
 
 function tileOf(sid: string): HTMLElement | null {
   return tiles.querySelector(`.tile[data-sid="${CSS.escape(sid)}"]`);
+}
+
+// showRecorded puts a played-back room recording's track in the tile of the
+// participant who published it.
+function showRecorded(identity: string, track: MediaStreamTrack, trackSid: string): void {
+  const tile = addTile(`recorded/${identity}`, identity, false);
+  if (track.kind === 'video') {
+    showVideo(tile.querySelector('video') as HTMLVideoElement, track, trackSid);
+    return;
+  }
+  const audio = document.createElement('audio');
+  audio.autoplay = true;
+  audio.dataset.trackSid = trackSid;
+  audio.srcObject = new MediaStream([track]);
+  tile.append(audio);
+  audio.play().catch(() => ($('audio-unlock').hidden = false));
 }
 
 function addTile(sid: string, name: string, local: boolean): HTMLElement {

@@ -1,5 +1,6 @@
-// The recording timeline under a camera view: recorded ranges from
-// GET /v1/cameras/{id}/recordings, scrubbing (seeks while dragging, throttled to
+// The recording timeline under a camera view (or over a room recording played
+// back in room recording/<id>): recorded ranges from
+// GET /v1/cameras/{id}/recordings (a room recording: the "ranges" message), scrubbing (seeks while dragging, throttled to
 // one in flight), play/pause, rate, frame step and back to live. Playback comes
 // over the viewer's own connection: data messages on topic "playback" to the
 // camera (docs/protocol.md), answered by a track of participant
@@ -8,11 +9,16 @@ import type { DataMessage, RemoteParticipant, RemoteTrackPublication, Room } fro
 
 export interface TimelineOptions {
   room: Room;
-  camera: string;
+  /** The camera; absent for a room recording (room recording/<id>), which has no live view. */
+  camera?: string;
   /** The token the room was joined with: it authorizes the recordings list. */
   token: string;
-  /** The camera's video element: it shows the playback track, and live again after "live". */
-  video: HTMLVideoElement;
+  /**
+   * The camera's video element: it shows the playback track, and live again
+   * after "live". A room recording's tracks are shown by the page (one
+   * publication each of participant playback-<identity>).
+   */
+  video?: HTMLVideoElement;
   /** HTTP base of the server (default: this page's origin). */
   base?: string;
   /** How far back the bar reaches (ms, default one hour). */
@@ -26,6 +32,7 @@ interface Reply {
   t?: number;
   state?: 'playing' | 'paused';
   rate?: number;
+  ranges?: Range[];
 }
 
 export interface Range {
@@ -63,7 +70,7 @@ export class Timeline {
   /** Called after every change of position or state. */
   onchange?: (t: Timeline) => void;
 
-  private o: Required<Omit<TimelineOptions, 'base'>> & { base: string };
+  private o: Required<Omit<TimelineOptions, 'base' | 'camera' | 'video'>> & { base: string; camera?: string; video?: HTMLVideoElement };
   private bar: HTMLCanvasElement;
   private label: HTMLSpanElement;
   private playBtn: HTMLButtonElement;
@@ -80,6 +87,7 @@ export class Timeline {
 
   constructor(container: HTMLElement, opts: TimelineOptions) {
     this.o = { windowMs: 3600_000, ...opts, base: opts.base ?? location.origin };
+    if (this.o.camera === undefined) this.state = 'paused'; // a recording has no live view
     injectStyle();
     this.el = document.createElement('div');
     this.el.className = 'timeline';
@@ -115,7 +123,7 @@ export class Timeline {
 
     const onData = (m: DataMessage) => this.onData(m);
     const onTrack = (track: MediaStreamTrack, _pub: RemoteTrackPublication, p: RemoteParticipant | undefined) => {
-      if (track.kind === 'video' && p?.identity === `playback-${this.identity()}`) {
+      if (this.o.camera !== undefined && track.kind === 'video' && p?.identity === `playback-${this.identity()}`) {
         this.playbackTrack = track;
         if (this.state !== 'live') this.showPlayback();
       }
@@ -123,6 +131,7 @@ export class Timeline {
     this.o.room.on('dataReceived', onData);
     this.o.room.on('trackSubscribed', onTrack);
     this.offs.push(() => this.o.room.off('dataReceived', onData), () => this.o.room.off('trackSubscribed', onTrack));
+    if (this.o.camera === undefined) (this.el.querySelector('[data-act=live]') as HTMLElement).hidden = true;
     new ResizeObserver(() => this.draw()).observe(this.bar);
     void this.refresh();
     this.timer = setInterval(() => void this.refresh(), 5000);
@@ -130,6 +139,13 @@ export class Timeline {
 
   /** Fetches the recorded ranges. */
   async refresh(): Promise<Range[]> {
+    if (this.o.camera === undefined) {
+      // A room recording: its participant answers over the data channel.
+      const r = await this.request({ op: 'ranges' }).catch(() => undefined);
+      if (r?.ranges) this.ranges = r.ranges;
+      this.draw();
+      return this.ranges;
+    }
     try {
       const res = await fetch(`${this.o.base}/v1/cameras/${encodeURIComponent(this.o.camera)}/recordings`, {
         headers: { Authorization: `Bearer ${this.o.token}` },
@@ -183,7 +199,7 @@ export class Timeline {
     this.state = 'live';
     this.position = undefined;
     this.playbackTrack = undefined;
-    if (this.liveStream !== undefined) this.o.video.srcObject = this.liveStream;
+    if (this.liveStream !== undefined && this.o.video) this.o.video.srcObject = this.liveStream;
     this.liveStream = undefined;
     this.update();
   }
@@ -242,7 +258,7 @@ export class Timeline {
   }
 
   private enterPlayback(r: Reply): void {
-    if (this.state === 'live') {
+    if (this.state === 'live' && this.o.video) {
       this.liveStream = this.o.video.srcObject as MediaStream | null;
       this.showPlayback();
     }
@@ -253,7 +269,7 @@ export class Timeline {
   }
 
   private showPlayback(): void {
-    if (this.playbackTrack && (this.o.video.srcObject as MediaStream | null)?.getVideoTracks()[0] !== this.playbackTrack) {
+    if (this.o.video && this.playbackTrack && (this.o.video.srcObject as MediaStream | null)?.getVideoTracks()[0] !== this.playbackTrack) {
       this.o.video.srcObject = new MediaStream([this.playbackTrack]);
       void this.o.video.play().catch(() => undefined);
     }
@@ -281,6 +297,11 @@ export class Timeline {
   }
 
   private span(): [number, number] {
+    if (this.o.camera === undefined) {
+      // A room recording: the bar is the recording.
+      const a = this.ranges[0]?.from ?? 0;
+      return [a, this.ranges.at(-1)?.to ?? a + 1];
+    }
     const now = Date.now();
     const last = this.ranges.at(-1)?.to ?? now;
     const to = Math.max(now, last);
@@ -303,7 +324,7 @@ export class Timeline {
     this.playBtn.textContent = this.state === 'playing' ? '⏸' : '▶';
     this.rateSel.value = String(this.rate);
     this.label.textContent =
-      this.state === 'live' || this.position === undefined ? 'live' : `${new Date(this.position).toLocaleTimeString()} · ${this.state}`;
+      this.state === 'live' || this.position === undefined ? (this.o.camera === undefined ? 'recording' : 'live') : `${new Date(this.position).toLocaleTimeString()} · ${this.state}`;
     this.el.dataset.state = this.state;
     if (this.position !== undefined) this.el.dataset.position = String(this.position);
     this.draw();

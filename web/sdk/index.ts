@@ -28,6 +28,7 @@ export {
   PROTOCOL_VERSION,
   type ParticipantInfo,
   type RoomInfo,
+  type RoomRecording,
   type TrackInfo,
   type TrackKind,
   type TrackSource,

@@ -21,6 +21,29 @@ export interface Permissions {
   subscribe: boolean;
   publishData: boolean;
   admin: boolean;
+  /** May start and stop the room's recording (startRecording/stopRecording). */
+  record?: boolean;
+}
+
+/** A room recording (docs/recording.md, Room recording). */
+export interface RoomRecording {
+  id: string;
+  room: string;
+  start: number;
+  end?: number;
+  active: boolean;
+  startedBy?: string;
+  crashed?: boolean;
+  tracks: {
+    key: string;
+    identity: string;
+    participantSid: string;
+    trackSid: string;
+    kind: string;
+    source?: string;
+    mimeType: string;
+    ranges?: { from: number; to: number }[];
+  }[];
 }
 
 // One simulcast encoding; RIDs q, h, f from low to full resolution.
@@ -105,6 +128,8 @@ export type ClientMessage =
   | { type: 'setMaxBitrate'; bitrate: number }
   | { type: 'updateMetadata'; metadata?: string; name?: string }
   | { type: 'restartIce' }
+  | { type: 'startRecording' }
+  | { type: 'stopRecording' }
   | { type: 'relay'; to: string; data: unknown }
   | { type: 'ping'; t?: number }
   | { type: 'leave' };

@@ -13,6 +13,7 @@ import {
   type ParticipantInfo,
   type PcTarget,
   type RoomInfo,
+  type RoomRecording,
   type ServerMessage,
   type TrackInfo,
   type TrackKind,
@@ -550,6 +551,23 @@ export class Room extends Emitter<RoomEvents> {
   async pin(participantSids: string[]): Promise<void> {
     if (!this.signal) throw new Error('pin: not connected');
     await this.signal.request({ type: 'pin', participantSids });
+  }
+
+  /**
+   * Starts recording this room (every published track); the token needs the
+   * `record` grant. A room already being recorded answers its recording.
+   */
+  async startRecording(): Promise<RoomRecording> {
+    if (!this.signal) throw new Error('startRecording: not connected');
+    const r = await this.signal.request({ type: 'startRecording' });
+    return (r as unknown as { recording: RoomRecording }).recording;
+  }
+
+  /** Stops this room's recording (the `record` grant). */
+  async stopRecording(): Promise<RoomRecording> {
+    if (!this.signal) throw new Error('stopRecording: not connected');
+    const r = await this.signal.request({ type: 'stopRecording' });
+    return (r as unknown as { recording: RoomRecording }).recording;
   }
 
   async updateMetadata(update: { metadata?: string; name?: string }): Promise<void> {

@@ -107,6 +107,14 @@ export async function startServer(name, { dev = false, args: extraArgs = [], env
       if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
       return res.json();
     },
+    // An admin API GET, as the fetch Response (a file download).
+    async adminFetch(path) {
+      const token = await new Promise((resolve, reject) =>
+        execFile(bin, ['token', '--identity', 'test-admin', '--admin'], { env },
+          (err, stdout, stderr) => (err ? reject(new Error(`petrel token --admin: ${err.message} ${stderr}`)) : resolve(stdout.trim().split('\n').pop().trim()))),
+      );
+      return fetch(`http://127.0.0.1:${http}${path}`, { headers: dev ? {} : { Authorization: `Bearer ${token}` } });
+    },
     async stop() {
       if (exited) return;
       const gone = new Promise((r) => proc.once('exit', r));
