@@ -4,9 +4,12 @@ go 1.26.8
 
 require (
 	github.com/Eyevinn/mp4ff v0.47.0
+	github.com/bluenviron/gortmplib v1.0.1
 	github.com/bluenviron/gortsplib/v4 v4.12.3
 	github.com/bluenviron/mediacommon v1.14.0
+	github.com/bluenviron/mediacommon/v2 v2.9.3
 	github.com/coder/websocket v1.8.15
+	github.com/datarhei/gosrt v0.9.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/pion/datachannel v1.6.3
 	github.com/pion/dtls/v3 v3.1.15
@@ -36,6 +39,10 @@ require (
 )
 
 require (
+	github.com/abema/go-mp4 v1.7.1 // indirect
+	github.com/asticode/go-astikit v0.30.0 // indirect
+	github.com/asticode/go-astits v1.16.0 // indirect
+	github.com/benburkert/openpgp v0.0.0-20160410205803-c2471f86866c // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dunglas/httpsfv v1.1.1 // indirect

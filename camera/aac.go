@@ -512,25 +512,56 @@ type AACPlayer struct {
 // asc, writing Opus (payload type 111, SSRC ssrc) to track. It fails without
 // ffmpeg or with an AudioSpecificConfig ADTS cannot carry.
 func (g *Gateway) NewAACPlayer(asc []byte, track *sfu.LocalTrack, ssrc uint32) (*AACPlayer, error) {
-	if ffmpegPath == "" {
-		return nil, errors.New("ffmpeg is not installed")
-	}
-	var cfg mpeg4audio.AudioSpecificConfig
-	if err := cfg.Unmarshal(asc); err != nil {
-		return nil, fmt.Errorf("AudioSpecificConfig: %w", err)
-	}
-	if cfg.SampleRate <= 0 {
-		return nil, errors.New("AudioSpecificConfig without a sample rate")
+	cfg, err := transcodable(asc)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &AACPlayer{cancel: cancel}
 	p.t = &aacTranscoder{ctx: ctx, done: &p.wg, log: g.log.With("playback", true), bin: func() string { return ffmpegPath },
 		want: p.active.Load, idle: 0, track: track, ssrc: ssrc, in: make(chan aacAU, aacQueue),
 		seq: uint16(randU32()), base48: randU32()}
+	p.start(cfg)
+	return p, nil
+}
+
+// NewAACLive is NewAACPlayer for a live source (RTMP ingest): ffmpeg runs
+// while the Opus track has a consumer and stops aacIdleStop after the last
+// one left, as a camera's does; SetActive is not used.
+func (g *Gateway) NewAACLive(asc []byte, track *sfu.LocalTrack, ssrc uint32, log *slog.Logger) (*AACPlayer, error) {
+	cfg, err := transcodable(asc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &AACPlayer{cancel: cancel}
+	p.t = &aacTranscoder{ctx: ctx, done: &p.wg, log: log, bin: func() string { return ffmpegPath },
+		idle: aacIdleStop, track: track, ssrc: ssrc, in: make(chan aacAU, aacQueue),
+		seq: uint16(randU32()), base48: randU32()}
+	p.t.want = p.t.consumers
+	p.start(cfg)
+	return p, nil
+}
+
+// transcodable parses asc, failing without ffmpeg or for a config ADTS cannot carry.
+func transcodable(asc []byte) (mpeg4audio.AudioSpecificConfig, error) {
+	var cfg mpeg4audio.AudioSpecificConfig
+	if ffmpegPath == "" {
+		return cfg, errors.New("ffmpeg is not installed")
+	}
+	if err := cfg.Unmarshal(asc); err != nil {
+		return cfg, fmt.Errorf("AudioSpecificConfig: %w", err)
+	}
+	if cfg.SampleRate <= 0 {
+		return cfg, errors.New("AudioSpecificConfig without a sample rate")
+	}
+	return cfg, nil
+}
+
+func (p *AACPlayer) start(cfg mpeg4audio.AudioSpecificConfig) {
 	p.t.newSession(cfg)
 	p.wg.Add(1)
 	go p.t.run()
-	return p, nil
 }
 
 // Push queues one access unit with its AAC timestamp (never blocks; dropped

@@ -178,6 +178,11 @@ func (r *videoRepack) push(pkt *rtp.Packet) {
 		}
 		return
 	}
+	r.writeAU(au, pkt.Timestamp)
+}
+
+// writeAU sends one access unit stamped ts (source clock, 90 kHz).
+func (r *videoRepack) writeAU(au [][]byte, ts uint32) {
 	idr, hasParams := false, 0
 	for _, n := range au {
 		kind, t := r.classify(n)
@@ -207,7 +212,7 @@ func (r *videoRepack) push(pkt *rtp.Packet) {
 			r.tsOff = 0
 		} else {
 			gap := uint32(max(now.Sub(r.lastAt), 40*time.Millisecond) * 90 / time.Millisecond)
-			r.tsOff = r.lastTS + gap - pkt.Timestamp
+			r.tsOff = r.lastTS + gap - ts
 		}
 	}
 	if idr && hasParams < 2 && r.sps != nil && r.pps != nil {
@@ -222,7 +227,7 @@ func (r *videoRepack) push(pkt *rtp.Packet) {
 		r.log.Info("camera video frame dropped", "err", err)
 		return
 	}
-	ts := pkt.Timestamp + r.tsOff
+	ts += r.tsOff
 	for _, p := range pkts {
 		p.Timestamp = ts
 		_ = r.track.WritePacket(p)
@@ -292,3 +297,31 @@ func h264Info(sps []byte) (fmtp string, w, h int) {
 	}
 	return fmtp, w, h
 }
+
+// H264Writer packetizes H.264 access units into RTP for a LocalTrack: the
+// camera's repacketizer (RFC 6184 packetization-mode 1, MTU-sized, SPS/PPS
+// before every IDR, nothing before the first IDR) fed access units instead of
+// RTP, for ingests that carry frames (RTMP).
+type H264Writer struct{ r *videoRepack }
+
+// NewH264Writer writes to lt with payload type pt and SSRC ssrc.
+func NewH264Writer(pt uint8, ssrc uint32, lt *sfu.LocalTrack, log *slog.Logger) (*H264Writer, error) {
+	r, err := newVideoRepack(webrtc.MimeTypeH264, pt, ssrc, lt, log)
+	if err != nil {
+		return nil, err
+	}
+	return &H264Writer{r: r}, nil
+}
+
+// SetParams sets the SPS and PPS sent before IDRs that lack them; the output
+// then waits for the next IDR, as after a camera reconnect.
+func (w *H264Writer) SetParams(sps, pps []byte) {
+	w.r.newSession(nil, append([]byte(nil), sps...), append([]byte(nil), pps...))
+}
+
+// WriteAU sends one access unit (NAL units without start codes) stamped ts on
+// the 90 kHz clock.
+func (w *H264Writer) WriteAU(au [][]byte, ts uint32) { w.r.writeAU(au, ts) }
+
+// H264Params is the fmtp line and picture size an SPS describes.
+func H264Params(sps []byte) (fmtp string, width, height int) { return h264Info(sps) }

@@ -48,6 +48,8 @@ type Config struct {
 	Cameras []Camera `yaml:"cameras"`
 	// Recording records cameras continuously (config/recording.go, docs/recording.md).
 	Recording Recording `yaml:"recording"`
+	// Ingest takes RTMP and SRT publishers into rooms (config/ingest.go, docs/ingest.md).
+	Ingest Ingest `yaml:"ingest"`
 	// Webhook notifies URLs of room events (config/webhook.go, docs/webhooks.md).
 	Webhook Webhook `yaml:"webhook"`
 }
@@ -147,6 +149,7 @@ func Default() Config {
 		},
 		Cluster:   defaultCluster(),
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
+		Ingest:    Ingest{MaxConns: 64},
 		Webhook:   defaultWebhook(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
@@ -281,6 +284,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.Ingest.validate(); err != nil {
 		return err
 	}
 	if err := c.Webhook.validate(); err != nil {

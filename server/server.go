@@ -21,6 +21,7 @@ import (
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/gate"
+	"github.com/petrel-sfu/petrel/ingest"
 	"github.com/petrel-sfu/petrel/record"
 	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/session"
@@ -52,6 +53,9 @@ type Server struct {
 	// Sessions serves every client's WebRTC sessions on the ICE ports
 	// (session/, docs/sessions.md).
 	Sessions *session.Server
+	// Ingest takes RTMP and SRT publishers into rooms; nil unless ingest.rtmp
+	// or ingest.srt is set.
+	Ingest *ingest.Server
 	// Webhooks notifies webhook.urls of room events; nil without them.
 	Webhooks *webhook.Notifier
 
@@ -173,8 +177,22 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes, AdminRoutes: adminRoutes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
 		PullRoom: s.pullRoom})
+	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
+		// Publishers spend joins from the same allowance as every other door.
+		if s.Ingest, err = ingest.Start(ingest.Options{RTMP: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback),
+			SRT: loopbackAddr(cfg.Ingest.SRT, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
+			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Admit: edge.AdmitAddr, Log: log}); err != nil {
+			if s.Recorder != nil {
+				s.Recorder.Close()
+			}
+			s.Cameras.Close()
+			s.closeMedia()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
+		s.closeIngest()
 		s.closeMedia()
 		return nil, fmt.Errorf("http: %w", err)
 	}
@@ -184,6 +202,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	if cfg.Cluster.Redis != "" {
 		if handler, err = s.startCluster(cfg, keys[apiKey], handler, log); err != nil {
 			ln.Close()
+			s.closeIngest()
 			s.Cameras.Close()
 			s.closeMedia()
 			return nil, err
@@ -232,6 +251,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// participants at once instead of waiting for the heartbeat to expire.
 		s.Cluster.Close()
 	}
+	s.closeIngest()
 	s.Cameras.Close()
 	if s.Recorder != nil {
 		// Before the rooms go: every open segment is closed and indexed.
@@ -249,6 +269,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// closeIngest ends the RTMP publishers before the rooms and the transcoders go.
+func (s *Server) closeIngest() {
+	if s.Ingest != nil {
+		s.Ingest.Close()
+	}
+}
+
 func (s *Server) closeMedia() {
 	if s.Sessions != nil {
 		s.Sessions.Close()
@@ -257,4 +284,13 @@ func (s *Server) closeMedia() {
 		s.turn.Close()
 	}
 	s.Engine.Close()
+}
+
+// loopbackAddr binds a listen address without a host to 127.0.0.1 when the
+// server is loopback-only.
+func loopbackAddr(addr string, loopback bool) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" && loopback {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -108,6 +109,12 @@ func nodeHost(u string) []string {
 // tokens spend nothing.
 func (s *Server) Admit(r *http.Request) error {
 	return s.joins.Admit(gate.Addr(r))
+}
+
+// AdmitAddr is Admit for a door that is not HTTP (the RTMP and SRT ingest):
+// a join from client address a.
+func (s *Server) AdmitAddr(a netip.Addr) error {
+	return s.joins.Admit(a)
 }
 
 // Refused logs a refused join, summarized when they come in a flood.
