@@ -3,7 +3,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { launchChromium } from '../lib/browsers.mjs';
+import { launchChromium, launchFirefox } from '../lib/browsers.mjs';
 import { Participant, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 import { freePort } from '../lib/server.mjs';
@@ -20,35 +20,55 @@ function rtmpPublisher(own, port, token, profile) {
   return () => stderr;
 }
 
-test('Chromium without High profile still gets the other tracks and is told it cannot receive a High publisher', { timeout: 90_000 }, async () => {
+// Records the SDK's trackUnsupported events in the page.
+function recordUnsupported(p) {
+  return p.page.evaluate(() => {
+    window.__unsupported = [];
+    window.petrel.room.on('trackUnsupported', (pub, owner, code) =>
+      window.__unsupported.push({ track: pub.sid, identity: owner.identity, code }));
+  });
+}
+
+// The sid of `identity`'s video publication as `p` sees it.
+function videoOf(p, identity) {
+  return waitFor(p.page, `${identity}'s video publication`, (id) =>
+    [...window.petrel.room.participants.values()].find((x) => x.identity === id)?.tracks &&
+    [...[...window.petrel.room.participants.values()].find((x) => x.identity === id).tracks.values()].find((t) => t.kind === 'video')?.sid,
+  identity, 20_000);
+}
+
+test('a viewer whose browser lacks a publisher\'s H.264 profile gets the other tracks and trackUnsupported', { timeout: 90_000 }, async () => {
   const port = await freePort();
-  await scenario('h264-high', async ({ server, own, watch }) => {
+  await scenario('h264-profile', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
+    const firefox = own(await launchFirefox());
+    // Chromium here receives H.264 Baseline and Main, not High; Firefox no H.264 at all.
     const viewer = watch(new Participant('viewer', await chromium.newPage()));
-    await viewer.page.addInitScript(() => {
-      window.__unsupported = [];
-    });
+    const fox = watch(new Participant('fox', await firefox.newPage()));
     await viewer.join(server.base, await server.token('stage', 'viewer'));
-    await viewer.page.evaluate(() => window.petrel.room.on('trackUnsupported', (pub, p, code) =>
-      window.__unsupported.push({ track: pub.sid, identity: p?.identity, code })));
+    await fox.join(server.base, await server.token('stage', 'fox'));
+    await recordUnsupported(viewer);
+    await recordUnsupported(fox);
 
-    const high = rtmpPublisher(own, port, await server.token('stage', 'obs'), 'high');
-    const obsSid = await waitFor(viewer.page, 'participant obs in the room', () =>
-      [...window.petrel.room.participants.values()].find((p) => p.identity === 'obs' && p.tracks.size >= 1)?.sid, undefined, 20_000)
-      .catch((e) => { throw new Error(`${e.message}; ffmpeg: ${high()}`); });
+    const high = rtmpPublisher(own, port, await server.token('stage', 'high'), 'high');
+    const main = rtmpPublisher(own, port, await server.token('stage', 'main'), 'main');
+    const highVideo = await videoOf(viewer, 'high').catch((e) => { throw new Error(`${e.message}; ffmpeg: ${high()}`); });
+    const mainVideo = await videoOf(viewer, 'main').catch((e) => { throw new Error(`${e.message}; ffmpeg: ${main()}`); });
 
-    // A VP8/Opus browser publisher joins after the High one.
+    // A VP8/Opus browser publisher joins after them.
     const cam = watch(new Participant('cam', await chromium.newPage()));
     await cam.join(server.base, await server.token('stage', 'cam'));
     await viewer.seesVideoOf(cam);
+    await fox.seesVideoOf(cam);
+    const mainSid = await viewer.page.evaluate(() => [...window.petrel.room.participants.values()].find((x) => x.identity === 'main').sid);
+    await viewer.seesVideoOf({ label: 'main', sid: mainSid });
 
-    // The viewer is told which track it cannot receive, and why.
-    const told = await waitFor(viewer.page, 'the High track reported unsupported', () =>
-      window.__unsupported.length > 0 && window.__unsupported, undefined, 15_000);
-    assert.equal(told[0].identity, 'obs');
-    assert.equal(told[0].code, 'codec_unsupported');
-    const obsVideo = await viewer.page.evaluate((sid) =>
-      [...window.petrel.room.participants.get(sid).tracks.values()].find((t) => t.kind === 'video')?.sid, obsSid);
-    assert.equal(told[0].track, obsVideo);
+    // Each is told which tracks it cannot receive, and why.
+    const told = async (p, n) => {
+      const got = await waitFor(p.page, `${n} trackUnsupported events`, (k) => window.__unsupported.length >= k && window.__unsupported, n, 15_000);
+      return got.map((e) => `${e.identity} ${e.track} ${e.code}`).sort();
+    };
+    assert.deepEqual(await told(viewer, 1), [`high ${highVideo} codec_unsupported`]);
+    assert.deepEqual(await told(fox, 2), [`high ${highVideo} codec_unsupported`, `main ${mainVideo} codec_unsupported`]);
   }, { args: ['--ingest-rtmp', `127.0.0.1:${port}`] });
 });
