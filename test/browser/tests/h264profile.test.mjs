@@ -46,13 +46,13 @@ test('a viewer whose browser lacks a publisher\'s H.264 profile gets the other t
     const viewer = watch(new Participant('viewer', await chromium.newPage()));
     const fox = watch(new Participant('fox', await firefox.newPage()));
     await viewer.join(server.base, await server.token('stage', 'viewer'));
-    await fox.join(server.base, await server.token('stage', 'fox'));
     await recordUnsupported(viewer);
-    await recordUnsupported(fox);
 
+    // The High track comes first: in the viewer's offer it is the BUNDLE-tag section.
     const high = rtmpPublisher(own, port, await server.token('stage', 'high'), 'high');
-    const main = rtmpPublisher(own, port, await server.token('stage', 'main'), 'main');
     const highVideo = await videoOf(viewer, 'high').catch((e) => { throw new Error(`${e.message}; ffmpeg: ${high()}`); });
+    await fox.join(server.base, await server.token('stage', 'fox'));
+    const main = rtmpPublisher(own, port, await server.token('stage', 'main'), 'main');
     const mainVideo = await videoOf(viewer, 'main').catch((e) => { throw new Error(`${e.message}; ffmpeg: ${main()}`); });
 
     // A VP8/Opus browser publisher joins after them.
@@ -63,12 +63,19 @@ test('a viewer whose browser lacks a publisher\'s H.264 profile gets the other t
     const mainSid = await viewer.page.evaluate(() => [...window.petrel.room.participants.values()].find((x) => x.identity === 'main').sid);
     await viewer.seesVideoOf({ label: 'main', sid: mainSid });
 
-    // Each is told which tracks it cannot receive, and why.
+    // Each is told which tracks it cannot receive, and why (the publication says so too).
     const told = async (p, n) => {
-      const got = await waitFor(p.page, `${n} trackUnsupported events`, (k) => window.__unsupported.length >= k && window.__unsupported, n, 15_000);
-      return got.map((e) => `${e.identity} ${e.track} ${e.code}`).sort();
+      const got = await waitFor(p.page, `${n} tracks marked unsupported`, (k) => {
+        const out = [];
+        for (const x of window.petrel.room.participants.values()) {
+          for (const t of x.tracks.values()) if (t.unsupported) out.push(`${x.identity} ${t.sid} ${t.unsupported}`);
+        }
+        return out.length >= k && out;
+      }, n, 15_000);
+      return got.sort();
     };
     assert.deepEqual(await told(viewer, 1), [`high ${highVideo} codec_unsupported`]);
+    assert.deepEqual(await viewer.page.evaluate(() => window.__unsupported), [{ identity: 'high', track: highVideo, code: 'codec_unsupported' }]);
     assert.deepEqual(await told(fox, 2), [`high ${highVideo} codec_unsupported`, `main ${mainVideo} codec_unsupported`]);
   }, { args: ['--ingest-rtmp', `127.0.0.1:${port}`] });
 });
