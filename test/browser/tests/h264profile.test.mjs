@@ -76,6 +76,10 @@ test('a viewer whose browser lacks a publisher\'s H.264 profile gets the other t
     };
     assert.deepEqual(await told(viewer, 1), [`high ${highVideo} codec_unsupported`]);
     assert.deepEqual(await viewer.page.evaluate(() => window.__unsupported), [{ identity: 'high', track: highVideo, code: 'codec_unsupported' }]);
+    // The app's tile of the High publisher says why it shows no video.
+    const banner = await viewer.page.evaluate((sid) => document.querySelector(`.tile[data-sid="${sid}"] .codec-error`)?.textContent,
+      await viewer.page.evaluate(() => [...window.petrel.room.participants.values()].find((x) => x.identity === 'high').sid));
+    assert.match(banner ?? '', /Cannot play this video/);
     assert.deepEqual(await told(fox, 2), [`high ${highVideo} codec_unsupported`, `main ${mainVideo} codec_unsupported`]);
   }, { args: ['--ingest-rtmp', `127.0.0.1:${port}`] });
 });
