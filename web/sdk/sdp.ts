@@ -44,9 +44,28 @@ function fmtpParams(fmtp: string | undefined): Map<string, string> {
   return out;
 }
 
-// Whether the browser decodes `name` with `fmtp`. H.264 is decodable per profile
-// (profile_idc, the first byte of profile-level-id) and packetization mode; levels are
-// asymmetric, so they do not count.
+// libwebrtc's H.264 profiles (h264_profile_level_id.cc): profile_idc, and a pattern of
+// the constraint byte (MSB first, x: any bit).
+const h264Profiles: [number, string, string][] = [
+  [0x42, 'x1xx0000', 'cb'], [0x4d, '1xxx0000', 'cb'], [0x58, '11xx0000', 'cb'],
+  [0x42, 'x0xx0000', 'baseline'], [0x58, '10xx0000', 'baseline'], [0x4d, '0x0x0000', 'main'],
+  [0x64, '00000000', 'high'], [0x64, '00001100', 'constrained-high'], [0xf4, '00000000', 'high444'],
+];
+
+// The H.264 profile of a profile-level-id ('42001f' when absent, RFC 6184), or the id
+// itself when it is none of those.
+export function h264Profile(profileLevelId: string | undefined): string {
+  const id = (profileLevelId ?? '42001f').toLowerCase();
+  const idc = parseInt(id.slice(0, 2), 16);
+  const iop = parseInt(id.slice(2, 4), 16);
+  for (const [pidc, pattern, name] of h264Profiles) {
+    if (pidc === idc && [...pattern].every((b, i) => b === 'x' || Number(b) === ((iop >> (7 - i)) & 1))) return name;
+  }
+  return id.slice(0, 4);
+}
+
+// Whether the browser decodes `name` with `fmtp`. H.264 is decodable per profile and
+// packetization mode, as browsers match it; levels are asymmetric, so they do not count.
 function decodable(caps: ReceiveCodec[], name: string, fmtp: string | undefined): boolean {
   const mime = name.toLowerCase();
   return caps.some((c) => {
@@ -54,7 +73,7 @@ function decodable(caps: ReceiveCodec[], name: string, fmtp: string | undefined)
     if (mime !== 'h264') return true;
     const want = fmtpParams(fmtp);
     const have = fmtpParams(c.sdpFmtpLine);
-    return (want.get('profile-level-id') ?? '42001f').slice(0, 2) === (have.get('profile-level-id') ?? '42001f').slice(0, 2) &&
+    return h264Profile(want.get('profile-level-id')) === h264Profile(have.get('profile-level-id')) &&
       (want.get('packetization-mode') ?? '0') === (have.get('packetization-mode') ?? '0');
   });
 }

@@ -6,7 +6,7 @@ import test from 'node:test';
 import { decodeData, encodeData } from '../sdk/data.js';
 import { Serializer, TaskQueue } from '../sdk/negotiation.js';
 import { wsUrl } from '../sdk/room.js';
-import { msidByMid, rejectUndecodable } from '../sdk/sdp.js';
+import { h264Profile, msidByMid, rejectUndecodable } from '../sdk/sdp.js';
 
 test('data frames round-trip text and binary with the header', () => {
   const payload = new Uint8Array([0, 1, 254, 255]);
@@ -135,4 +135,9 @@ test('an offered section the browser cannot decode is rejected and leaves BUNDLE
   assert.match(noH264.sdp, /a=group:BUNDLE 1\r\n/);
   // Without getCapabilities nothing is touched.
   assert.equal(rejectUndecodable(sdp, new Set(), () => undefined).sdp, sdp);
+});
+
+test('H.264 profiles are told apart as libwebrtc does', () => {
+  assert.deepEqual(['42e01f', '42c01f', '42001f', '4d001f', '4d401f', '4d801f', '64001f', '640c1f', '64000d', 'f4001f', '7a001f', undefined].map(h264Profile),
+    ['cb', 'cb', 'baseline', 'main', 'main', 'cb', 'high', 'constrained-high', 'high', 'high444', '7a00', 'baseline']);
 });
