@@ -63,6 +63,9 @@ type offSection struct {
 	// freedIn is the version of the first offer that had the section
 	// inactive (0: in use, or not offered inactive yet).
 	freedIn uint64
+	// rejected: an answer rejected it (port 0, e.g. a codec the browser cannot
+	// decode); browsers keep such a section rejected, so no track reuses it.
+	rejected bool
 }
 
 func (o *offerer) wasAnswered() bool { return o.hasAnswer.Load() }
@@ -101,7 +104,7 @@ func (v *Subscriber) AddTrack(t Track) (Sender, error) {
 	sec := offSection{kind: t.Kind, active: true, track: t, pt: pt, ssrc: randomSSRC()}
 	for i := range o.secs {
 		x := &o.secs[i]
-		if !x.active && x.kind == t.Kind && x.freedIn != 0 && x.freedIn <= o.answeredV {
+		if !x.active && !x.rejected && x.kind == t.Kind && x.freedIn != 0 && x.freedIn <= o.answeredV {
 			sec.mid = x.mid
 			*x = sec
 			return Sender{PT: pt, SSRC: sec.ssrc, Mid: sec.mid}, nil
@@ -331,11 +334,15 @@ func (v *Subscriber) ApplyAnswer(text string) ([]Accepted, error) {
 		return nil, errors.New("answer: the DTLS fingerprint changed (a new DTLS session is not supported)")
 	}
 	var out []Accepted
+	var rejected []int // offered sections the answer rejects, marked once it is all checked
 	for i, m := range s.MediaDescriptions {
 		x := &o.offered[i]
 		mid, _ := m.Attribute("mid")
 		if mid != x.mid {
 			return nil, fmt.Errorf("answer: section %d has mid %q, the offer's is %q", i, mid, x.mid)
+		}
+		if m.MediaName.Port.Value == 0 {
+			rejected = append(rejected, i)
 		}
 		if !x.active {
 			continue
@@ -365,6 +372,11 @@ func (v *Subscriber) ApplyAnswer(text string) ([]Accepted, error) {
 			}
 		}
 		out = append(out, a)
+	}
+	for _, i := range rejected {
+		if i < len(o.secs) && o.secs[i].mid == o.offered[i].mid {
+			o.secs[i].rejected = true
+		}
 	}
 	o.answeredV = o.version
 	v.fpAlg, v.fp = t.fpAlg, t.fp

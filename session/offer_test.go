@@ -231,3 +231,56 @@ func TestSubscriberRefusesBadAnswers(t *testing.T) {
 		t.Error("an answer with another fingerprint was applied")
 	}
 }
+
+// TestSubscriberKeepsDeclinedSectionOut: a section the client rejected (port 0,
+// as a browser does for a codec it cannot decode) declines that track only, and
+// is not given to a later track: the client keeps it rejected.
+func TestSubscriberKeepsDeclinedSectionOut(t *testing.T) {
+	s := startServer(t)
+	v, err := s.NewSubscriber(newEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	high := roomVideo
+	high.MimeType, high.Fmtp = "video/H264", "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=64000d"
+	video, err := v.AddTrack(high)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.AddTrack(roomAudio); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := lean.NewCert()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's answer: the video section rejected, the audio taken.
+	answer := func() string {
+		return "v=0\r\no=- 1 2 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 1\r\n" +
+			"m=video 0 UDP/TLS/RTP/SAVPF 0\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=recvonly\r\na=rtcp-mux\r\n" +
+			"m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\na=mid:1\r\na=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n" +
+			"a=fingerprint:sha-256 " + cert.Fingerprint + "\r\na=setup:active\r\na=recvonly\r\na=rtcp-mux\r\na=rtpmap:111 opus/48000/2\r\n"
+	}
+	if _, err := v.Offer(false); err != nil {
+		t.Fatal(err)
+	}
+	acc, err := v.ApplyAnswer(answer())
+	if err != nil || len(acc) != 2 || acc[0].OK || !acc[1].OK {
+		t.Fatalf("answer with the video rejected: %+v, %v", acc, err)
+	}
+	// The High publisher goes and another video comes: it gets a new section.
+	v.RemoveTrack(video.Mid)
+	if _, err := v.Offer(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.ApplyAnswer(answer()); err != nil {
+		t.Fatal(err)
+	}
+	next, err := v.AddTrack(roomVideo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Mid == video.Mid {
+		t.Fatalf("the new video got section %s, which the client rejected", next.Mid)
+	}
+}

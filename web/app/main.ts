@@ -264,6 +264,17 @@ function wireRoom(r: Room): void {
     }
     banner.textContent = failing === 'missing_key' ? 'Cannot decrypt: no key for this participant' : 'Cannot decrypt: wrong encryption key';
   });
+  // A video this browser cannot decode (e.g. H.264 High): the tile says so.
+  r.on('trackUnsupported', (pub) => {
+    if (pub.kind !== 'video') return;
+    const tile = tileOf(pub.source === 'screen' ? `${pub.participantSid}/screen` : pub.participantSid);
+    if (!tile || tile.querySelector('.codec-error')) return;
+    const banner = document.createElement('div');
+    banner.className = 'e2ee-error codec-error';
+    banner.setAttribute('role', 'status');
+    banner.textContent = `Cannot play this video: the browser does not decode ${pub.info.mimeType}`;
+    tile.append(banner);
+  });
   r.on('mediaPathChanged', (path) => {
     const el = $('media-path');
     el.dataset.path = path;

@@ -22,7 +22,7 @@ import {
   PROTOCOL_VERSION,
   PetrelError,
 } from './protocol.js';
-import { type MsidInfo, msidByMid } from './sdp.js';
+import { type MsidInfo, msidByMid, rejectUndecodable } from './sdp.js';
 import { SignalClient } from './signal.js';
 import { type ClusterNode, clusterNodes, failover, placeParticipant, tokenRoom } from './cluster.js';
 import { type ConnectionQuality, type StatsSummary, StatsCollector } from './stats.js';
@@ -129,6 +129,8 @@ export class RemoteTrackPublication {
   subscribed = false;
   /** With end-to-end encryption: whether this track's frames decrypt (see the e2eeStateChanged event). */
   e2eeState?: E2EEState;
+  /** 'codec_unsupported': this browser cannot decode the track's codec, so it is not received (see trackUnsupported). */
+  unsupported?: 'codec_unsupported';
   constructor(
     public info: TrackInfo,
     /** Changes when the participant moves to another node (participantMoved). */
@@ -210,6 +212,11 @@ export interface RoomEvents {
   trackMuted: (pub: RemoteTrackPublication, p: RemoteParticipant, muted: boolean) => void;
   trackSubscribed: (track: MediaStreamTrack, pub: RemoteTrackPublication, p: RemoteParticipant | undefined) => void;
   trackUnsubscribed: (track: MediaStreamTrack, pub: RemoteTrackPublication, p: RemoteParticipant | undefined) => void;
+  /**
+   * This browser cannot decode the track's codec (e.g. H.264 High on a browser with
+   * Baseline and Main only): its media section is declined, the other tracks play.
+   */
+  trackUnsupported: (pub: RemoteTrackPublication, p: RemoteParticipant, code: 'codec_unsupported') => void;
   localTrackPublished: (pub: LocalTrackPublication) => void;
   localTrackUnpublished: (pub: LocalTrackPublication) => void;
   dataReceived: (msg: DataMessage) => void;
@@ -235,6 +242,7 @@ export interface RoomEvents {
 }
 
 const textDecoder = new TextDecoder();
+const receiveCodecs = (kind: 'audio' | 'video') => globalThis.RTCRtpReceiver?.getCapabilities?.(kind)?.codecs;
 const textEncoder = new TextEncoder();
 const ICE_DISCONNECTED_GRACE_MS = 5_000;
 // P2P hysteresis: a 1:1 room must stay 1:1 this long before going direct; a
@@ -316,6 +324,8 @@ export class Room extends Emitter<RoomEvents> {
   private subCandidates = new CandidateBuffer(() => this.sub);
   private answerWaiter: ((sdp: string) => void) | null = null;
   private subMids = new Map<string, MsidInfo>();
+  // Subscriber media sections declined because this browser cannot decode them.
+  private subRejected = new Set<string>();
   // Tracks that arrived before the server told us who published them.
   private orphanTracks = new Map<string, MediaStreamTrack>();
   private localStream = new MediaStream();
@@ -748,6 +758,7 @@ export class Room extends Emitter<RoomEvents> {
     this.pub = pub;
     this.sub = sub;
     this.subMids.clear();
+    this.subRejected = new Set();
     this.pubCandidates.clear();
     this.subCandidates.clear();
     for (const [pc, target] of [
@@ -793,15 +804,27 @@ export class Room extends Emitter<RoomEvents> {
   private async subscriberRound(sdp: string): Promise<void> {
     const pc = this.sub;
     if (!pc || pc.signalingState === 'closed') return;
+    const offer = rejectUndecodable(sdp, this.subRejected, receiveCodecs);
     // Before setRemoteDescription, because ontrack fires inside it.
-    this.subMids = msidByMid(sdp);
-    await pc.setRemoteDescription({ type: 'offer', sdp });
+    this.subMids = msidByMid(offer.sdp);
+    await pc.setRemoteDescription({ type: 'offer', sdp: offer.sdp });
     // AV1 SVC arrives with its dependency descriptor only if the answer takes it.
     for (const t of pc.getTransceivers()) if (t.receiver.track.kind === 'video') negotiateDependencyDescriptor(t);
     await this.subCandidates.flush();
     const answer = await pc.createAnswer();
     await pc.setLocalDescription(answer);
     this.signal?.send({ type: 'answer', sdp: answer.sdp ?? '' });
+    for (const mid of offer.newly) this.reportUnsupported(mid);
+  }
+
+  private reportUnsupported(mid: string): void {
+    const m = this.subMids.get(mid);
+    const p = m && this.participants.get(m.streamId);
+    const pub = m && p?.tracks.get(m.trackId);
+    console.warn(`petrel: cannot decode the codec of track ${m?.trackId ?? `in section ${mid}`}: not receiving it`);
+    if (!p || !pub) return;
+    pub.unsupported = 'codec_unsupported';
+    this.emit('trackUnsupported', pub, p, 'codec_unsupported');
   }
 
   // ---- server messages ----------------------------------------------------------
@@ -1458,6 +1481,7 @@ export class Room extends Emitter<RoomEvents> {
     const tracks: RTCTrackEvent[] = [];
     const channels: RTCDataChannel[] = [];
     let subMids = new Map<string, MsidInfo>();
+    const subRejected = new Set<string>();
     let answerWaiter: ((sdp: string) => void) | null = null;
     const subQueue = new TaskQueue();
     const pubCandidates = new CandidateBuffer(() => pc?.pub ?? null);
@@ -1477,8 +1501,9 @@ export class Room extends Emitter<RoomEvents> {
               .run(async () => {
                 const sub = pc?.sub;
                 if (!sub || sub.signalingState === 'closed') return;
-                subMids = msidByMid(msg.sdp);
-                await sub.setRemoteDescription({ type: 'offer', sdp: msg.sdp });
+                const offer = rejectUndecodable(msg.sdp, subRejected, receiveCodecs);
+                subMids = msidByMid(offer.sdp);
+                await sub.setRemoteDescription({ type: 'offer', sdp: offer.sdp });
                 for (const t of sub.getTransceivers()) if (t.receiver.track.kind === 'video') negotiateDependencyDescriptor(t);
                 await subCandidates.flush();
                 const answer = await sub.createAnswer();
@@ -1654,6 +1679,7 @@ export class Room extends Emitter<RoomEvents> {
       this.reliable = reliable;
       this.lossy = lossy;
       this.subMids = subMids;
+      this.subRejected = subRejected;
       this.pubCandidates.clear();
       this.subCandidates.clear();
       this.orphanTracks.clear();

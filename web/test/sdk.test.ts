@@ -6,7 +6,7 @@ import test from 'node:test';
 import { decodeData, encodeData } from '../sdk/data.js';
 import { Serializer, TaskQueue } from '../sdk/negotiation.js';
 import { wsUrl } from '../sdk/room.js';
-import { msidByMid } from '../sdk/sdp.js';
+import { h264Profile, msidByMid, rejectUndecodable } from '../sdk/sdp.js';
 
 test('data frames round-trip text and binary with the header', () => {
   const payload = new Uint8Array([0, 1, 254, 255]);
@@ -102,4 +102,42 @@ test('server URLs become the WebSocket endpoint', () => {
   assert.equal(wsUrl('http://localhost:7880'), 'ws://localhost:7880/v1/rtc');
   assert.equal(wsUrl('https://sfu.example/'), 'wss://sfu.example/v1/rtc');
   assert.equal(wsUrl('wss://sfu.example/custom/rtc'), 'wss://sfu.example/custom/rtc');
+});
+
+test('an offered section the browser cannot decode is rejected and leaves BUNDLE; the others stay', () => {
+  const sdp = [
+    'v=0', 'o=- 1 2 IN IP4 0.0.0.0', 's=-', 't=0 0', 'a=group:BUNDLE 0 1 2',
+    'm=video 9 UDP/TLS/RTP/SAVPF 102', 'a=mid:0', 'a=sendonly', 'a=rtpmap:102 H264/90000',
+    'a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=64000d', 'a=msid:PA_h TR_high',
+    'm=audio 9 UDP/TLS/RTP/SAVPF 111', 'a=mid:1', 'a=sendonly', 'a=rtpmap:111 opus/48000/2', 'a=msid:PA_h TR_aud',
+    'm=video 9 UDP/TLS/RTP/SAVPF 103', 'a=mid:2', 'a=sendonly', 'a=rtpmap:103 H264/90000',
+    'a=fmtp:103 packetization-mode=1;profile-level-id=4d0029', 'a=msid:PA_m TR_main', '',
+  ].join('\r\n');
+  // The Debian Chromium's receivers: Baseline and Main H.264, no High.
+  const chromium = (kind: 'audio' | 'video') => kind === 'audio'
+    ? [{ mimeType: 'audio/opus', clockRate: 48000 }]
+    : ['42e01f', '42001f', '4d001f'].map((p) => ({ mimeType: 'video/H264', clockRate: 90000, sdpFmtpLine: `level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=${p}` }));
+  const rejected = new Set<string>();
+  const out = rejectUndecodable(sdp, rejected, chromium);
+  assert.deepEqual(out.newly, ['0']);
+  assert.match(out.sdp, /a=group:BUNDLE 1 2\r\n/);
+  assert.match(out.sdp, /\r\nm=video 0 UDP\/TLS\/RTP\/SAVPF 102\r\na=mid:0\r\n/);
+  assert.match(out.sdp, /\r\nm=audio 9 .*\r\na=mid:1\r\n/);
+  assert.match(out.sdp, /\r\nm=video 9 .*\r\na=mid:2\r\n/);
+  assert.deepEqual([...msidByMid(out.sdp).keys()], ['0', '1', '2']);
+  // Once rejected, always: the next offer keeps it out, and reports nothing new.
+  const again = rejectUndecodable(sdp, rejected, chromium);
+  assert.deepEqual(again.newly, []);
+  assert.match(again.sdp, /a=group:BUNDLE 1 2\r\n/);
+  // A browser with no H.264 at all (Firefox here) rejects both video sections.
+  const noH264 = rejectUndecodable(sdp, new Set(), (kind) => (kind === 'audio' ? chromium('audio') : [{ mimeType: 'video/VP8', clockRate: 90000 }]));
+  assert.deepEqual(noH264.newly, ['0', '2']);
+  assert.match(noH264.sdp, /a=group:BUNDLE 1\r\n/);
+  // Without getCapabilities nothing is touched.
+  assert.equal(rejectUndecodable(sdp, new Set(), () => undefined).sdp, sdp);
+});
+
+test('H.264 profiles are told apart as libwebrtc does', () => {
+  assert.deepEqual(['42e01f', '42c01f', '42001f', '4d001f', '4d401f', '4d801f', '64001f', '640c1f', '64000d', 'f4001f', '7a001f', undefined].map(h264Profile),
+    ['cb', 'cb', 'baseline', 'main', 'main', 'cb', 'high', 'constrained-high', 'high', 'high444', '7a00', 'baseline']);
 });
