@@ -28,6 +28,9 @@ type Publication struct {
 	kind  Kind
 	codec Codec
 	ck    codecKind
+	// alternate: a re-encoding of another video track of its owner
+	// (LocalTrackOptions.Alternate), set before it is published.
+	alternate bool
 
 	cacheSize int
 
