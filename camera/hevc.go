@@ -36,7 +36,7 @@ import (
 const (
 	hevcQueue      = 128 // access units waiting for ffmpeg's stdin (about 5 s at 25 fps)
 	hevcIdleStop   = 3 * time.Second
-	hevcBackoffMin = time.Second
+	hevcBackoffMin = 500 * time.Millisecond
 	hevcRestarts   = 4 // consecutive failures before waiting for a new viewer
 	hevcStderrMax  = 5 // stderr lines logged per ffmpeg process; the rest counted
 	hevcOutMax     = 8 << 20

@@ -284,3 +284,83 @@ func TestH265CameraTranscodedForH264Viewer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// whepStatus posts an offer with VP8 and H.264 only and returns the status
+// and body of the answer (no session is kept).
+func whepStatus(t *testing.T, srv *server.Server, id string) (int, string) {
+	t.Helper()
+	m := &webrtc.MediaEngine{}
+	if err := m.RegisterCodec(webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+		SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, PayloadType: 102}, webrtc.RTPCodecTypeVideo); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := webrtc.NewAPI(webrtc.WithMediaEngine(m)).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, whepURL(srv, id), strings.NewReader(offer.SDP))
+	req.Header.Set("Content-Type", "application/sdp")
+	req.Header.Set("Authorization", "Bearer "+token(t, camera.RoomOf(id), "h264-probe", false))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Without ffmpeg, an H.265 camera says why browsers cannot play it: in its
+// status, in the WHEP refusal (the codec) and in live.mp4's error.
+func TestH265CameraWithoutFFmpegSaysWhy(t *testing.T) {
+	emu := startH265Emulator(t)
+	srv := startServer(t, config.Camera{ID: "nofff", RTSP: emu.URL(), Transcode: filepath.Join(t.TempDir(), "no-ffmpeg")})
+	st := waitStatus(t, srv, "nofff", "described", func(s camera.Status) bool { return s.Video != "" })
+	if st.Transcoded != "" || !strings.Contains(st.VideoNote, "ffmpeg") || !strings.Contains(st.VideoNote, "not installed") {
+		t.Fatalf("status %+v", st)
+	}
+	code, body := whepStatus(t, srv, "nofff")
+	if code < 400 || !strings.Contains(body, "codec") {
+		t.Fatalf("WHEP with an H.264-only offer: %d %s", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+srv.HTTPAddr+"/v1/cameras/nofff/live.mp4", nil)
+	req.Header.Set("Authorization", "Bearer "+token(t, camera.RoomOf("nofff"), "http-viewer", false))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(b), "not installed") {
+		t.Fatalf("live.mp4: %d %s", resp.StatusCode, b)
+	}
+}
+
+// A transcoder that dies at once (here `false` stands in the ffmpeg binary's
+// place, as a broken ffmpeg install would) is restarted a bounded number of
+// times, then the status says it failed, and it stays stopped.
+func TestH265TranscoderRestartsBounded(t *testing.T) {
+	f, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1)")
+	}
+	emu := startH265Emulator(t)
+	srv := startServer(t, config.Camera{ID: "broken", RTSP: emu.URL(), Transcode: f})
+	waitStatus(t, srv, "broken", "described", func(s camera.Status) bool { return s.Transcoded != "" })
+	openH264Viewer(t, srv, "broken")
+	st := waitStatus(t, srv, "broken", "the transcoder given up", func(s camera.Status) bool {
+		return strings.Contains(s.VideoNote, "failed 4 times")
+	})
+	time.Sleep(1500 * time.Millisecond) // past the next backoff: no further run
+	if now := srv.Cameras.Camera("broken").Status(); now.VideoNote != st.VideoNote {
+		t.Fatalf("the transcoder ran again after giving up: %q", now.VideoNote)
+	}
+}
