@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,6 @@ type hevcTranscoder struct {
 	mu       sync.Mutex
 	note     string
 	firstOut time.Duration // from the first frame fed to ffmpeg to its first H.264 frame, last run
-	runs     int
 	firstFed atomic.Int64 // unix ns, this run
 	// interval is the camera's frame interval (90 kHz ticks), for ffmpeg's -r.
 	interval atomic.Uint32
@@ -79,6 +79,9 @@ const hevcIdleNote = "H.265 camera: transcoded to H.264 by ffmpeg for viewers wi
 func (t *hevcTranscoder) Note() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.firstOut > 0 && t.active.Load() && strings.HasSuffix(t.note, ")") {
+		return strings.TrimSuffix(t.note, ")") + fmt.Sprintf(", first frame out %.0f ms after the first in)", float64(t.firstOut)/1e6)
+	}
 	return t.note
 }
 
@@ -247,7 +250,7 @@ func (t *hevcTranscoder) transcode() error {
 	}
 	pid := cmd.Process.Pid
 	t.mu.Lock()
-	t.runs++
+	t.firstOut = 0
 	t.mu.Unlock()
 	t.firstFed.Store(0)
 	t.c.log.Info("H.265 transcoder started", "pid", pid)

@@ -175,7 +175,7 @@ func (v *h264Viewer) close() {
 	_ = v.pc.Close()
 }
 
-var transcoderPID = regexp.MustCompile(`\(pid (\d+)\)`)
+var transcoderPID = regexp.MustCompile(`\(pid (\d+)`)
 
 // An H.265 camera and a viewer that cannot receive H.265: the server answers
 // with the camera's H.264 transcode, which starts for this viewer (one ffmpeg)
@@ -187,7 +187,7 @@ func TestH265CameraTranscodedForH264Viewer(t *testing.T) {
 		t.Skip("ffmpeg not installed: " + err.Error())
 	}
 	emu := startH265Emulator(t)
-	srv := startServer(t, config.Camera{ID: "hevc", RTSP: emu.URL()})
+	srv := startServer(t, config.Camera{ID: "hevc", RTSP: emu.URL(), Warm: true})
 	st := waitStatus(t, srv, "hevc", "described", func(s camera.Status) bool { return s.Video != "" })
 	if st.Video != webrtc.MimeTypeH265 || st.Transcoded != webrtc.MimeTypeH264 || !strings.Contains(st.VideoNote, "idle") {
 		t.Fatalf("described as %+v", st)
@@ -242,6 +242,10 @@ func TestH265CameraTranscodedForH264Viewer(t *testing.T) {
 		t.Fatalf("ffmpeg pid %s: %v", pid, err)
 	}
 
+	pv, res := view(t, srv, "hevc")
+	t.Logf("probe: %+v", res)
+	waitFrames(t, pv, 25, "probe")
+
 	// HTTP live of an H.265 camera: the same H.264, as fMP4 (avc1).
 	func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -271,6 +275,7 @@ func TestH265CameraTranscodedForH264Viewer(t *testing.T) {
 		t.Fatalf("a second consumer started another ffmpeg: %v, was %s", got, pid)
 	}
 
+	pv.Close()
 	v.close()
 	deadline = time.Now().Add(10 * time.Second)
 	for {
