@@ -60,7 +60,7 @@ type hevcTranscoder struct {
 	mu       sync.Mutex
 	note     string
 	firstOut time.Duration // from the first frame fed to ffmpeg to its first H.264 frame, last run
-	firstFed atomic.Int64 // unix ns, this run
+	firstFed atomic.Int64  // unix ns, this run
 	// interval is the camera's frame interval (90 kHz ticks), for ffmpeg's -r.
 	interval atomic.Uint32
 	lastTap  uint32
