@@ -177,7 +177,7 @@ func (v *h264Viewer) close() {
 
 var transcoderPID = regexp.MustCompile(`\(pid (\d+)`)
 
-// An H.265 camera and a viewer that cannot receive H.265: the server answers
+// A warm H.265 camera and a viewer that cannot receive H.265: the server answers
 // with the camera's H.264 transcode, which starts for this viewer (one ffmpeg)
 // and decodes (SPS/PPS, then an IDR, then frames ffmpeg decodes); the
 // transcoder stops a few seconds after the viewer leaves. live.mp4 serves the
@@ -213,7 +213,7 @@ func TestH265CameraTranscodedForH264Viewer(t *testing.T) {
 	if codec != webrtc.MimeTypeH264 {
 		t.Fatalf("received %s", codec)
 	}
-	t.Logf("first H.264 IDR %v after the WHEP POST (cold camera)", first)
+	t.Logf("first H.264 IDR %v after the WHEP POST (warm camera, transcoder idle)", first)
 	// What arrived decodes: ffmpeg counts its frames.
 	file := filepath.Join(t.TempDir(), "got.h264")
 	if err := os.WriteFile(file, stream, 0o644); err != nil {
