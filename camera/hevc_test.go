@@ -369,3 +369,20 @@ func TestH265TranscoderRestartsBounded(t *testing.T) {
 		t.Fatalf("the transcoder ran again after giving up: %q", now.VideoNote)
 	}
 }
+
+// A recorded H.265 camera: the recorder leaves the H.264 transcode alone (its
+// sink would keep ffmpeg running with nobody watching).
+func TestH265CameraRecordedWithoutTranscoder(t *testing.T) {
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg not installed: " + err.Error())
+	}
+	emu := startH265Emulator(t)
+	dir := t.TempDir()
+	srv := startServerWith(t, func(c *config.Config) { c.Recording.Dir = dir }, config.Camera{ID: "rec", RTSP: emu.URL(), Warm: true})
+	waitStatus(t, srv, "rec", "streaming", func(s camera.Status) bool { return s.State == camera.StateStreaming && s.Transcoded != "" })
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if st := srv.Cameras.Camera("rec").Status(); !strings.Contains(st.VideoNote, "idle") {
+			t.Fatalf("the transcoder runs for the recorder: %+v", st)
+		}
+	}
+}
