@@ -50,8 +50,14 @@ type Status struct {
 	// AudioNote says what happens to the camera's audio when it is not
 	// forwarded as it comes: AAC transcoded to Opus, or why there is none.
 	AudioNote string `json:"audioNote,omitempty"`
-	Width     int    `json:"width,omitempty"`
-	Height    int    `json:"height,omitempty"`
+	// VideoNote says how an H.265 camera reaches browsers without H.265
+	// (transcoded to H.264 by ffmpeg: hevc.go), or why it cannot.
+	VideoNote string `json:"videoNote,omitempty"`
+	// Transcoded is the codec of the camera's transcoded video track, if
+	// it has one (video/H264 for an H.265 camera).
+	Transcoded string `json:"transcoded,omitempty"`
+	Width      int    `json:"width,omitempty"`
+	Height     int    `json:"height,omitempty"`
 	// Reconnects counts upstream sessions opened after the first.
 	Reconnects int `json:"reconnects"`
 }
@@ -91,6 +97,8 @@ type Camera struct {
 	aacConf    *mpeg4audio.AudioSpecificConfig
 	aacTaps    atomic.Pointer[[]*aacTap]
 	audioNote  string
+	videoNote  string
+	hevc       *hevcTranscoder // H.265 cameras' H.264 track (hevc.go)
 	video      *sfu.LocalTrack
 	audio      *sfu.LocalTrack
 	videoCodec string
@@ -164,10 +172,15 @@ func (c *Camera) Status() Status {
 	s := Status{ID: c.cfg.ID, Name: c.cfg.Name, Room: c.Room(), Ingest: c.kind(), Warm: c.cfg.Warm,
 		State: c.state, LastError: c.lastErr, Since: c.since, Video: c.videoCodec, Audio: c.audioCodec,
 		Width: c.width, Height: c.height, Reconnects: c.reconnects, AudioNote: c.audioNote}
-	tc := c.aac
+	s.VideoNote = c.videoNote
+	tc, hv := c.aac, c.hevc
 	c.mu.Unlock()
 	if tc != nil {
 		s.AudioNote = tc.Note()
+	}
+	if hv != nil {
+		s.VideoNote = hv.Note()
+		s.Transcoded = webrtc.MimeTypeH264
 	}
 	s.Viewers = c.viewers()
 	s.WallViewers = c.wallViewers()
@@ -231,12 +244,15 @@ func (c *Camera) stop() {
 	c.syncWall(nil)
 	c.mu.Lock()
 	v, a := c.video, c.audio
-	c.mu.Unlock()
-	if v != nil {
-		v.Close()
+	var alt *sfu.LocalTrack
+	if c.hevc != nil {
+		alt = c.hevc.track
 	}
-	if a != nil {
-		a.Close()
+	c.mu.Unlock()
+	for _, t := range []*sfu.LocalTrack{v, a, alt} {
+		if t != nil {
+			t.Close()
+		}
 	}
 	if c.part != nil {
 		c.part.Close("camera_removed")
@@ -327,8 +343,12 @@ func (c *Camera) measure() {
 // viewers counts the subscribers of the camera's video (audio if no video).
 func (c *Camera) viewers() int {
 	c.mu.Lock()
-	v, a := c.video, c.audio
+	v, a, hv := c.video, c.audio, c.hevc
 	c.mu.Unlock()
+	n := 0
+	if hv != nil {
+		n = len(hv.track.Publication().Subscribers())
+	}
 	if v == nil {
 		v = a
 	}
@@ -336,21 +356,25 @@ func (c *Camera) viewers() int {
 		if c.cfg.WebRTC {
 			return c.webrtcViewers()
 		}
-		return 0
+		return n
 	}
-	return len(v.Publication().Subscribers())
+	return n + len(v.Publication().Subscribers())
 }
 
 // wanted reports whether anyone needs the stream: a viewer or a sink (recorder).
 func (c *Camera) wanted() bool {
 	c.mu.Lock()
 	v, a := c.video, c.audio
+	var alt *sfu.LocalTrack
+	if c.hevc != nil {
+		alt = c.hevc.track
+	}
 	c.mu.Unlock()
 	if c.wallViewers() > 0 {
 		return true
 	}
 	own := c.ownSinks()
-	for _, t := range []*sfu.LocalTrack{v, a} {
+	for _, t := range []*sfu.LocalTrack{v, a, alt} {
 		if t == nil {
 			continue
 		}

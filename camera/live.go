@@ -129,6 +129,16 @@ func (c *Camera) videoPublication() *sfu.Publication {
 	return c.video.Publication()
 }
 
+// h264Alternate is an H.265 camera's transcoded H.264 track, nil if none.
+func (c *Camera) h264Alternate() *sfu.Publication {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hevc == nil {
+		return nil
+	}
+	return c.hevc.track.Publication()
+}
+
 type livePacket struct {
 	h       rtp.Header
 	payload []byte
@@ -233,8 +243,15 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 		liveError(w, http.StatusServiceUnavailable, protocol.CodeServerBusy, "the camera has no video yet")
 		return
 	}
+	if alt := c.h264Alternate(); alt != nil && strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH265) {
+		pub = alt // an H.265 camera: its H.264 transcode (hevc.go), which this sink starts
+	}
 	if !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
-		liveError(w, http.StatusUnsupportedMediaType, protocol.CodeBadRequest, "live.mp4 carries H.264 only; the camera sends "+pub.Codec().MimeType)
+		msg := "live.mp4 carries H.264 only; the camera sends " + pub.Codec().MimeType
+		if note := c.Status().VideoNote; note != "" {
+			msg += " (" + note + ")"
+		}
+		liveError(w, http.StatusUnsupportedMediaType, protocol.CodeBadRequest, msg)
 		return
 	}
 	fl, _ := w.(http.Flusher)

@@ -48,6 +48,10 @@ type videoRepack struct {
 
 	vps, sps, pps []byte
 
+	// tap, when set, sees each access unit sent (an H.265 camera's
+	// transcoder: hevc.go), in the output clock.
+	tap func(au [][]byte, ts uint32, idr bool)
+
 	// keep is set by ingests that read every packet into one reused buffer
 	// (RTP push): the decoder holds on to payloads (STAP-A units, single NAL
 	// units, FU-A fragments) until the access unit's last packet, so they are
@@ -222,12 +226,15 @@ func (r *videoRepack) writeAU(au [][]byte, ts uint32) {
 		}
 		au = append(params, au...)
 	}
+	ts += r.tsOff
+	if r.tap != nil {
+		r.tap(au, ts, idr)
+	}
 	pkts, err := r.enc.Encode(au)
 	if err != nil {
 		r.log.Info("camera video frame dropped", "err", err)
 		return
 	}
-	ts += r.tsOff
 	for _, p := range pkts {
 		p.Timestamp = ts
 		_ = r.track.WritePacket(p)

@@ -183,6 +183,11 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 			}
 		}
 		(*vp).newSession(vps, sps, pps)
+		if mime == webrtc.MimeTypeH265 {
+			if tc := c.publishHEVCAlternate(w, h); tc != nil {
+				(*vp).tap = tc.tap
+			}
+		}
 	}
 	if audioMedia != nil && (aacConf == nil || transcode) {
 		ssrc := randU32()

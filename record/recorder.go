@@ -209,7 +209,9 @@ func (r *Recorder) scan() {
 			}
 		}
 		for _, pub := range p.Publications() {
-			if pub.Kind() != sfu.Video || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
+			// An alternate track (an H.265 camera's H.264 transcode) is not
+			// recorded: its sink would keep the transcoder running for good.
+			if pub.Kind() != sfu.Video || pub.Alternate() || !strings.EqualFold(pub.Codec().MimeType, webrtc.MimeTypeH264) {
 				continue
 			}
 			seen[pub] = true

@@ -6,13 +6,15 @@
 #   DIR/clip.ulaw   G.711 mu-law, 8 kHz mono: a 440 Hz tone
 #   DIR/clip.opus   Opus in Ogg, 48 kHz: the same tone
 #   DIR/clip.aac    AAC-LC in ADTS, 16 kHz mono: the same tone (cameras that send AAC)
+#   DIR/clip.h265   the same picture as H.265 (libx265, Main, GOP 25, no B-frames,
+#                   access unit delimiters): H.265 cameras (emulator --video h265)
 # The camera emulator (camera/emulator) loops these files. Idempotent: existing
 # files newer than this script are kept.
 set -euo pipefail
 dir=${1:?usage: make-test-clip.sh DIR [SECONDS]}
 secs=${2:-10}
 mkdir -p "$dir"
-if [[ -s $dir/clip.h264 && -s $dir/clip.ulaw && -s $dir/clip.opus && -s $dir/clip.aac && $dir/clip.h264 -nt $0 ]]; then
+if [[ -s $dir/clip.h264 && -s $dir/clip.h265 && -s $dir/clip.ulaw && -s $dir/clip.opus && -s $dir/clip.aac && $dir/clip.h264 -nt $0 ]]; then
 	exit 0
 fi
 font=$(fc-match -f '%{file}' monospace 2>/dev/null || true)
@@ -27,10 +29,15 @@ video() { # $1: filter graph
 }
 # Without a usable font (no fontconfig), the clip goes without its counter.
 video "$text" 2>/dev/null || video null
+# H.265 from the H.264 clip (same frames, counter included).
+ffmpeg -nostdin -hide_banner -loglevel error -y -f h264 -r 25 -i "$dir/clip.h264.tmp" \
+	-c:v libx265 -preset ultrafast -pix_fmt yuv420p -b:v 600k \
+	-x265-params keyint=25:min-keyint=25:scenecut=0:bframes=0:aud=1:repeat-headers=1:log-level=error \
+	-f hevc "$dir/clip.h265.tmp"
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=8000:duration=$secs" \
 	-c:a pcm_mulaw -f mulaw "$dir/clip.ulaw.tmp"
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
 	-c:a libopus -b:a 32k -frame_duration 20 -f ogg "$dir/clip.opus.tmp"
 ffmpeg -nostdin -hide_banner -loglevel error -y -f lavfi -i "sine=frequency=440:sample_rate=16000:duration=$secs" \
 	-c:a aac -b:a 32k -ac 1 -f adts "$dir/clip.aac.tmp"
-for f in clip.h264 clip.ulaw clip.opus clip.aac; do mv "$dir/$f.tmp" "$dir/$f"; done
+for f in clip.h264 clip.h265 clip.ulaw clip.opus clip.aac; do mv "$dir/$f.tmp" "$dir/$f"; done

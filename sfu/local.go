@@ -87,6 +87,10 @@ type LocalTrackOptions struct {
 	// Queue is how many packets may wait for the reader (default 512); beyond it
 	// WriteRTP drops, as a congested network would.
 	Queue int
+	// Alternate marks a re-encoding of the participant's other video track
+	// (a camera's H.265 transcoded to H.264): WHEP gives it only to an offer
+	// that cannot receive the original's codec.
+	Alternate bool
 }
 
 // LocalTrack is a track a Go component feeds with RTP packets.
@@ -147,6 +151,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 	}
 	t := newPublication(p, ti, kind, opt.Codec, lt, p.room.mgr.cfg.RTC.PacketCache)
 	lt.pub = t
+	t.alternate = opt.Alternate
 	if kind == Audio && opt.AudioLevelExt != 0 {
 		l := t.layer(0)
 		l.levelExt = opt.AudioLevelExt

@@ -324,7 +324,7 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 	if room == nil {
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "room %q has no publisher", c.Room)
 	}
-	tracks := selectTracks(room, identity, trackSids)
+	tracks := selectTracks(room, identity, trackSids, offerCodecs(offer))
 	if len(tracks) == 0 {
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}
@@ -376,7 +376,27 @@ func MediaSections(text string) int {
 	}
 }
 
-func selectTracks(room *Room, identity string, sids []string) []*Publication {
+// offerCodecs lists the codecs (lower-case mime subtype: "h264") an offer's
+// rtpmap lines name.
+func offerCodecs(offer string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(offer, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(l), "a=rtpmap:")
+		if !ok {
+			continue
+		}
+		if _, enc, ok := strings.Cut(v, " "); ok {
+			name, _, _ := strings.Cut(enc, "/")
+			out[strings.ToLower(name)] = true
+		}
+	}
+	return out
+}
+
+// selectTracks picks the tracks a WHEP viewer asked for, or the newest video
+// and audio. An alternate video track stands in for its owner's video only
+// when the offer (codecs) cannot receive the original's codec.
+func selectTracks(room *Room, identity string, sids []string, codecs map[string]bool) []*Publication {
 	var out []*Publication
 	if len(sids) > 0 {
 		for _, sid := range sids {
@@ -395,7 +415,7 @@ func selectTracks(room *Room, identity string, sids []string) []*Publication {
 		p.mu.Lock()
 		for _, t := range p.published {
 			at := p.joinedAt
-			if t.kind == Video && (video == nil || at.After(vAt)) {
+			if t.kind == Video && !t.alternate && (video == nil || at.After(vAt)) {
 				video, vAt = t, at
 			}
 			if t.kind == Audio && (audio == nil || at.After(aAt)) {
@@ -404,6 +424,17 @@ func selectTracks(room *Room, identity string, sids []string) []*Publication {
 		}
 		p.mu.Unlock()
 	}
+	if video != nil && !codecs[codecName(video.codec.MimeType)] {
+		owner := video.owner
+		owner.mu.Lock()
+		for _, t := range owner.published {
+			if t.kind == Video && t.alternate && codecs[codecName(t.codec.MimeType)] {
+				video = t
+				break
+			}
+		}
+		owner.mu.Unlock()
+	}
 	if video != nil {
 		out = append(out, video)
 	}
@@ -411,6 +442,11 @@ func selectTracks(room *Room, identity string, sids []string) []*Publication {
 		out = append(out, audio)
 	}
 	return out
+}
+
+func codecName(mime string) string {
+	_, name, _ := strings.Cut(mime, "/")
+	return strings.ToLower(name)
 }
 
 // Shutdown tells every participant the server is going away and closes them,

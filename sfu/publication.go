@@ -28,6 +28,9 @@ type Publication struct {
 	kind  Kind
 	codec Codec
 	ck    codecKind
+	// alternate: a re-encoding of another video track of its owner
+	// (LocalTrackOptions.Alternate), set before it is published.
+	alternate bool
 
 	cacheSize int
 
@@ -60,6 +63,10 @@ type Publication struct {
 
 	svc svcPub // scalable video in one stream (svc.go)
 }
+
+// Alternate reports whether the track is a re-encoding of another video track
+// of its owner (LocalTrackOptions.Alternate).
+func (t *Publication) Alternate() bool { return t.alternate }
 
 // maxLayers is the number of simulcast encodings a track may have.
 const maxLayers = 3

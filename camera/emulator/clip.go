@@ -26,6 +26,62 @@ type Clip struct {
 	// removed) and AACConfig their AudioSpecificConfig; nil if clip.aac is absent.
 	AAC       [][]byte
 	AACConfig *mpeg4audio.AudioSpecificConfig
+	// H265 is the same picture as H.265 (clip.h265; nil if absent): access
+	// units without delimiters or parameter sets, and those sets.
+	H265 *H265Clip
+}
+
+// H265Clip is the clip's H.265 video.
+type H265Clip struct {
+	AUs           [][][]byte
+	IDR           []bool
+	VPS, SPS, PPS []byte
+}
+
+// loadH265 reads an Annex-B H.265 stream with access unit delimiters.
+func loadH265(b []byte) (*H265Clip, error) {
+	c := &H265Clip{}
+	var au [][]byte
+	idr := false
+	flush := func() {
+		if len(au) > 0 {
+			c.AUs = append(c.AUs, au)
+			c.IDR = append(c.IDR, idr)
+		}
+		au, idr = nil, false
+	}
+	for _, n := range splitAnnexB(b) {
+		if len(n) < 2 {
+			continue
+		}
+		switch t := (n[0] >> 1) & 0x3f; {
+		case t == 35: // access unit delimiter
+			flush()
+		case t == 32:
+			if c.VPS == nil {
+				c.VPS = n
+			}
+		case t == 33:
+			if c.SPS == nil {
+				c.SPS = n
+			}
+		case t == 34:
+			if c.PPS == nil {
+				c.PPS = n
+			}
+		case t == 39 || t == 40: // SEI
+		default:
+			if t >= 16 && t <= 21 {
+				idr = true
+			}
+			au = append(au, n)
+		}
+	}
+	flush()
+	if len(c.AUs) == 0 || c.VPS == nil || c.SPS == nil || c.PPS == nil || !c.IDR[0] {
+		return nil, errors.New("test clip: clip.h265 has no access units with VPS/SPS/PPS starting at an IDR")
+	}
+	return c, nil
 }
 
 // LoadClip reads clip.h264 (and clip.ulaw if present) from dir, as written by
@@ -70,6 +126,11 @@ func LoadClip(dir string) (*Clip, error) {
 	flush()
 	if len(c.AUs) == 0 || c.SPS == nil || c.PPS == nil || !c.IDR[0] {
 		return nil, errors.New("test clip: no H.264 access units with SPS/PPS starting at an IDR")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "clip.h265")); err == nil {
+		if c.H265, err = loadH265(b); err != nil {
+			return nil, err
+		}
 	}
 	if u, err := os.ReadFile(filepath.Join(dir, "clip.ulaw")); err == nil {
 		c.ULaw = u

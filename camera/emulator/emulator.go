@@ -21,6 +21,7 @@ import (
 	"github.com/bluenviron/gortsplib/v4/pkg/description"
 	"github.com/bluenviron/gortsplib/v4/pkg/format"
 	"github.com/bluenviron/gortsplib/v4/pkg/format/rtph264"
+	"github.com/bluenviron/gortsplib/v4/pkg/format/rtph265"
 	"github.com/bluenviron/mediacommon/pkg/codecs/mpeg4audio"
 	"github.com/pion/rtp"
 )
@@ -39,7 +40,9 @@ type Options struct {
 	Audio string
 	// InBandParams sends SPS/PPS before each IDR as well (some cameras do).
 	InBandParams bool
-	Log          *slog.Logger
+	// H265 sends the clip's H.265 video (clip.h265) instead of its H.264.
+	H265 bool
+	Log  *slog.Logger
 }
 
 // Emulator is a running test camera.
@@ -65,6 +68,9 @@ type session struct {
 func Start(o Options) (*Emulator, error) {
 	if o.Clip == nil {
 		return nil, errors.New("emulator: no clip")
+	}
+	if o.H265 && o.Clip.H265 == nil {
+		return nil, errors.New("emulator: the clip has no H.265 video (clip.h265: scripts/make-test-clip.sh writes it with ffmpeg's libx265)")
 	}
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:0"
@@ -118,10 +124,11 @@ func (e *Emulator) Close() {
 
 func (e *Emulator) description() *description.Session {
 	c := e.o.Clip
-	medias := []*description.Media{{
-		Type:    description.MediaTypeVideo,
-		Formats: []format.Format{&format.H264{PayloadTyp: 96, SPS: c.SPS, PPS: c.PPS, PacketizationMode: 1}},
-	}}
+	var vf format.Format = &format.H264{PayloadTyp: 96, SPS: c.SPS, PPS: c.PPS, PacketizationMode: 1}
+	if e.o.H265 {
+		vf = &format.H265{PayloadTyp: 96, VPS: c.H265.VPS, SPS: c.H265.SPS, PPS: c.H265.PPS}
+	}
+	medias := []*description.Media{{Type: description.MediaTypeVideo, Formats: []format.Format{vf}}}
 	if e.o.NoAudio {
 		return &description.Session{Title: "Petrel test camera", Medias: medias}
 	}
@@ -219,9 +226,23 @@ func (e *Emulator) feed(s *session) {
 	if len(desc.Medias) > 1 {
 		audio = desc.Medias[1]
 	}
-	enc := &rtph264.Encoder{PayloadType: 96, PacketizationMode: 1, PayloadMaxSize: 1400}
-	if err := enc.Init(); err != nil {
-		return
+	var enc interface {
+		Encode([][]byte) ([]*rtp.Packet, error)
+	}
+	aus, idrs, params := c.AUs, c.IDR, [][]byte{c.SPS, c.PPS}
+	if e.o.H265 {
+		e265 := &rtph265.Encoder{PayloadType: 96, PayloadMaxSize: 1400}
+		if err := e265.Init(); err != nil {
+			return
+		}
+		enc = e265
+		aus, idrs, params = c.H265.AUs, c.H265.IDR, [][]byte{c.H265.VPS, c.H265.SPS, c.H265.PPS}
+	} else {
+		e264 := &rtph264.Encoder{PayloadType: 96, PacketizationMode: 1, PayloadMaxSize: 1400}
+		if err := e264.Init(); err != nil {
+			return
+		}
+		enc = e264
 	}
 	var aac interface {
 		Encode([][]byte) ([]*rtp.Packet, error)
@@ -250,10 +271,10 @@ func (e *Emulator) feed(s *session) {
 		}
 		elapsed := time.Since(start)
 		for time.Duration(vn)*frame <= elapsed {
-			i := vn % len(c.AUs)
-			au := c.AUs[i]
-			if c.IDR[i] && e.o.InBandParams {
-				au = append([][]byte{c.SPS, c.PPS}, au...)
+			i := vn % len(aus)
+			au := aus[i]
+			if idrs[i] && e.o.InBandParams {
+				au = append(append([][]byte(nil), params...), au...)
 			}
 			pkts, err := enc.Encode(au)
 			if err == nil {

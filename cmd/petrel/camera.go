@@ -42,10 +42,13 @@ func cameraMain(args []string) int {
 // scripts/make-test-clip.sh when it is missing and the script is at hand.
 // loadOrMakeClip loads the clip in dir, generating it first when clip.h264 (or,
 // with needAAC, clip.aac) is missing.
-func loadOrMakeClip(dir string, needAAC bool) (*emulator.Clip, error) {
+func loadOrMakeClip(dir string, needAAC, needH265 bool) (*emulator.Clip, error) {
 	_, err := os.Stat(filepath.Join(dir, "clip.h264"))
 	if needAAC && err == nil {
 		_, err = os.Stat(filepath.Join(dir, "clip.aac"))
+	}
+	if needH265 && err == nil {
+		_, err = os.Stat(filepath.Join(dir, "clip.h265"))
 	}
 	if err != nil {
 		script := "scripts/make-test-clip.sh"
@@ -72,6 +75,7 @@ func cameraEmulate(args []string) int {
 	noAudio := fs.Bool("no-audio", false, "video only")
 	inBand := fs.Bool("in-band-params", false, "send SPS/PPS before each IDR too")
 	audio := fs.String("audio", "g711", "audio codec: g711 (mu-law), aac (MPEG4-GENERIC) or aac-latm (MP4A-LATM)")
+	video := fs.String("video", "h264", "video codec: h264 or h265")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -79,12 +83,16 @@ func cameraEmulate(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate: --audio must be g711, aac or aac-latm")
 		return 2
 	}
-	clip, err := loadOrMakeClip(*clipDir, *audio != "g711")
+	if *video != "h264" && *video != "h265" {
+		fmt.Fprintln(os.Stderr, "petrel camera emulate: --video must be h264 or h265")
+		return 2
+	}
+	clip, err := loadOrMakeClip(*clipDir, *audio != "g711", *video == "h265")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate:", err)
 		return 1
 	}
-	e, err := emulator.Start(emulator.Options{Addr: *addr, Clip: clip, NoAudio: *noAudio, InBandParams: *inBand, Audio: *audio,
+	e, err := emulator.Start(emulator.Options{Addr: *addr, Clip: clip, NoAudio: *noAudio, InBandParams: *inBand, Audio: *audio, H265: *video == "h265",
 		Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera emulate:", err)
@@ -110,7 +118,7 @@ func cameraWebRTC(args []string) int {
 		fmt.Fprintln(os.Stderr, "petrel camera webrtc: --token is required")
 		return 2
 	}
-	clip, err := loadOrMakeClip(*clipDir, false)
+	clip, err := loadOrMakeClip(*clipDir, false, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "petrel camera webrtc:", err)
 		return 1

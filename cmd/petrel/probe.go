@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/pion/ice/v4"
+	"github.com/pion/interceptor"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/camera/probe"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 func init() {
@@ -38,6 +40,7 @@ func probeMain(args []string) int {
 	noTrickle := fs.Bool("no-trickle", false, "with --direct, gather every candidate before sending the offer (no trickle ICE)")
 	loopback := fs.Bool("loopback", false, "gather ICE candidates on 127.0.0.1 only")
 	asJSON := fs.Bool("json", false, "print each run and the summary as JSON lines")
+	browserCodecs := fs.Bool("browser-codecs", false, "offer the codecs the server forwards to browsers (no H.265, which no browser receives over WebRTC), instead of Pion's defaults")
 	key := fs.String("api-key", os.Getenv("PETREL_API_KEY"), "API key (default: development key)")
 	secret := fs.String("api-secret", os.Getenv("PETREL_API_SECRET"), "API secret")
 	fs.Usage = func() {
@@ -86,7 +89,21 @@ func probeMain(args []string) int {
 		// not wait either), and the wait would be all the probe measured.
 		se.SetRelayAcceptanceMinWait(0)
 	}
-	api := webrtc.NewAPI(webrtc.WithSettingEngine(se))
+	opts := []func(*webrtc.API){webrtc.WithSettingEngine(se)}
+	if *browserCodecs {
+		m := &webrtc.MediaEngine{}
+		ir := &interceptor.Registry{}
+		if err := rtc.RegisterCodecs(m); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel probe:", err)
+			return 1
+		}
+		if err := webrtc.RegisterDefaultInterceptors(m, ir); err != nil {
+			fmt.Fprintln(os.Stderr, "petrel probe:", err)
+			return 1
+		}
+		opts = append(opts, webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir))
+	}
+	api := webrtc.NewAPI(opts...)
 	var results []probe.Result
 	failures := 0
 	for i := 0; i < *runs; i++ {

@@ -20,6 +20,10 @@ interface CameraStatus {
   audio?: string;
   /** What happens to the camera's audio when it is not forwarded as sent (AAC). */
   audioNote?: string;
+  /** How an H.265 camera reaches browsers without H.265 (transcoded to H.264), or why it cannot. */
+  videoNote?: string;
+  /** The codec of the camera's transcoded video track (video/H264 for an H.265 camera), if any. */
+  transcoded?: string;
   width?: number;
   height?: number;
 }
@@ -56,6 +60,8 @@ declare global {
       iceLite?: boolean;
       serverPc?: RTCPeerConnection;
       mseType?: string;
+      /** The camera's codec reaches this browser transcoded (an H.265 camera as H.264). */
+      transcoded?: boolean;
     };
   }
 }
@@ -93,6 +99,8 @@ function badge(st: CameraStatus | null): string {
   if (st.lastError && st.state !== 'streaming') s += ` · ${st.lastError}`;
   // No sound, and why (AAC without a transcoder, or the transcoder failing).
   if (st.audioNote && /video only|failed/.test(st.audioNote)) s += ` · ${st.audioNote}`;
+  // An H.265 camera no transcoder serves (no ffmpeg, or ffmpeg failing).
+  if (st.videoNote && /cannot|failed/.test(st.videoNote)) s += ` · ${st.videoNote}`;
   return s;
 }
 
@@ -262,10 +270,12 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   let way: Way = http ? 'http' : 'webrtc';
   let reason = http ? 'asked for (&http=1)' : '';
   let error = '';
+  // Set when the camera's codec reaches this browser transcoded (an H.265 camera).
+  let codecNote = '';
   const headerStatus = document.getElementById('status');
   const say = () => {
     const how = direct && way === 'webrtc' ? `WebRTC ${window.petrelCamera?.mode ?? 'direct'}` : WAY_NAME[way];
-    const auto = reason && !http ? ` (automatic: ${reason})` : '';
+    const auto = (reason && !http ? ` (automatic: ${reason})` : '') + (codecNote ? ` · ${codecNote}` : '');
     let line: string;
     if (error) line = `Error: ${error}`;
     else if (t.firstFrame !== undefined) line = `Playing over ${how}${auto}.`;
@@ -349,7 +359,16 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     message.textContent = `No picture after ${SLOW_START_MS / 1000} s over ${WAY_NAME[way]}${where}; still trying.`;
   }, SLOW_START_MS);
   const statusNow = fetchStatus(id, token).catch(() => null);
-  void statusNow.then((st) => (state.textContent = badge(st)));
+  void statusNow.then((st) => {
+    state.textContent = badge(st);
+    // The server gives a browser without H.265 the camera's H.264 transcode,
+    // over WebRTC (WHEP answers with it) and over HTTP live alike.
+    if (st?.video === 'video/H265' && st.transcoded && (way === 'http' || !receivesOverWebRTC('video/H265'))) {
+      codecNote = 'H.265 camera, transcoded to H.264 for this browser';
+      cam.transcoded = true;
+      say();
+    }
+  });
   setInterval(() => void fetchStatus(id, token).then((st) => (state.textContent = badge(st))).catch(() => {}), 2000);
 
   const playLive = async () => {
