@@ -181,7 +181,7 @@ export class Participant {
         subscriber: await pcState(room.subscriberPc),
       };
     }).catch((e) => ({ error: String(e) }));
-    writeFileSync(`${base}-state.json`, JSON.stringify(state, null, 1));
+    writeFileSync(`${base}-state.json`, JSON.stringify(state ?? null, null, 1));
     await this.page.screenshot({ path: `${base}.png` }).catch((e) => console.error(`screenshot ${base}: ${e.message}`));
   }
 }

@@ -23,7 +23,8 @@ test('svc: VP9 L3T3_KEY, two viewers get different spatial layers and keep decod
     const out = await waitFor(sender.page, 'VP9 L3T3_KEY outbound', async () => {
       const stats = await window.petrel.room.publisherPc.getStats();
       for (const s of stats.values()) {
-        if (s.type !== 'outbound-rtp' || s.kind !== 'video' || !s.framesEncoded) continue;
+        // The first stats after the encoder starts may not name the mode yet.
+        if (s.type !== 'outbound-rtp' || s.kind !== 'video' || !s.framesEncoded || !s.scalabilityMode) continue;
         const codec = stats.get(s.codecId)?.mimeType;
         return { codec, mode: s.scalabilityMode, rid: s.rid ?? '', w: s.frameWidth };
       }
