@@ -224,28 +224,40 @@ func (s *Server) serve(c net.Conn) {
 		s.drop("rtmp", remote, fmt.Errorf("publish: %w", err))
 		return
 	}
-	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote, "via", "rtmp")
-	// A client like any other: the room checks its token's grants.
+	pub, err := s.join("rtmp", remote, claims, c, connected)
+	if err != nil {
+		return
+	}
+	pub.leave("rtmp", pub.readRTMP(sc, bc))
+}
+
+// join admits a verified publisher to its room, a client like any other (the
+// room checks its token's grants); removed from the room, it is cut off.
+func (s *Server) join(via, remote string, claims *auth.Claims, c net.Conn, connected time.Time) (*publisher, error) {
+	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote, "via", via)
 	p, err := s.o.Manager.JoinLocal(sfu.LocalOptions{Room: claims.Room, Identity: claims.Identity(), Name: claims.Name,
 		Metadata: claims.Metadata, Grants: claims.Grants, Origin: sfu.Client})
 	if err != nil {
-		s.refuse("rtmp", remote, claims.Room, fmt.Errorf("join: %w", err))
-		return
+		s.refuse(via, remote, claims.Room, fmt.Errorf("join: %w", err))
+		return nil, err
 	}
 	pub := &publisher{srv: s, part: p, log: log, connected: connected}
 	s.mu.Lock()
 	s.conns[c] = pub
 	s.mu.Unlock()
-	// Removed from the room (kicked, the room deleted): the encoder is cut off.
 	p.OnClose(func() { _ = c.Close() })
-	log.Info("rtmp publisher joined", "setup_ms", time.Since(connected).Milliseconds())
-	err = pub.readRTMP(sc, bc)
+	log.Info(via+" publisher joined", "setup_ms", time.Since(connected).Milliseconds())
+	return pub, nil
+}
+
+// leave ends a publisher whose stream ended with err.
+func (pub *publisher) leave(via string, err error) {
 	pub.close()
-	p.Close("ingest_ended")
+	pub.part.Close("ingest_ended")
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		log.Info("rtmp publisher left", "err", err)
+		pub.log.Info(via+" publisher left", "err", err)
 	} else {
-		log.Info("rtmp publisher left")
+		pub.log.Info(via + " publisher left")
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	srt "github.com/datarhei/gosrt"
 
 	"github.com/petrel-sfu/petrel/auth"
-	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // SRT publishers send MPEG-TS (H.264 and AAC, as ffmpeg and OBS do) over an
@@ -195,27 +194,11 @@ func (s *Server) serveSRT(c srt.Conn, claims *auth.Claims, remote string) {
 	}
 	ready.Store(true)
 	pr.read, pr.limit = 0, partialBudget
-	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote, "via", "srt")
-	p, err := s.o.Manager.JoinLocal(sfu.LocalOptions{Room: claims.Room, Identity: claims.Identity(), Name: claims.Name,
-		Metadata: claims.Metadata, Grants: claims.Grants, Origin: sfu.Client})
+	pub, err := s.join("srt", remote, claims, c, connected)
 	if err != nil {
-		s.refuse("srt", remote, claims.Room, fmt.Errorf("join: %w", err))
 		return
 	}
-	pub := &publisher{srv: s, part: p, log: log, connected: connected}
-	s.mu.Lock()
-	s.conns[c] = pub
-	s.mu.Unlock()
-	p.OnClose(func() { _ = c.Close() })
-	log.Info("srt publisher joined", "setup_ms", time.Since(connected).Milliseconds())
-	err = pub.readTS(r, pr)
-	pub.close()
-	p.Close("ingest_ended")
-	if err != nil && !errors.Is(err, io.EOF) {
-		log.Info("srt publisher left", "err", err)
-	} else {
-		log.Info("srt publisher left")
-	}
+	pub.leave("srt", pub.readTS(r, pr))
 }
 
 // readTS hands the transport stream's H.264 and AAC to the publisher until
