@@ -29,7 +29,7 @@ type mirror struct {
 	// joining: a materialize runs (the control reader's and the sync loop's
 	// must not both join, or the second would push the first out).
 	joining bool
-	tracks                     map[uint32]*mirrorTrack
+	tracks  map[uint32]*mirrorTrack
 }
 
 // mirrorTrack is one remote track: a local track per simulcast layer.
