@@ -408,20 +408,17 @@ func reservedToken(t *testing.T) string {
 	return s
 }
 
-// Garbage on the RTMP port (random bytes, an HTTP request, a handshake
-// followed by an endless message, a handshake with a bad version) is dropped
-// while a good publisher beside it keeps reaching its subscriber.
-func TestRTMPIngestDropsGarbage(t *testing.T) {
-	e, logs, addr := startIngest(t)
-	viewer := e.join("stage", "viewer")
-	ffmpegPublish(t, rtmpURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)), 6)
+// countVideo counts the video packets viewer receives from its first video
+// track; waitPackets waits up to 3 s for the count to reach n.
+func countVideo(t *testing.T, viewer *client.Client) (*atomic.Int64, func(what string, n int64)) {
+	t.Helper()
 	var video client.Track
 	for video.Remote == nil {
 		if tr := waitTrack(t, viewer, 10*time.Second); tr.Remote.Kind() == webrtc.RTPCodecTypeVideo {
 			video = tr
 		}
 	}
-	var pkts atomic.Int64
+	pkts := &atomic.Int64{}
 	go func() {
 		for {
 			if _, _, err := video.Remote.ReadRTP(); err != nil {
@@ -430,7 +427,7 @@ func TestRTMPIngestDropsGarbage(t *testing.T) {
 			pkts.Add(1)
 		}
 	}()
-	waitPackets := func(what string, n int64) {
+	return pkts, func(what string, n int64) {
 		t.Helper()
 		for i := 0; i < 100 && pkts.Load() < n; i++ {
 			time.Sleep(30 * time.Millisecond)
@@ -439,6 +436,16 @@ func TestRTMPIngestDropsGarbage(t *testing.T) {
 			t.Fatalf("%s: %d video packets, want %d", what, pkts.Load(), n)
 		}
 	}
+}
+
+// Garbage on the RTMP port (random bytes, an HTTP request, a handshake
+// followed by an endless message, a handshake with a bad version) is dropped
+// while a good publisher beside it keeps reaching its subscriber.
+func TestRTMPIngestDropsGarbage(t *testing.T) {
+	e, logs, addr := startIngest(t)
+	viewer := e.join("stage", "viewer")
+	ffmpegPublish(t, rtmpURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)), 6)
+	pkts, waitPackets := countVideo(t, viewer)
 	waitPackets("before the garbage", 30)
 
 	random := make([]byte, 8192)
@@ -531,30 +538,7 @@ func TestSRTIngestDropsGarbage(t *testing.T) {
 	addr := e.srv.Ingest.SRTAddr()
 	viewer := e.join("stage", "viewer")
 	ffmpegPublish(t, srtURL(addr, e.token("stage", "obs", auth.Grants{Publish: true}, time.Hour)), 6)
-	var video client.Track
-	for video.Remote == nil {
-		if tr := waitTrack(t, viewer, 10*time.Second); tr.Remote.Kind() == webrtc.RTPCodecTypeVideo {
-			video = tr
-		}
-	}
-	var pkts atomic.Int64
-	go func() {
-		for {
-			if _, _, err := video.Remote.ReadRTP(); err != nil {
-				return
-			}
-			pkts.Add(1)
-		}
-	}()
-	waitPackets := func(what string, n int64) {
-		t.Helper()
-		for i := 0; i < 100 && pkts.Load() < n; i++ {
-			time.Sleep(30 * time.Millisecond)
-		}
-		if pkts.Load() < n {
-			t.Fatalf("%s: %d video packets, want %d", what, pkts.Load(), n)
-		}
-	}
+	pkts, waitPackets := countVideo(t, viewer)
 	waitPackets("before the garbage", 30)
 
 	u, err := net.Dial("udp", addr)
