@@ -118,17 +118,7 @@ func TestCrashLosesAtMostTheOpenSegment(t *testing.T) {
 	if c == nil || len(c.segs) < len(closed) {
 		t.Fatalf("after the crash: %d segments, %d were closed", len(c.segs), len(closed))
 	}
-	total := 0
-	for _, seg := range c.segs {
-		want := 0
-		for _, fr := range seg.Frags {
-			want += fr.N
-		}
-		if n := ffmpegFrames(t, seg.Path); n != want {
-			t.Fatalf("%s: decodes %d frames, index says %d", seg.Path, n, want)
-		}
-		total += want
-	}
+	total := decodesAsIndexed(t, c)
 	// Everything closed before the kill survives: at least two seconds of frames.
 	if total < 60 {
 		t.Fatalf("%d frames survived", total)
@@ -151,4 +141,22 @@ func annexB(frames []clipFrame) []byte {
 		})
 	}
 	return b
+}
+
+// decodesAsIndexed checks that ffmpeg decodes every segment of c to the frames
+// its index counts, and returns their total.
+func decodesAsIndexed(t *testing.T, c *camStore) int {
+	t.Helper()
+	total := 0
+	for _, seg := range c.segs {
+		want := 0
+		for _, fr := range seg.Frags {
+			want += fr.N
+		}
+		if n := ffmpegFrames(t, seg.Path); n != want {
+			t.Fatalf("%s: decodes %d frames, index says %d", seg.Path, n, want)
+		}
+		total += want
+	}
+	return total
 }

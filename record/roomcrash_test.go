@@ -106,17 +106,7 @@ func TestRoomRecordingCrash(t *testing.T) {
 	if c == nil || len(c.segs) < len(closed) {
 		t.Fatalf("after the crash: %d segments, %d were closed", len(c.segs), len(closed))
 	}
-	total := 0
-	for _, seg := range c.segs {
-		want := 0
-		for _, fr := range seg.Frags {
-			want += fr.N
-		}
-		if n := ffmpegFrames(t, seg.Path); n != want {
-			t.Fatalf("%s: decodes %d frames, index says %d", seg.Path, n, want)
-		}
-		total += want
-	}
+	total := decodesAsIndexed(t, c)
 	if total < 60 {
 		t.Fatalf("%d frames survived", total)
 	}
