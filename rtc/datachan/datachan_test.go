@@ -66,7 +66,7 @@ func transfer(t *testing.T, a, b *Association, n int, sendAll func(*Channel)) {
 			t.Fatal(err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("the transfer did not finish within 20 s")
+		t.Fatalf("the transfer did not finish within 20 s; sender %+v", a.Stats())
 	}
 }
 

@@ -70,6 +70,7 @@ type sender struct {
 	probe     bool        // the next retransmission may exceed cwnd: a timeout's, or a fast recovery's first
 	afterT3   bool        // until t3Recover is acknowledged
 	t3Recover uint32
+	t3Seq     uint64 // the timeout's retransmission, whose acknowledgment RACK takes as its own
 	// pacing
 	rate      float64 // bytes per ns
 	tokens    float64
@@ -602,7 +603,11 @@ func (s *sender) handleSack(v []byte) error {
 		if s.cwnd < s.ssthresh {
 			s.hs.ack(s, newest, rtt)
 		}
-		if newest.nSent == 1 || rtt >= s.minRTT {
+		// A retransmission acknowledged sooner than the minimum RTT may be
+		// its original's (RFC 8985 6.2), unless the original went a
+		// timeout ago: then RACK must move, or the rest of the flight
+		// waits for a timeout each.
+		if newest.nSent == 1 || rtt >= s.minRTT || newest.seq == s.t3Seq {
 			if newest.seq > s.rack.seq {
 				s.rack.seq, s.rack.sentAt, s.rack.rtt = newest.seq, newest.sentAt, rtt
 			}
@@ -901,11 +906,13 @@ func (s *sender) onT3() {
 	// original is acknowledged or reported duplicate and the reduction is
 	// undone; if it was not, RACK declares the rest lost once the
 	// retransmission is acknowledged, since all of it was sent before.
+	var first *outChunk
 	for _, c := range s.inflight {
 		if !c.acked && !c.dropped {
 			s.setLost(c, false)
 			s.markLost(c)
 			s.probe = true // it goes out whatever is still counted in flight
+			first = c
 			break
 		}
 	}
@@ -913,6 +920,9 @@ func (s *sender) onT3() {
 		s.forwardNeeded = true
 	}
 	s.transmit()
+	if first != nil && !first.lost {
+		s.t3Seq = first.seq
+	}
 	if !s.t3Armed {
 		s.armT3()
 	}

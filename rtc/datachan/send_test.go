@@ -124,3 +124,33 @@ func BenchmarkPresume(b *testing.B) {
 		s.detectLoss(now)
 	}
 }
+
+// TestTimeoutRetransmissionMovesRack: after a timeout the earliest chunk
+// goes again alone. Its acknowledgment, sooner than the minimum RTT (which
+// a loaded host measured high), is the retransmission's, since the original
+// went a timeout ago: RACK finds the rest of the flight lost at once rather
+// than one chunk per timeout.
+func TestTimeoutRetransmissionMovesRack(t *testing.T) {
+	s := flying(t, 50)
+	s.inflight[0].seq, s.inflight[0].nSent, s.inflight[0].sentAt = 1, 1, s.inflight[1].sentAt
+	s.seq = 50
+	l, _ := newLinks()
+	t.Cleanup(func() { l.Close() })
+	s.a.cfg.Conn, s.a.state = l, stateEstablished
+	s.onT3()
+	if first := s.inflight[0]; first.nSent != 2 || s.t3Seq != first.seq {
+		t.Fatalf("after the timeout: first chunk sent %d times, seq %d, t3Seq %d", first.nSent, first.seq, s.t3Seq)
+	}
+	if err := s.handleSack(sackOf(1001)); err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for _, c := range s.inflight {
+		if c.lost || c.nSent > 1 {
+			lost++
+		}
+	}
+	if lost != 49 {
+		t.Fatalf("%d of the 49 chunks left found lost, want all", lost)
+	}
+}
