@@ -227,6 +227,12 @@ func (p *Peer) Stats() PeerStats {
 	if video > 0 {
 		s.FirstFrameMs = video
 	}
+	// A stream's times are its packets' arrival (a batch's, when read with
+	// recvmmsg), which can precede the marks taken while processing them;
+	// each step was done by the time the next one's packet arrived.
+	s.FirstRTPMs = earlier(s.FirstRTPMs, s.FirstFrameMs)
+	s.DTLSMs = earlier(s.DTLSMs, s.FirstRTPMs)
+	s.ICEMs = earlier(s.ICEMs, s.DTLSMs)
 	return s
 }
 
@@ -248,4 +254,12 @@ func (p *Peer) countParsed(pkts []rtcp.Packet, src *Source) {
 			}
 		}
 	}
+}
+
+// earlier is the earlier of two times, 0 meaning not yet.
+func earlier(a, b float64) float64 {
+	if a == 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
