@@ -87,7 +87,11 @@ func TestCoalescing(t *testing.T) {
 		t.Errorf("%.0f wakes a second for %d packets a second, want about one per %v tick", perSec, int(time.Second/gap), maxTick)
 	}
 	// The host's scheduling adds to the receiver's side: the median, not
-	// the tail, is the emulator's.
+	// the tail, is the emulator's. A host so busy that it woke the emulator
+	// itself late by a millisecond on average cannot judge that median.
+	if late := time.Duration(st.LateNs / max(st.Out, 1)); late > time.Millisecond {
+		t.Skipf("the host woke the emulator %v late on average: too busy to judge the median delay", late)
+	}
 	if want := float64(p.Delay) / 1e6; p50 < want-0.05 || p50 > want+0.5 {
 		t.Errorf("median delay %.3f ms, want %.3f (± half a tick, and the receiver's scheduling)", p50, want)
 	}

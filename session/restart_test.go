@@ -48,13 +48,16 @@ func (c *client) checkWith(sufrag, spwd, ufrag string) bool {
 func TestRestartICE(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t)
-	v, answer, err := s.NewViewer(c.offer(), testTracks, newEvents())
+	ev := newEvents()
+	v, answer, err := s.NewViewer(c.offer(), testTracks, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.connect(answer); err != nil {
 		t.Fatal(err)
 	}
+	// The client's handshake can end before the server has its keys.
+	wait(t, ev.dtls, "DTLS")
 	payload := bytes.Repeat([]byte{0xcd}, 200)
 	h := rtp.Header{Version: 2, PayloadType: 96, SSRC: v.Senders[0].SSRC}
 	receives := func(seq uint16) {

@@ -11,14 +11,14 @@ import (
 	"github.com/petrel-sfu/petrel/camera/emulator"
 )
 
-// TestSoak is two minutes of bench/soak's churn (participants with video and
+// TestSoak is 90 seconds of bench/soak's churn (participants with video and
 // data, WHEP viewers, a camera whose pusher stops and restarts) against the
 // real binary: over the last minute nothing may grow by more than 5% (or a
 // few units of churn's own noise), the anchor's video never stops, and the
 // churn itself succeeds.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("two minutes of churn")
+		t.Skip("90 seconds of churn")
 	}
 	const clipDir = "../../loadtest/testdata"
 	clip, err := emulator.LoadClip(clipDir)
@@ -34,7 +34,7 @@ func TestSoak(t *testing.T) {
 	samples, err := soak.Run(context.Background(), soak.Config{
 		URL: s.URL, PID: s.PID(), Keys: s.Keys, APIKey: s.APIKey,
 		Camera: "soak", CameraPort: camPort, Clip: clipDir,
-		Duration: 2 * time.Minute, Every: 2 * time.Second,
+		Duration: 90 * time.Second, Every: 2 * time.Second,
 		CameraOn: 20 * time.Second, CameraOff: 7 * time.Second,
 		Logf: t.Logf,
 	})
