@@ -10,19 +10,19 @@
 import { Emitter } from './emitter.js';
 import type { ParticipantInfo, TrackInfo } from './protocol.js';
 import { PetrelError } from './protocol.js';
-import { type WtCarrier, WtLocalTrack, type WtLocalStats, type WtMode, type WtPublishOptions, WtRemoteTrack, type WtRemoteStats, type WtRepairHold } from './wttrack.js';
+import type { WtCarrier, WtMode } from './wtcarrier.js';
+import { type Pairs, WireError } from './wtbytes.js';
+import { Dgram, type ParsedDatagram, parseDatagram } from './wtdgram.js';
+import { WtLocalTrack, type WtLocalStats, type WtPublishOptions } from './wtlocal.js';
+import { WtRemoteTrack, type WtRemoteStats, type WtRepairHold } from './wtremote.js';
+import { StreamReader, streamObjects } from './wtstream.js';
 import {
-  Dgram,
   MOQT_VERSION,
   Msg,
   PARAM_DATAGRAM,
-  type Pairs,
-  type ParsedDatagram,
   RequestErrorCode,
   Setup,
-  StreamReader,
-  WireError,
-  parseDatagram,
+  describeReply,
   parseMessage,
   publishNamespaceMessage,
   requestErrorMessage,
@@ -35,7 +35,7 @@ import {
   unsubscribeMessage,
 } from './wtwire.js';
 
-export { type WtMode } from './wttrack.js';
+export type { WtMode } from './wtcarrier.js';
 
 export interface WtConnectOptions {
   /** The WebTransport URL (default: the origin's host and port, path /v1/moq). */
@@ -481,7 +481,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     } catch (e) {
       if (e instanceof WireError) {
         this.log(`server request: ${e.message}`);
-        if (reqId >= 0) w.write(requestErrorMessage(0x3, e.message)).catch(() => {});
+        if (reqId >= 0) w.write(requestErrorMessage(RequestErrorCode.NOT_SUPPORTED, e.message)).catch(() => {});
       }
     }
   }
@@ -517,7 +517,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private async subscribeEvents(): Promise<void> {
     try {
       const { reply } = await this.request((id) => subscribeMessage(id, ['petrel', this.room], 'events'));
-      if (reply.type !== Msg.SUBSCRIBE_OK) throw new PetrelError('webtransport', `events: ${describe(reply)}`);
+      if (reply.type !== Msg.SUBSCRIBE_OK) throw new PetrelError('webtransport', `events: ${describeReply(reply)}`);
       this.eventsAlias = reply.alias;
       this.aliasReady(reply.alias);
     } catch (e) {
@@ -668,7 +668,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     const { req, reply } = await this.request((id) => subscribeMessage(id, ['petrel', this.room, p.identity], name, params));
     if (reply.type !== Msg.SUBSCRIBE_OK) {
       req.writer.close().catch(() => {});
-      throw new PetrelError('webtransport', `subscribe ${name}: ${describe(reply)}`);
+      throw new PetrelError('webtransport', `subscribe ${name}: ${describeReply(reply)}`);
     }
     const remote = new WtRemoteTrack(t.kind, mode, reply.alias, this, this.repairHold);
     this.byAlias.set(reply.alias, remote);
@@ -730,7 +730,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
         lt.close();
         this.local.delete(lt.name);
       }
-      throw new PetrelError('webtransport', `publish: ${describe(reply)}`);
+      throw new PetrelError('webtransport', `publish: ${describeReply(reply)}`);
     }
     this.announce = req;
     return out;
@@ -810,30 +810,13 @@ export function moqTrackName(t: WtTrackInfo): string {
   return bySource[t.source] ?? t.sid;
 }
 
-function describe(m: ReturnType<typeof parseMessage>): string {
-  if (m.type === Msg.REQUEST_ERROR) return `error 0x${m.code.toString(16)} ${m.reason}`;
-  return `unexpected reply type ${m.type}`;
-}
-
 // Objects of the events track: each is one JSON message.
 export async function readEventObjects(r: StreamReader, hasExt: boolean, onObject: (json: Record<string, unknown>) => void): Promise<void> {
-  while (!(await r.atEnd())) {
-    await r.vi(); // object id delta
-    if (hasExt) {
-      const len = await r.vi();
-      if (len > 4096) throw new WireError(`extension headers of ${len} bytes`);
-      await r.exact(len); // events need no metadata
-    }
-    const plen = await r.vi();
-    if (plen === 0) {
-      await r.vi();
-      continue;
-    }
-    if (plen > 1 << 20) throw new WireError(`event of ${plen} bytes`);
-    const body = await r.exact(plen);
+  // Events need no metadata: the extension headers are skipped.
+  for await (const o of streamObjects(r, hasExt, 1 << 20)) {
     let json: unknown;
     try {
-      json = JSON.parse(dec.decode(body));
+      json = JSON.parse(dec.decode(o.payload));
     } catch {
       throw new WireError('event object is not JSON');
     }
