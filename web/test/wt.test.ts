@@ -1,11 +1,12 @@
-// Unit tests of the WebTransport media path's pure parts: the jitter buffer and
-// the rate controller. The wire format is in
+// Unit tests of the WebTransport media path's pure parts: the jitter buffer, the
+// rate controller and the session's RTT estimates. The wire format is in
 // wtwire.test.ts; the browser pipeline is covered by
 // test/browser/tests/webtransport.test.mjs against the real server.
 import assert from 'node:assert/strict';
 import test from 'node:test';
 import { JitterBuffer } from '../sdk/wtjitter.js';
 import { RateController } from '../sdk/wtrate.js';
+import { RttEstimator } from '../sdk/wtrtt.js';
 
 // A GOP-long group starting at frame 0: object = frame number.
 const frame = (id: number, key = false) => ({ group: 0, object: id, tsMs: id * 33, key, data: id });
@@ -159,4 +160,39 @@ test('rate controller starts at 150 kbit/s and ramps per clean round trip, stopp
   let n3 = 1000;
   q.update({ rttMs: 30, minRttMs: 30 }, n3);
   assert.ok(q.update({ rttMs: 30, minRttMs: 30, estimatedBps: 1_600_000 }, (n3 += 500)).bitrate >= 800_000);
+});
+
+test('RTT: NACK round trips smooth the estimate until the browser reports one', () => {
+  const e = new RttEstimator();
+  assert.equal(e.rttMs, 100, 'until known');
+  e.nackAnswered(40);
+  assert.equal(e.rttMs, 40, 'the first sample is taken as is');
+  e.nackAnswered(120);
+  assert.equal(e.rttMs, 50, 'then smoothed by 1/8');
+  e.nackAnswered(-1);
+  assert.equal(e.rttMs, 50, 'a bad sample is ignored');
+  e.fromBrowser(undefined);
+  e.fromBrowser(0);
+  assert.equal(e.rttMs, 50);
+  e.fromBrowser(30);
+  e.nackAnswered(500);
+  assert.equal(e.rttMs, 30, "the browser's figure wins over NACK samples");
+});
+
+test('RTT probe: the median of five against the minimum from the handshake on', () => {
+  const e = new RttEstimator();
+  e.requestAnswered(20); // half the handshake
+  e.probeSent(1000);
+  assert.equal(e.probe.pendingSince, 1000);
+  assert.equal(e.probe.minRttMs, 20, 'the handshake bounds the minimum before any probe');
+  for (const ms of [30, 25, 200, 28, 26, 27]) e.probeAnswered(ms);
+  e.probeEnded();
+  assert.equal(e.probe.pendingSince, 0);
+  assert.equal(e.probe.samples, 6);
+  assert.equal(e.probe.rttMs, 27, 'median of the last five (25, 200, 28, 26, 27): a late timer is not a queue');
+  assert.equal(e.probe.minRttMs, 20, 'a queued path never raises the minimum');
+  e.requestAnswered(12);
+  e.probeAnswered(400);
+  assert.equal(e.probe.minRttMs, 12, 'any faster answer lowers it');
+  assert.equal(e.probe.rttMs, 28);
 });
