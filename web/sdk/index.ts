@@ -37,7 +37,9 @@ export {
 } from './protocol.js';
 // WebTransport media path (MoQT over WebTransport, WebCodecs): docs/webtransport.md.
 export { WtSession, wtEndpoint, type WtConnectOptions, type WtEvents, type WtParticipant, type WtStats, type WtSubscription, type WtTrackInfo, type WtDataMessage } from './wt.js';
-export { WtLocalTrack, WtRemoteTrack, type WtMode, type WtPublishOptions, type WtLocalStats, type WtRemoteStats } from './wttrack.js';
+export { WtLocalTrack, type WtPublishOptions, type WtLocalStats } from './wtlocal.js';
+export { WtRemoteTrack, type WtRemoteStats } from './wtremote.js';
+export type { WtMode } from './wtcarrier.js';
 export { webTransportMediaSupported } from './wtmedia.js';
 export { type SvcCodec, SVC_MODE } from './svc.js';
 // End-to-end encryption (SFrame in encoded transforms): docs/e2ee.md.

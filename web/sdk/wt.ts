@@ -8,44 +8,28 @@
 //   s.on('trackSubscribed', (t) => video.srcObject = new MediaStream([t.track]));
 //   await s.publish({ video: camTrack, audio: micTrack });
 import { Emitter } from './emitter.js';
-import type { ParticipantInfo, TrackInfo } from './protocol.js';
 import { PetrelError } from './protocol.js';
-import { type WtCarrier, WtLocalTrack, type WtLocalStats, type WtMode, type WtPublishOptions, WtRemoteTrack, type WtRemoteStats, type WtRepairHold } from './wttrack.js';
-import {
-  Dgram,
-  MOQT_VERSION,
-  Msg,
-  PARAM_DATAGRAM,
-  type Pairs,
-  type ParsedDatagram,
-  RequestErrorCode,
-  Setup,
-  StreamReader,
-  WireError,
-  parseDatagram,
-  parseMessage,
-  publishNamespaceMessage,
-  requestErrorMessage,
-  setupMessage,
-  subgroupLayout,
-  subscribeMessage,
-  subscribeOkMessage,
-  streamObject,
-  subgroupHeader,
-  unsubscribeMessage,
-} from './wtwire.js';
+import { type Pairs, WireError } from './wtbytes.js';
+import type { WtCarrier, WtMode } from './wtcarrier.js';
+import { Dgram, type ParsedDatagram, parseDatagram } from './wtdgram.js';
+import { type WtEndpointOptions, tokenClaims, wtEndpoint } from './wtendpoint.js';
+import { EventOrder, WtRoster, type WtDataMessage, type WtParticipant, type WtTrackInfo, readEventObjects } from './wtevents.js';
+import type { WtLocalStats, WtLocalTrack, WtPublishOptions } from './wtlocal.js';
+import { WtPublisher } from './wtpublisher.js';
+import { WtRemoteTrack, type WtRemoteStats, type WtRepairHold } from './wtremote.js';
+import { RttEstimator } from './wtrtt.js';
+import { StreamReader } from './wtstream.js';
+import { MOQT_VERSION, Msg, PARAM_DATAGRAM, Setup, describeReply, parseMessage, setupMessage, subgroupLayout, subscribeMessage, unsubscribeMessage } from './wtwire.js';
 
-export { type WtMode } from './wttrack.js';
+export type { WtMode } from './wtcarrier.js';
+export type { WtDataMessage, WtParticipant, WtTrackInfo } from './wtevents.js';
+export { wtEndpoint } from './wtendpoint.js';
 
-export interface WtConnectOptions {
-  /** The WebTransport URL (default: the origin's host and port, path /v1/moq). */
-  url?: string;
+export interface WtConnectOptions extends WtEndpointOptions {
   /** Delivery asked for on subscriptions (default 'datagram'). */
   mode?: WtMode;
   /** Subscribe to every track in the room (default true). */
   autoSubscribe?: boolean;
-  /** Skip fetching the development certificate hash (production certificate). */
-  noCertHash?: boolean;
   /**
    * How a datagram subscriber waits for retransmissions: 'gaps' (default) holds
    * only frames behind a missing one; 'floor' is the earlier whole-stream
@@ -54,31 +38,11 @@ export interface WtConnectOptions {
   repairHold?: WtRepairHold;
 }
 
-/** A track another participant publishes, as the events track announced it. */
-export interface WtTrackInfo extends TrackInfo {
-  moqTrack?: string;
-}
-
-export interface WtParticipant {
-  sid: string;
-  identity: string;
-  name: string;
-  tracks: Map<string, WtTrackInfo>;
-}
-
 export interface WtSubscription {
   participant: WtParticipant;
   info: WtTrackInfo;
   remote: WtRemoteTrack;
   readonly track: MediaStreamTrack;
-}
-
-export interface WtDataMessage {
-  from?: string;
-  fromSid?: string;
-  topic?: string;
-  text?: string;
-  payload: Uint8Array;
 }
 
 export interface WtEvents {
@@ -110,53 +74,23 @@ interface Request {
 }
 
 const enc = new TextEncoder();
-const dec = new TextDecoder();
 /** Control and request streams: ahead of every media stream's send order. */
 const CONTROL_SEND_ORDER = 2 ** 50;
-
-/** Room name and identity from a token's claims (not verified here: the server does). */
-function tokenClaims(token: string): { room: string; identity: string } {
-  try {
-    const b64 = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
-    const c = JSON.parse(atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4)));
-    return { room: String(c.room ?? ''), identity: String(c.sub ?? '') };
-  } catch {
-    throw new PetrelError('bad_token', 'the token is not a JWT');
-  }
-}
-
-/** The WebTransport URL and development certificate hash for a Petrel origin. */
-export async function wtEndpoint(origin: string, o: WtConnectOptions = {}): Promise<{ url: string; hashes?: WebTransportHash[] }> {
-  const u = new URL(origin);
-  // Chromium resolves localhost to ::1 first, where the QUIC listener may not be.
-  const host = u.hostname === 'localhost' ? '127.0.0.1' : u.hostname;
-  const url = o.url ?? `https://${host}:${u.port || (u.protocol === 'https:' ? '443' : '80')}/v1/moq`;
-  if (o.noCertHash) return { url };
-  const res = await fetch(new URL('/v1/wt-cert-hash', origin));
-  if (res.status === 404) return { url }; // a configured certificate: no hash to pin
-  if (!res.ok) throw new PetrelError('webtransport', `certificate hash: HTTP ${res.status}`);
-  const j = (await res.json()) as { algorithm: string; value: string };
-  const raw = Uint8Array.from(atob(j.value), (c) => c.charCodeAt(0));
-  return { url, hashes: [{ algorithm: j.algorithm || 'sha-256', value: raw }] };
-}
 
 export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   readonly transport: WebTransport;
   readonly room: string;
   readonly identity: string;
-  participantSid = '';
-  readonly participants = new Map<string, WtParticipant>(); // by sid
+  private readonly roster: WtRoster;
+  private readonly eventOrder: EventOrder;
   readonly subscriptions = new Map<number, WtSubscription>(); // by request id
   private readonly byAlias = new Map<number, WtRemoteTrack>();
-  private readonly local = new Map<string, WtLocalTrack>(); // by track name
-  private readonly localByAlias = new Map<number, WtLocalTrack>();
-  private readonly serverRequests = new Map<number, { name: string; writer: WritableStreamDefaultWriter<Uint8Array> }>();
+  private readonly publisher: WtPublisher;
   private nextRequest = 0;
-  private nextAlias = 1;
   private dgramWriter: WritableStreamDefaultWriter<Uint8Array>;
   private control?: WritableStreamDefaultWriter<Uint8Array>;
   private eventsAlias = -1;
-  private rtt = 100;
+  private readonly rtt = new RttEstimator();
   private statsTimer?: ReturnType<typeof setInterval>;
   private probeTimer?: ReturnType<typeof setInterval>;
   private closed = false;
@@ -165,9 +99,6 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private joined!: (v: void) => void;
   private joinFailed!: (e: Error) => void;
   private readonly joinedP: Promise<void>;
-  private dataAlias = -1;
-  private dataGroup = 0;
-  private announce?: Request;
   readonly mode: WtMode;
   private readonly repairHold: WtRepairHold;
   private readonly autoSubscribe: boolean;
@@ -187,6 +118,25 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       this.joined = res;
       this.joinFailed = rej;
     });
+    this.publisher = new WtPublisher(this, ['petrel', this.room, this.identity], (msg) => this.request(msg));
+    this.roster = new WtRoster({
+      joined: () => this.joined(),
+      participantJoined: (p) => this.emit('participantJoined', p),
+      participantLeft: (p) => this.emit('participantLeft', p),
+      trackPublished: (t, p) => {
+        this.emit('trackPublished', t, p);
+        if (this.autoSubscribe) void this.subscribe(p, t).catch((e) => this.log(`subscribe ${p.identity}/${t.sid}: ${(e as Error).message}`));
+      },
+      trackUnpublished: (t, p) => {
+        for (const [id, s] of this.subscriptions) if (s.participant === p && s.info.sid === t.sid) this.endSubscription(id);
+        this.emit('trackUnpublished', t, p);
+      },
+      data: (m) => this.emit('dataReceived', m),
+    });
+    this.eventOrder = new EventOrder((m) => {
+      this.emit('event', m);
+      this.roster.apply(m);
+    });
   }
 
   /** Opens the session, joins the room, and resolves once the room state arrived. */
@@ -202,7 +152,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     } catch (e) {
       throw new PetrelError('webtransport', `session refused: ${(e as Error).message ?? e}`);
     }
-    s.pathMinRtt = (performance.now() - s.started) / 2;
+    s.rtt.requestAnswered((performance.now() - s.started) / 2);
     void t.closed.then(
       (i) => s.shutdown(`closed: ${i.reason || i.closeCode}`),
       (e) => s.shutdown(`closed: ${(e as Error).message ?? e}`),
@@ -227,19 +177,29 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     return s;
   }
 
-  get rttMs(): number {
-    return this.rtt;
+  /** Our own participant sid, from the room state. */
+  get participantSid(): string {
+    return this.roster.participantSid;
   }
 
-  private rttFromStats = false;
+  /** The other participants, by sid. */
+  get participants(): ReadonlyMap<string, WtParticipant> {
+    return this.roster.participants;
+  }
+
+  get rttMs(): number {
+    return this.rtt.rttMs;
+  }
 
   noteRtt(ms: number): void {
     // Chromium 156 has no WebTransport.getStats(): NACK round trips are the estimate then.
-    if (this.rttFromStats || !(ms > 0)) return;
-    this.rttSamples++;
-    this.rtt = this.rttSamples === 1 ? ms : this.rtt + (ms - this.rtt) / 8;
+    this.rtt.nackAnswered(ms);
   }
-  private rttSamples = 0;
+
+  /** The probed round trip and the path's minimum (the rate controller's delay signal). */
+  get probe(): RttEstimator['probe'] {
+    return this.rtt.probe;
+  }
 
   get maxDatagramSize(): number {
     return (this.transport.datagrams as unknown as { maxDatagramSize?: number }).maxDatagramSize ?? 1200;
@@ -263,7 +223,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     void this.readDatagrams();
     this.statsTimer = setInterval(() => void this.pollRtt(), 1000);
     this.probeTimer = setInterval(() => {
-      if (this.local.size) void this.probeRtt();
+      if (this.publisher.publishing) void this.probeRtt();
     }, 250);
     // The room's events, first: the `joined` object tells who is here.
     void this.subscribeEvents();
@@ -275,51 +235,29 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
    * a publisher has where the browser offers no WebTransport.getStats(), and the
    * one that shows a queue building in stream mode, where QUIC hides loss.
    */
-  readonly probe = { rttMs: 0, minRttMs: Infinity, samples: 0, pendingSince: 0 };
-  /**
-   * The lowest round trip of the session, from its start: half the handshake
-   * (QUIC's and the CONNECT's round trips, never less than two) and every
-   * request's answer, the first ones before any media queued. A minimum learned
-   * only once media flows would be taken on a queued path and hide the queue.
-   */
-  private pathMinRtt = Infinity;
   private probing = false;
-  private probeWindow: number[] = [];
 
   private async probeRtt(): Promise<void> {
     if (this.probing || this.closed) return;
     this.probing = true;
     const t0 = performance.now();
-    this.probe.pendingSince = t0;
-    this.probe.minRttMs = Math.min(this.probe.minRttMs, this.pathMinRtt);
+    this.rtt.probeSent(t0);
     try {
       const { req } = await this.request((id) => subscribeMessage(id, ['petrel', '.rtt-probe'], 'rtt'));
-      const ms = performance.now() - t0;
+      this.rtt.probeAnswered(performance.now() - t0);
       req.writer.close().catch(() => {});
-      const p = this.probe;
-      p.samples++;
-      // The median of the last five: a busy page (timers late by tens of ms on a
-      // loaded machine) must not read as a queue in the network.
-      this.probeWindow.push(ms);
-      if (this.probeWindow.length > 5) this.probeWindow.shift();
-      p.rttMs = [...this.probeWindow].sort((a, b) => a - b)[Math.floor(this.probeWindow.length / 2)];
-      p.minRttMs = Math.min(this.pathMinRtt, ms);
-      this.pathMinRtt = p.minRttMs;
     } catch {
       /* the session is closing */
     } finally {
       this.probing = false;
-      this.probe.pendingSince = 0;
+      this.rtt.probeEnded();
     }
   }
 
   private async pollRtt(): Promise<void> {
     try {
       const st = (await (this.transport as unknown as { getStats(): Promise<{ smoothedRtt?: number }> }).getStats()) ?? {};
-      if (st.smoothedRtt && st.smoothedRtt > 0) {
-        this.rtt = st.smoothedRtt;
-        this.rttFromStats = true;
-      }
+      this.rtt.fromBrowser(st.smoothedRtt);
     } catch {
       /* optional */
     }
@@ -362,7 +300,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       if (layout.priority) await r.u8();
       // The stream may overtake the SUBSCRIBE_OK that names its alias.
       if (alias !== this.eventsAlias && !this.byAlias.has(alias)) await this.aliasKnown(alias);
-      if (alias === this.eventsAlias) return await readEventObjects(r, layout.ext, (j) => this.onEventObject(group, j));
+      if (alias === this.eventsAlias) return await readEventObjects(r, layout.ext, (j) => this.eventOrder.push(group, j));
       const t = this.byAlias.get(alias);
       if (!t) {
         r.cancel();
@@ -391,8 +329,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
           if (t) t.onDatagram(d);
           else this.keepEarly(d);
         }
-        else if (d.type === Dgram.NACK) this.localByAlias.get(d.alias)?.onNack(d);
-        else if (d.type === Dgram.KEYFRAME_REQUEST) this.localByAlias.get(d.alias)?.requestKeyframe();
+        else this.publisher.onDatagram(d);
       } catch (e) {
         if (e instanceof WireError) this.log(`datagram: ${e.message}`);
       }
@@ -421,7 +358,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     for (const e of mine) t.onDatagram(e.d);
   }
 
-  // The server's requests: SUBSCRIBE to our tracks after PUBLISH_NAMESPACE.
+  // The server's requests (SUBSCRIBE to what we publish) go to the publisher.
   private async acceptBidi(): Promise<void> {
     const r = this.transport.incomingBidirectionalStreams.getReader();
     for (;;) {
@@ -432,57 +369,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
         return;
       }
       if (x.done) return;
-      void this.onServerRequest(x.value);
-    }
-  }
-
-  private async onServerRequest(bidi: WebTransportBidirectionalStream): Promise<void> {
-    const r = new StreamReader(bidi.readable);
-    const w = bidi.writable.getWriter();
-    let reqId = -1;
-    try {
-      const m = parseMessage(await r.message());
-      if (m.type !== Msg.SUBSCRIBE) {
-        this.log(`unexpected request type ${m.type}`);
-        await w.close();
-        return;
-      }
-      reqId = m.requestId;
-      const mine = m.ns.length === 3 && m.ns[0] === 'petrel' && m.ns[1] === this.room && m.ns[2] === this.identity;
-      const lt = mine ? this.local.get(m.track) : undefined;
-      if (!lt && !(mine && m.track === 'data')) {
-        await w.write(requestErrorMessage(RequestErrorCode.DOES_NOT_EXIST, `no track ${m.track}`));
-        await w.close();
-        return;
-      }
-      const alias = this.nextAlias++;
-      await w.write(subscribeOkMessage(alias));
-      this.serverRequests.set(reqId, { name: m.track, writer: w });
-      if (lt) {
-        this.localByAlias.set(alias, lt);
-        lt.start(alias);
-      } else {
-        this.dataAlias = alias;
-      }
-      // The request lives until the server closes it or sends UNSUBSCRIBE.
-      try {
-        for (;;) {
-          const next = parseMessage(await r.message());
-          if (next.type === Msg.UNSUBSCRIBE) break;
-        }
-      } catch {
-        /* stream ended: the subscription with it */
-      }
-      this.serverRequests.delete(reqId);
-      if (lt) {
-        this.localByAlias.delete(alias);
-        lt.stop();
-      } else if (this.dataAlias === alias) this.dataAlias = -1;
-    } catch (e) {
-      if (e instanceof WireError) {
-        this.log(`server request: ${e.message}`);
-        if (reqId >= 0) w.write(requestErrorMessage(0x3, e.message)).catch(() => {});
-      }
+      void this.publisher.onServerRequest(x.value);
     }
   }
 
@@ -504,7 +391,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     });
     try {
       const reply = parseMessage(await Promise.race([req.reader.message(), timeout]));
-      this.pathMinRtt = Math.min(this.pathMinRtt, performance.now() - t0);
+      this.rtt.requestAnswered(performance.now() - t0);
       return { req, reply };
     } catch (e) {
       req.writer.abort().catch(() => {});
@@ -517,19 +404,13 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
   private async subscribeEvents(): Promise<void> {
     try {
       const { reply } = await this.request((id) => subscribeMessage(id, ['petrel', this.room], 'events'));
-      if (reply.type !== Msg.SUBSCRIBE_OK) throw new PetrelError('webtransport', `events: ${describe(reply)}`);
+      if (reply.type !== Msg.SUBSCRIBE_OK) throw new PetrelError('webtransport', `events: ${describeReply(reply)}`);
       this.eventsAlias = reply.alias;
       this.aliasReady(reply.alias);
     } catch (e) {
       this.joinFailed(e instanceof Error ? e : new Error(String(e)));
     }
   }
-
-  // Events arrive one object per group, each group on its own stream, so they may
-  // overtake each other: they are applied in group order.
-  private eventQueue = new Map<number, Record<string, unknown>>();
-  private nextEventGroup = -1;
-  private eventGapTimer?: ReturnType<typeof setTimeout>;
 
   private aliasWaiters = new Map<number, (() => void)[]>();
 
@@ -550,116 +431,6 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     this.aliasWaiters.delete(alias);
   }
 
-  private onEventObject(group: number, json: Record<string, unknown>): void {
-    if (this.nextEventGroup < 0 || json.type === 'joined') this.nextEventGroup = group;
-    this.eventQueue.set(group, json);
-    this.flushEvents();
-  }
-
-  private flushEvents(): void {
-    clearTimeout(this.eventGapTimer);
-    while (this.eventQueue.has(this.nextEventGroup)) {
-      const m = this.eventQueue.get(this.nextEventGroup)!;
-      this.eventQueue.delete(this.nextEventGroup);
-      this.nextEventGroup++;
-      this.onEvent(m);
-    }
-    if (this.eventQueue.size) {
-      // A missing group (its stream reset?) must not stall the room state.
-      this.eventGapTimer = setTimeout(() => {
-        this.nextEventGroup = Math.min(...this.eventQueue.keys());
-        this.flushEvents();
-      }, 500);
-    }
-  }
-
-  private participantOf(info: ParticipantInfo): WtParticipant {
-    let p = this.participants.get(info.sid);
-    if (!p) {
-      p = { sid: info.sid, identity: info.identity, name: info.name || info.identity, tracks: new Map() };
-      this.participants.set(info.sid, p);
-    }
-    return p;
-  }
-
-  private onEvent(m: Record<string, unknown>): void {
-    this.emit('event', m);
-    switch (m.type) {
-      case 'joined': {
-        this.participantSid = String(m.participantSid ?? '');
-        for (const info of (m.participants as ParticipantInfo[] | null) ?? []) {
-          if (info.sid === this.participantSid) continue;
-          const p = this.participantOf(info);
-          this.emit('participantJoined', p);
-          for (const t of info.tracks ?? []) this.addTrack(p, t as WtTrackInfo);
-        }
-        this.joined();
-        break;
-      }
-      case 'participantJoined': {
-        const info = m.participant as ParticipantInfo;
-        if (info.sid === this.participantSid) break;
-        const known = this.participants.has(info.sid);
-        const p = this.participantOf(info);
-        if (!known) this.emit('participantJoined', p);
-        for (const t of info.tracks ?? []) this.addTrack(p, t as WtTrackInfo);
-        break;
-      }
-      case 'participantUpdated': {
-        const info = m.participant as ParticipantInfo;
-        const p = this.participants.get(info.sid);
-        if (p) for (const t of info.tracks ?? []) this.addTrack(p, t as WtTrackInfo);
-        break;
-      }
-      case 'participantLeft': {
-        const p = this.participants.get(String(m.participantSid));
-        if (!p) break;
-        for (const t of [...p.tracks.values()]) this.removeTrack(p, t.sid);
-        this.participants.delete(p.sid);
-        this.emit('participantLeft', p);
-        break;
-      }
-      case 'trackPublished': {
-        const p = this.participants.get(String(m.participantSid));
-        if (p) this.addTrack(p, m.track as WtTrackInfo);
-        break;
-      }
-      case 'trackUnpublished': {
-        const p = this.participants.get(String(m.participantSid));
-        if (p) this.removeTrack(p, String(m.trackSid));
-        break;
-      }
-      case 'data': {
-        const payload = Uint8Array.from(atob(String(m.payload ?? '')), (c) => c.charCodeAt(0));
-        this.emit('dataReceived', {
-          from: m.from as string | undefined,
-          fromSid: m.fromSid as string | undefined,
-          topic: m.topic as string | undefined,
-          text: m.text ? dec.decode(payload) : undefined,
-          payload,
-        });
-        break;
-      }
-    }
-  }
-
-  private addTrack(p: WtParticipant, t: WtTrackInfo): void {
-    if (p.tracks.has(t.sid)) return;
-    p.tracks.set(t.sid, t);
-    this.emit('trackPublished', t, p);
-    if (this.autoSubscribe) void this.subscribe(p, t).catch((e) => this.log(`subscribe ${p.identity}/${t.sid}: ${(e as Error).message}`));
-  }
-
-  private removeTrack(p: WtParticipant, sid: string): void {
-    const t = p.tracks.get(sid);
-    if (!t) return;
-    p.tracks.delete(sid);
-    for (const [id, s] of this.subscriptions) {
-      if (s.participant === p && s.info.sid === sid) this.endSubscription(id);
-    }
-    this.emit('trackUnpublished', t, p);
-  }
-
   /** Subscribes to a participant's track; resolves when frames can flow. */
   async subscribe(p: WtParticipant, t: WtTrackInfo, mode: WtMode = this.mode): Promise<WtSubscription> {
     const params: Pairs = new Map();
@@ -668,7 +439,7 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     const { req, reply } = await this.request((id) => subscribeMessage(id, ['petrel', this.room, p.identity], name, params));
     if (reply.type !== Msg.SUBSCRIBE_OK) {
       req.writer.close().catch(() => {});
-      throw new PetrelError('webtransport', `subscribe ${name}: ${describe(reply)}`);
+      throw new PetrelError('webtransport', `subscribe ${name}: ${describeReply(reply)}`);
     }
     const remote = new WtRemoteTrack(t.kind, mode, reply.alias, this, this.repairHold);
     this.byAlias.set(reply.alias, remote);
@@ -716,53 +487,21 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
    * PUBLISH_NAMESPACE; encoding starts then. Call once per session.
    */
   async publish(tracks: { video?: MediaStreamTrack; audio?: MediaStreamTrack }, o: WtPublishOptions = {}): Promise<WtLocalTrack[]> {
-    if (this.announce) throw new PetrelError('webtransport', 'already publishing');
-    const out: WtLocalTrack[] = [];
-    for (const t of [tracks.video, tracks.audio]) {
-      if (!t) continue;
-      const lt = new WtLocalTrack(t, this, { ...o, mode: o.mode ?? this.mode });
-      this.local.set(lt.name, lt);
-      out.push(lt);
-    }
-    const { req, reply } = await this.request((id) => publishNamespaceMessage(id, ['petrel', this.room, this.identity]));
-    if (reply.type !== Msg.REQUEST_OK) {
-      for (const lt of out) {
-        lt.close();
-        this.local.delete(lt.name);
-      }
-      throw new PetrelError('webtransport', `publish: ${describe(reply)}`);
-    }
-    this.announce = req;
-    return out;
+    return this.publisher.publish(tracks, { ...o, mode: o.mode ?? this.mode });
   }
 
   /** Stops publishing everything (the server sees the namespace go). */
   unpublish(): void {
-    for (const lt of this.local.values()) lt.close();
-    this.local.clear();
-    this.localByAlias.clear();
-    this.announce?.writer.close().catch(() => {});
-    this.announce = undefined;
+    this.publisher.unpublish();
   }
 
   /** Sends a data message to the room (or to `to`), through our `data` track. */
   async sendData(payload: string | Uint8Array, o: { to?: string[]; topic?: string } = {}): Promise<void> {
-    if (this.dataAlias < 0) throw new PetrelError('webtransport', 'data needs publish() first (the server subscribes to our data track)');
-    const text = typeof payload === 'string';
-    const bytes = text ? enc.encode(payload) : payload;
-    let bin = '';
-    for (const b of bytes) bin += String.fromCharCode(b);
-    const body = enc.encode(JSON.stringify({ topic: o.topic, to: o.to, text, payload: btoa(bin) }));
-    const s = await this.transport.createUnidirectionalStream();
-    const w = s.getWriter();
-    const group = this.dataGroup++;
-    await w.write(subgroupHeader(this.dataAlias, group, 0, 0));
-    await w.write(streamObject(0, { tsUs: Math.round(performance.now() * 1000), key: true }, body));
-    await w.close();
+    return this.publisher.sendData(payload, o);
   }
 
   getLocal(kind: 'audio' | 'video'): WtLocalTrack | undefined {
-    return this.local.get(kind);
+    return this.publisher.get(kind);
   }
 
   async getStats(): Promise<WtStats> {
@@ -773,9 +512,9 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
       /* optional */
     }
     return {
-      rttMs: this.rtt,
+      rttMs: this.rtt.rttMs,
       connectMs: this.connectMs,
-      local: [...this.local.values()].map((l) => l.getStats()),
+      local: this.publisher.stats(),
       remote: [...this.subscriptions.values()].map((s) => ({ ...s.remote.getStats(), participant: s.participant.identity, trackSid: s.info.sid })),
       transport,
     };
@@ -787,7 +526,8 @@ export class WtSession extends Emitter<WtEvents> implements WtCarrier {
     clearInterval(this.statsTimer);
     clearInterval(this.probeTimer);
     for (const id of [...this.subscriptions.keys()]) this.endSubscription(id);
-    for (const lt of this.local.values()) lt.close();
+    this.publisher.close();
+    this.eventOrder.close();
     this.joinFailed(new PetrelError('webtransport', reason));
     this.emit('disconnected', reason);
   }
@@ -810,33 +550,3 @@ export function moqTrackName(t: WtTrackInfo): string {
   return bySource[t.source] ?? t.sid;
 }
 
-function describe(m: ReturnType<typeof parseMessage>): string {
-  if (m.type === Msg.REQUEST_ERROR) return `error 0x${m.code.toString(16)} ${m.reason}`;
-  return `unexpected reply type ${m.type}`;
-}
-
-// Objects of the events track: each is one JSON message.
-export async function readEventObjects(r: StreamReader, hasExt: boolean, onObject: (json: Record<string, unknown>) => void): Promise<void> {
-  while (!(await r.atEnd())) {
-    await r.vi(); // object id delta
-    if (hasExt) {
-      const len = await r.vi();
-      if (len > 4096) throw new WireError(`extension headers of ${len} bytes`);
-      await r.exact(len); // events need no metadata
-    }
-    const plen = await r.vi();
-    if (plen === 0) {
-      await r.vi();
-      continue;
-    }
-    if (plen > 1 << 20) throw new WireError(`event of ${plen} bytes`);
-    const body = await r.exact(plen);
-    let json: unknown;
-    try {
-      json = JSON.parse(dec.decode(body));
-    } catch {
-      throw new WireError('event object is not JSON');
-    }
-    if (json && typeof json === 'object') onObject(json as Record<string, unknown>);
-  }
-}

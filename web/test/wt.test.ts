@@ -1,10 +1,12 @@
-// Unit tests of the WebTransport media path's pure parts: the jitter buffer and
-// the rate controller. The wire format and the browser pipeline are covered by
+// Unit tests of the WebTransport media path's pure parts: the jitter buffer, the
+// rate controller and the session's RTT estimates. The wire format is in
+// wtwire.test.ts; the browser pipeline is covered by
 // test/browser/tests/webtransport.test.mjs against the real server.
 import assert from 'node:assert/strict';
 import test from 'node:test';
 import { JitterBuffer } from '../sdk/wtjitter.js';
 import { RateController } from '../sdk/wtrate.js';
+import { RttEstimator } from '../sdk/wtrtt.js';
 
 // A GOP-long group starting at frame 0: object = frame number.
 const frame = (id: number, key = false) => ({ group: 0, object: id, tsMs: id * 33, key, data: id });
@@ -113,84 +115,6 @@ test('rate controller backs off on loss, grows when clean, follows QUIC estimate
   assert.equal(d.scale, 4);
 });
 
-import { Reader, Writer, fragmentObject, objectBytes, parseDatagram, parseObjectBytes, subscribeMessage, parseMessage, StreamReader, viLen } from '../sdk/wtwire.js';
-
-test('draft-18 integers: prefix lengths and round trips at the edges', () => {
-  assert.deepEqual([...new Writer().vi(0x2f00).finish()], [0xaf, 0x00], 'SETUP type is two bytes');
-  assert.deepEqual([...new Writer().vi(37).finish()], [37]);
-  for (const v of [0, 127, 128, 16383, 16384, 2 ** 21 - 1, 2 ** 28, 2 ** 35 + 5, 2 ** 49 + 1, 2 ** 53 - 1]) {
-    const b = new Writer().vi(v).finish();
-    assert.equal(b.length, viLen(v));
-    assert.equal(new Reader(b).vi(), v, `value ${v}`);
-  }
-  assert.equal(new Writer().vi(2 ** 53 - 1).finish()[0], 0xfe, 'eight-byte form (56 value bits)');
-  assert.throws(() => new Reader(new Uint8Array([0xc0, 1])).vi(), /truncated/);
-});
-
-test('an object fragments into datagrams that fit and reassembles with its metadata', () => {
-  const payload = new Uint8Array(5000).map((_, i) => i & 0xff);
-  const obj = objectBytes({ tsUs: 123456, key: true, codec: 'vp8', width: 640, height: 480, wallMs: 1_700_000_000_000 }, payload);
-  const frags = fragmentObject(3, 7, 0, obj, 1215);
-  assert.ok(frags.every((f) => f.length <= 1215));
-  const parts = frags.map((f) => parseDatagram(f)).reverse(); // reordered
-  const whole = new Uint8Array(obj.length);
-  const per = Math.ceil(obj.length / frags.length);
-  for (const p of parts) {
-    assert.equal(p.type, 0x50);
-    if (p.type !== 0x50) continue;
-    assert.equal(p.count, frags.length);
-    whole.set(p.data, p.index * per);
-  }
-  const back = parseObjectBytes(whole);
-  assert.equal(back.meta.tsUs, 123456);
-  assert.equal(back.meta.key, true);
-  assert.equal(back.meta.codec, 'vp8');
-  assert.equal(back.meta.width, 640);
-  assert.deepEqual(back.payload, payload);
-});
-
-test('malformed datagrams and messages are errors, not crashes', () => {
-  assert.throws(() => parseDatagram(new Uint8Array([0x50, 1, 1, 1, 5, 2, 10])), /fragment 5 of 2/);
-  assert.throws(() => parseDatagram(new Uint8Array([0x7f])), /unknown datagram/);
-  assert.throws(() => parseDatagram(new Uint8Array([0x51, 1])), /truncated/);
-  const m = subscribeMessage(2, ['petrel', 'room', 'bob'], 'video', new Map([[0x2a0, 1]]));
-  const r = new Reader(m);
-  const type = r.vi();
-  const len = r.u16();
-  const parsed = parseMessage({ type, body: new Reader(r.raw(len)) });
-  assert.equal(parsed.type, 0x3);
-  if (parsed.type === 0x3) {
-    assert.deepEqual(parsed.ns, ['petrel', 'room', 'bob']);
-    assert.equal(parsed.track, 'video');
-    assert.equal(parsed.params.get(0x2a0), 1);
-  }
-  // A namespace of zero fields is refused.
-  const bad = new Writer().vi(1).vi(0).finish();
-  assert.throws(() => parseMessage({ type: 0x3, body: new Reader(bad) }), /namespace of 0 fields/);
-});
-
-test('StreamReader reads messages split across chunks and reports a short stream', async () => {
-  const m = subscribeMessage(0, ['petrel', 'r'], 'events');
-  const chunks = [m.subarray(0, 1), m.subarray(1, 3), m.subarray(3)];
-  const rs = new ReadableStream<Uint8Array>({ start(c) { for (const x of chunks) c.enqueue(x); c.close(); } });
-  const sr = new StreamReader(rs);
-  const got = await sr.message();
-  assert.equal(got.type, 0x3);
-  assert.equal(await sr.atEnd(), true);
-  const short = new StreamReader(new ReadableStream<Uint8Array>({ start(c) { c.enqueue(m.subarray(0, 4)); c.close(); } }));
-  await assert.rejects(short.message(), /ended/);
-});
-
-test('subgroup header types: fields per draft-18 type, others refused', async () => {
-  const { subgroupLayout } = await import('../sdk/wtwire.js');
-  assert.deepEqual(subgroupLayout(0x15), { explicitSubgroup: true, subgroupIsFirstObject: false, priority: true, ext: true });
-  assert.deepEqual(subgroupLayout(0x30), { explicitSubgroup: false, subgroupIsFirstObject: false, priority: false, ext: false });
-  assert.equal(subgroupLayout(0x53)?.ext, true);
-  assert.equal(subgroupLayout(0x53)?.subgroupIsFirstObject, true);
-  assert.equal(subgroupLayout(0x75)?.priority, false);
-  for (const bad of [0x0f, 0x16, 0x17, 0x1e, 0x2f00, 0x7e]) assert.equal(subgroupLayout(bad), undefined, `type 0x${bad.toString(16)}`);
-});
-
 test('rate controller backs off when the RTT rises above the path minimum (a queue), without loss', () => {
   const rc = new RateController({ startBps: 1_000_000 });
   let now = 1000;
@@ -236,4 +160,39 @@ test('rate controller starts at 150 kbit/s and ramps per clean round trip, stopp
   let n3 = 1000;
   q.update({ rttMs: 30, minRttMs: 30 }, n3);
   assert.ok(q.update({ rttMs: 30, minRttMs: 30, estimatedBps: 1_600_000 }, (n3 += 500)).bitrate >= 800_000);
+});
+
+test('RTT: NACK round trips smooth the estimate until the browser reports one', () => {
+  const e = new RttEstimator();
+  assert.equal(e.rttMs, 100, 'until known');
+  e.nackAnswered(40);
+  assert.equal(e.rttMs, 40, 'the first sample is taken as is');
+  e.nackAnswered(120);
+  assert.equal(e.rttMs, 50, 'then smoothed by 1/8');
+  e.nackAnswered(-1);
+  assert.equal(e.rttMs, 50, 'a bad sample is ignored');
+  e.fromBrowser(undefined);
+  e.fromBrowser(0);
+  assert.equal(e.rttMs, 50);
+  e.fromBrowser(30);
+  e.nackAnswered(500);
+  assert.equal(e.rttMs, 30, "the browser's figure wins over NACK samples");
+});
+
+test('RTT probe: the median of five against the minimum from the handshake on', () => {
+  const e = new RttEstimator();
+  e.requestAnswered(20); // half the handshake
+  e.probeSent(1000);
+  assert.equal(e.probe.pendingSince, 1000);
+  assert.equal(e.probe.minRttMs, 20, 'the handshake bounds the minimum before any probe');
+  for (const ms of [30, 25, 200, 28, 26, 27]) e.probeAnswered(ms);
+  e.probeEnded();
+  assert.equal(e.probe.pendingSince, 0);
+  assert.equal(e.probe.samples, 6);
+  assert.equal(e.probe.rttMs, 27, 'median of the last five (25, 200, 28, 26, 27): a late timer is not a queue');
+  assert.equal(e.probe.minRttMs, 20, 'a queued path never raises the minimum');
+  e.requestAnswered(12);
+  e.probeAnswered(400);
+  assert.equal(e.probe.minRttMs, 12, 'any faster answer lowers it');
+  assert.equal(e.probe.rttMs, 28);
 });
