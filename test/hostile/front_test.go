@@ -67,12 +67,13 @@ func frontJoin(ctx context.Context, s *Server, from, token string, header http.H
 }
 
 // TestGarbageJoinFlood: 16 workers send joins with garbage tokens from one
-// address for 6 s while a client on another address joins another room about
-// nine times a second; at least 99% of those joins must complete within 1 s,
-// and the refusals must not flood the log.
+// address while a client on another address joins another room about nine
+// times a second, 50 times; at least 99% of those joins must complete
+// within 1 s, and the refusals must not flood the log.
 func TestGarbageJoinFlood(t *testing.T) {
 	s := Start(t, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	// The flood lasts as long as the real joins (about 6 s), 20 s at most.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	logBefore := len(s.Logs())
 	var garbage atomic.Int64
@@ -93,11 +94,8 @@ func TestGarbageJoinFlood(t *testing.T) {
 	var ok, total int
 	var failures []string
 	tick := time.NewTicker(110 * time.Millisecond)
-	for i := 0; ctx.Err() == nil; i++ {
+	for i := 0; i < 50 && ctx.Err() == nil; i++ {
 		<-tick.C
-		if ctx.Err() != nil {
-			break
-		}
 		tok := s.Token(t, "real", fmt.Sprintf("user-%d", i), auth.Grants{Publish: true, Subscribe: true})
 		start := time.Now()
 		jctx, jcancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -112,12 +110,13 @@ func TestGarbageJoinFlood(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	cancel()
 	wg.Wait()
 	t.Logf("%d garbage joins refused; %d of %d real joins within 1 s", garbage.Load(), ok, total)
 	if garbage.Load() < 100 {
 		t.Fatalf("only %d garbage joins were answered: the flood did not happen", garbage.Load())
 	}
-	if total < 40 || ok*100 < total*99 {
+	if total < 50 || ok*100 < total*99 {
 		t.Fatalf("%d of %d real joins succeeded within 1 s (want 99%%); first failures: %q", ok, total, failures)
 	}
 	lines := 0
