@@ -2,9 +2,11 @@ package loadtest
 
 import (
 	"context"
+	"image/png"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,11 +167,17 @@ func TestH264StreamAndReport(t *testing.T) {
 	if err != nil || !strings.Contains(string(md), "peers connected / failed | 3 / 0") {
 		t.Fatalf("report: %v\n%s", err, md)
 	}
-	if _, err := exec.LookPath("gnuplot"); err == nil {
-		for _, png := range []string{"cpu.png", "rss.png", "nacks.png", "delay.png"} {
-			if st, err := os.Stat(dir + "/" + png); err != nil || st.Size() < 1000 {
-				t.Errorf("%s: %v", png, err)
-			}
+	// The report promises plots: without gnuplot this fails rather than skips (make deps installs it).
+	if _, err := exec.LookPath("gnuplot"); err != nil {
+		t.Fatalf("gnuplot not installed (make deps installs gnuplot-nox): the report has no plots")
+	}
+	if len(res.Samples) < 2 {
+		t.Fatalf("%d samples: too few to plot", len(res.Samples))
+	}
+	for _, name := range []string{"cpu.png", "rss.png", "nacks.png", "delay.png"} {
+		checkPlot(t, filepath.Join(dir, name), 720, 420)
+		if !strings.Contains(string(md), "]("+name+")") {
+			t.Errorf("report.md does not show %s", name)
 		}
 	}
 	if err := WriteJSON(res, dir+"/r.json"); err != nil {
@@ -178,5 +186,40 @@ func TestH264StreamAndReport(t *testing.T) {
 	back, err := ReadJSON(dir + "/r.json")
 	if err != nil || back.Summary.Connected != 3 || len(back.Peers) != 3 {
 		t.Fatalf("JSON round trip: %v %+v", err, back.Summary)
+	}
+}
+
+// checkPlot fails unless path is a w×h PNG with something drawn in it: the
+// axes and text of an empty plot are black and grey on white, the series are
+// in colour.
+func checkPlot(t *testing.T, path string, w, h int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Fatalf("%s: %d×%d, want %d×%d", path, b.Dx(), b.Dy(), w, h)
+	}
+	colours := map[[3]uint32]bool{}
+	coloured := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			colours[[3]uint32{r >> 8, g >> 8, bl >> 8}] = true
+			if max(r, g, bl)-min(r, g, bl) > 0x4000 {
+				coloured++
+			}
+		}
+	}
+	// The key's two markers alone colour about 26 pixels; the data adds to them.
+	if len(colours) < 4 || coloured < 30 {
+		t.Errorf("%s looks blank: %d distinct colours, %d coloured pixels", path, len(colours), coloured)
 	}
 }

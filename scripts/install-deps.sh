@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (as root):
-# browsers, GStreamer with webrtcbin, Python with aiortc, Node packages.
+# browsers, GStreamer with webrtcbin, Python with aiortc, Node packages,
+# gnuplot for the reports' plots.
 # Each step is skipped when already satisfied, so repeated runs are quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ need_apt=()
 for pkg in chromium firefox-esr iproute2 ffmpeg \
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
 	gstreamer1.0-plugins-bad gstreamer1.0-nice gstreamer1.0-libav \
-	gir1.2-gst-plugins-bad-1.0 gir1.2-gst-plugins-base-1.0 python3-gi redis-server strace; do
+	gir1.2-gst-plugins-bad-1.0 gir1.2-gst-plugins-base-1.0 python3-gi redis-server strace gnuplot-nox; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

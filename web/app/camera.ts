@@ -4,7 +4,7 @@
 // time-to-stream overlay: each WebRTC step as this browser saw it, up to the
 // first frame painted (requestVideoFrameCallback). ?http=1 plays the HTTP live
 // fallback (fragmented MP4 through Media Source Extensions) instead.
-import { Room, PetrelError, viewCamera, whepPlay, whepIceServers, WhepError, receivesOverWebRTC, type RemoteParticipant, type WhepSession } from '../sdk/index.js';
+import { Room, PetrelError, viewCamera, whepPlay, whepIceServers, WhepError, receivesOverWebRTC, type RemoteParticipant, type RemoteTrackPublication, type WhepSession } from '../sdk/index.js';
 
 const WALL_ROOM = 'cameras';
 
@@ -144,8 +144,31 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
   if (headerStatus) headerStatus.textContent = `connecting · ${http ? 'HTTP live' : 'WebRTC'}…`;
   const token = params.get('token') || (await devToken(WALL_ROOM, 'wall'));
   const room = new Room();
-  const tiles = new Map<string, { tile: HTMLElement; badge: HTMLElement; id: string }>();
+  type Tile = { tile: HTMLElement; badge: HTMLElement; how: HTMLElement; id: string };
+  const tiles = new Map<string, Tile>();
   let httpTiles = 0;
+  // A tile over HTTP live: the wall room carries each camera's picture, its
+  // HTTP stream is the camera's own (an H.265 camera's H.264 transcode).
+  const playTileHTTP = (t: Tile, why: string) => {
+    const video = t.tile.querySelector('video') as HTMLVideoElement;
+    if (httpTiles >= WALL_HTTP_TILES) {
+      t.tile.dataset.way = 'none';
+      t.how.textContent = `not playing: ${WALL_HTTP_TILES} HTTP live tiles at most, open the camera to watch it`;
+      return;
+    }
+    httpTiles++;
+    t.tile.dataset.way = 'http';
+    video.srcObject = null;
+    t.how.textContent = WAY_NAME.http;
+    if (why) {
+      t.how.title = why;
+      note.textContent = 'Tiles play over WebRTC, or over HTTP live where their tile says so.';
+    }
+    void playHTTP(video, `/v1/cameras/${encodeURIComponent(t.id)}/live.mp4`, token, () => {}).catch((err) => {
+      t.tile.dataset.error = err instanceof Error ? err.message : String(err);
+      t.badge.textContent = t.tile.dataset.error;
+    });
+  };
   const tileFor = (p: RemoteParticipant) => {
     let t = tiles.get(p.sid);
     if (!t) {
@@ -158,29 +181,35 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
       const link = el('a', undefined, p.name || id);
       link.href = `?camera=${encodeURIComponent(id)}`;
       const b = el('span', 'camera-state', '…');
-      cap.append(link, b);
+      // How this tile plays: tiles of one wall can play different ways.
+      const how = el('span', 'camera-how');
+      cap.append(link, b, how);
       tile.append(video, cap);
       grid.append(tile);
-      t = { tile, badge: b, id };
+      t = { tile, badge: b, how, id };
       tiles.set(p.sid, t);
-      if (http) {
-        if (httpTiles < WALL_HTTP_TILES) {
-          httpTiles++;
-          tile.dataset.way = 'http';
-          // The wall room carries each camera's picture; its HTTP stream is the camera's own.
-          void playHTTP(video, `/v1/cameras/${encodeURIComponent(id)}/live.mp4`, token, () => {}).catch((err) => {
-            tile.dataset.error = err instanceof Error ? err.message : String(err);
-            b.textContent = tile.dataset.error;
-          });
-        } else {
-          tile.dataset.way = 'none';
-          cap.append(el('span', 'camera-state', `not playing: ${WALL_HTTP_TILES} HTTP live tiles at most, open the camera to watch it`));
-        }
-      } else tile.dataset.way = 'webrtc';
+      if (http) playTileHTTP(t, '');
     }
     return t;
   };
+  // Over WebRTC the wall asks only for what this browser can decode, known
+  // from its receiver capabilities: an H.265 camera's tile plays over HTTP live.
+  // Each new video track (a camera's codec can change) is considered; a tile
+  // already on HTTP live stays there, its stream follows the camera.
+  const considered = new Set<string>();
+  const consider = (pub: RemoteTrackPublication, p: RemoteParticipant) => {
+    const t = tileFor(p);
+    const way = t.tile.dataset.way;
+    if (http || pub.kind !== 'video' || way === 'http' || way === 'none' || considered.has(pub.sid)) return;
+    considered.add(pub.sid);
+    if (receivesOverWebRTC(pub.info.mimeType)) {
+      t.tile.dataset.way = 'webrtc';
+      t.how.textContent = WAY_NAME.webrtc;
+      void room.subscribe(pub.sid, true).catch((err) => (t.badge.textContent = `cannot subscribe: ${err instanceof Error ? err.message : String(err)}`));
+    } else playTileHTTP(t, `this browser cannot receive ${pub.info.mimeType} over WebRTC`);
+  };
   room.on('participantJoined', (p) => void tileFor(p));
+  room.on('trackPublished', consider);
   room.on('participantLeft', (p) => {
     tiles.get(p.sid)?.tile.remove();
     tiles.delete(p.sid);
@@ -193,7 +222,9 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
   });
   room.on('trackSubscribed', (track, pub, p) => {
     if (!p || track.kind !== 'video') return;
-    const video = tileFor(p).tile.querySelector('video') as HTMLVideoElement;
+    const t = tileFor(p);
+    if (t.tile.dataset.way !== 'webrtc') return;
+    const video = t.tile.querySelector('video') as HTMLVideoElement;
     video.srcObject = new MediaStream([track]);
     void video.play().catch(() => {});
     room.observeVideo(pub.sid, video);
@@ -201,11 +232,22 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
   room.on('connectionStateChanged', (st) => {
     if (headerStatus) headerStatus.textContent = st === 'connected' ? `connected · ${http ? 'HTTP live' : 'WebRTC'}` : st;
   });
-  await room.connect(location.origin, token, { name: 'wall', autoSubscribe: !http });
+  await room.connect(location.origin, token, { name: 'wall', autoSubscribe: false });
   if (headerStatus) headerStatus.textContent = `connected · ${http ? 'HTTP live' : 'WebRTC'}`;
-  for (const p of room.participants.values()) tileFor(p);
+  for (const p of room.participants.values()) {
+    tileFor(p);
+    for (const pub of p.tracks.values()) consider(pub, p);
+  }
   const refresh = async () => {
-    for (const t of tiles.values()) if (!t.tile.dataset.error) t.badge.textContent = badge(await fetchStatus(t.id, token));
+    for (const t of tiles.values()) {
+      const st = await fetchStatus(t.id, token);
+      if (!t.tile.dataset.error) t.badge.textContent = badge(st);
+      // live.mp4 serves an H.265 camera's H.264 transcode.
+      if (t.tile.dataset.way === 'http' && st?.video === 'video/H265' && st.transcoded) {
+        t.tile.dataset.transcoded = '1';
+        t.how.textContent = `${WAY_NAME.http} · H.265 camera, transcoded to H.264 for this browser`;
+      }
+    }
   };
   void refresh();
   setInterval(() => void refresh(), 2000);
