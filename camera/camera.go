@@ -43,7 +43,9 @@ type Status struct {
 	Since     time.Time `json:"since"`
 	Viewers   int       `json:"viewers"`
 	// WallViewers watch the camera in the wall room (wall.go).
-	WallViewers int    `json:"wallViewers"`
+	WallViewers int `json:"wallViewers"`
+	// LiveViewers watch the camera's HTTP live stream (live.go).
+	LiveViewers int    `json:"liveViewers"`
 	Bitrate     int64  `json:"bitrate"` // bits per second into the server, last second
 	Video       string `json:"video,omitempty"`
 	Audio       string `json:"audio,omitempty"`
@@ -73,7 +75,9 @@ type Camera struct {
 	done   sync.WaitGroup
 
 	part *sfu.Participant // local participant "camera" (nil for WebRTC cameras)
-	msgs chan message
+	// liveViewers counts the HTTP live streams being served (live.go).
+	liveViewers atomic.Int32
+	msgs        chan message
 
 	// demand is signalled when a viewer (or a sink) asks for a keyframe: a cold
 	// camera opens its upstream session on it.
@@ -184,6 +188,7 @@ func (c *Camera) Status() Status {
 	}
 	s.Viewers = c.viewers()
 	s.WallViewers = c.wallViewers()
+	s.LiveViewers = int(c.liveViewers.Load())
 	s.Bitrate = c.bitrate.Load()
 	return s
 }

@@ -263,6 +263,8 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 		fl.Flush()
 	}
 
+	c.liveViewers.Add(1)
+	defer c.liveViewers.Add(-1)
 	sink := &liveSink{ch: make(chan livePacket, 2048)}
 	remove := pub.AddSink(sink)
 	defer remove()

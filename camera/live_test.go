@@ -69,8 +69,11 @@ func TestLiveMP4Fallback(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "live.mp4")
 	out, _ := os.Create(file)
 	go func() { time.Sleep(2500 * time.Millisecond); resp.Body.Close() }()
+	// The camera counts this stream among its viewers while it is served.
+	waitStatus(t, srv, "gate", "one HTTP live viewer", func(s camera.Status) bool { return s.LiveViewers == 1 })
 	_, _ = io.Copy(out, resp.Body)
 	out.Close()
+	waitStatus(t, srv, "gate", "no HTTP live viewer", func(s camera.Status) bool { return s.LiveViewers == 0 })
 	b, err := exec.Command("ffmpeg", "-nostdin", "-hide_banner", "-v", "error", "-i", file, "-f", "null", "-").CombinedOutput()
 	m := regexp.MustCompile(`frame=\s*(\d+)`).FindSubmatch(b)
 	if out, _ := exec.Command("ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", file).Output(); len(out) > 0 {

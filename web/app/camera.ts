@@ -15,6 +15,7 @@ interface CameraStatus {
   lastError?: string;
   viewers: number;
   wallViewers: number;
+  liveViewers: number;
   bitrate: number;
   video?: string;
   audio?: string;
@@ -95,7 +96,7 @@ function kbps(bps: number): string {
 function badge(st: CameraStatus | null): string {
   if (!st) return 'unknown';
   let s = st.state;
-  if (st.state === 'streaming') s += ` · ${kbps(st.bitrate)} · ${st.viewers + st.wallViewers} watching`;
+  if (st.state === 'streaming') s += ` · ${kbps(st.bitrate)} · ${st.viewers + st.wallViewers + (st.liveViewers ?? 0)} watching`;
   if (st.lastError && st.state !== 'streaming') s += ` · ${st.lastError}`;
   // No sound, and why (AAC without a transcoder, or the transcoder failing).
   if (st.audioNote && /video only|failed/.test(st.audioNote)) s += ` · ${st.audioNote}`;
