@@ -26,6 +26,9 @@ import { type ClusterNode, clusterNodes, failover, placeParticipant, tokenRoom }
 import { type ConnectionQuality, type StatsSummary, StatsCollector } from './stats.js';
 import { E2EE, type E2EEState } from './e2ee.js';
 import { VideoObserver } from './observe.js';
+import { DirectMode, type P2PSignal } from './p2p.js';
+
+export { gathered } from './p2p.js';
 import {
   type ConnectOptions,
   type ConnectionState,
@@ -59,14 +62,6 @@ const textDecoder = new TextDecoder();
 const receiveCodecs = (kind: 'audio' | 'video') => globalThis.RTCRtpReceiver?.getCapabilities?.(kind)?.codecs;
 const textEncoder = new TextEncoder();
 const ICE_DISCONNECTED_GRACE_MS = 5_000;
-// P2P hysteresis: a 1:1 room must stay 1:1 this long before going direct; a
-// disconnected direct path gets this long to recover; after a fallback the next
-// attempt waits longer, so a flaky path does not flip media back and forth.
-const P2P_SETTLE_MS = 2_000;
-const P2P_DISCONNECTED_GRACE_MS = 3_000;
-const P2P_CONNECT_TIMEOUT_MS = 10_000;
-const P2P_RETRY_MS = 10_000;
-const P2P_RETRY_MAX_MS = 120_000;
 // Switching a camera to simulcast: how long to wait for the server to ask for the
 // new publication's media, then how long both stay up so that viewers decode the
 // new one before the old one goes.
@@ -82,25 +77,6 @@ const MOVE_SETUP_TIMEOUT_MS = 10_000;
 // subscriber renegotiation and a keyframe there.
 const MOVE_OVERLAP_MS = 500;
 
-// The direct connection of a 1:1 call. The lower sid offers (no glare); one audio
-// and one video transceiver, both sendrecv, each side's camera and microphone.
-interface DirectLink {
-  peerSid: string;
-  session: string;
-  pc: RTCPeerConnection;
-  audio?: RTCRtpTransceiver;
-  video?: RTCRtpTransceiver;
-  remote: Partial<Record<TrackKind, MediaStreamTrack>>;
-  active: boolean; // media moved onto it
-  timer?: ReturnType<typeof setTimeout>;
-}
-
-interface P2PSignal {
-  p2p: 'offer' | 'answer' | 'bye';
-  session: string;
-  sdp?: string;
-}
-
 export class Room extends Emitter<RoomEvents> {
   state: ConnectionState = 'disconnected';
   room?: RoomInfo;
@@ -112,12 +88,8 @@ export class Room extends Emitter<RoomEvents> {
   /** Where camera and microphone travel now (see ConnectOptions.p2p). */
   mediaPath: MediaPath = 'sfu';
 
-  private direct: DirectLink | null = null;
-  private p2pTimer: ReturnType<typeof setTimeout> | undefined;
   // Local track sids being republished with simulcast.
   private upgrading = new Set<string>();
-  private p2pNotBefore = 0;
-  private p2pFailures = 0;
   private url = '';
   private token = '';
   private opts: ConnectOptions = {};
@@ -157,6 +129,16 @@ export class Room extends Emitter<RoomEvents> {
   // The receiver each remote track arrived on, and what each receiver shows now.
   private receiverOf = new WeakMap<MediaStreamTrack, RTCRtpReceiver>();
   private shownBy = new Map<number, { pub: RemoteTrackPublication; p: RemoteParticipant }>();
+  private p2p = new DirectMode({
+    allowed: () => this.opts.p2p !== false && !this.crypto,
+    connected: () => this.state === 'connected',
+    localSid: () => this.localParticipant?.sid,
+    participants: this.participants,
+    localTracks: this.localTracks,
+    rtcConfig: () => this.rtcConfig(),
+    relay: (to, data) => void this.signal?.request({ type: 'relay', to, data }).catch(() => {}),
+    pathChanged: (path, reason) => this.setMediaPath(path, reason),
+  });
 
   /** The end-to-end encryption of this room (ConnectOptions.e2ee): setKey, ratchetKey, stats. */
   get e2ee(): E2EE | null {
@@ -173,7 +155,7 @@ export class Room extends Emitter<RoomEvents> {
   }
   /** The direct peer connection of a 1:1 call, while one exists. */
   get directPc(): RTCPeerConnection | null {
-    return this.direct?.pc ?? null;
+    return this.p2p.pc;
   }
   /** The ICE configuration of this room's connections (the server's TURN included), for other peer connections. */
   get rtcConfiguration(): RTCConfiguration {
@@ -222,7 +204,7 @@ export class Room extends Emitter<RoomEvents> {
     }
     this.setState('connected');
     this.startQualityTimer();
-    this.evaluateP2P();
+    this.p2p.evaluate();
     window.addEventListener('online', this.onOnline);
     window.addEventListener('pagehide', this.onPageHide);
   }
@@ -326,7 +308,7 @@ export class Room extends Emitter<RoomEvents> {
       throw err;
     }
     this.emit('localTrackPublished', pub);
-    void this.syncDirectSenders();
+    void this.p2p.syncSenders();
     return pub;
   }
 
@@ -340,7 +322,7 @@ export class Room extends Emitter<RoomEvents> {
       this.pub.removeTrack(pub.transceiver.sender);
     }
     this.emit('localTrackUnpublished', pub);
-    void this.syncDirectSenders();
+    void this.p2p.syncSenders();
     if (!this.signal?.open) return;
     await this.signal.request({ type: 'unpublishTrack', trackSid });
     await this.pubNegotiation.negotiate();
@@ -465,22 +447,10 @@ export class Room extends Emitter<RoomEvents> {
 
   /** A summary of both peer connections' statistics; bitrates are since the last call. */
   getStats(): Promise<StatsSummary> {
-    const link = this.direct;
     return this.stats.collect(this.pub, this.sub, (direction, mid, via) => {
       if (mid === undefined) return undefined;
-      if (via === 'direct') {
-        // The direct connection carries the camera and microphone of each side.
-        const t = link?.pc.getTransceivers().find((x) => x.mid === mid);
-        if (!link || !t) return undefined;
-        const kind = t.receiver.track.kind as TrackKind;
-        if (direction === 'outbound') {
-          const local = this.localDirectPublication(kind);
-          return local && { trackSid: local.sid, participantSid: this.localParticipant?.sid ?? '' };
-        }
-        const peer = this.participants.get(link.peerSid);
-        const remote = peer && this.directPublication(peer, kind);
-        return remote && { trackSid: remote.sid, participantSid: peer.sid };
-      }
+      // The direct connection carries the camera and microphone of each side.
+      if (via === 'direct') return this.p2p.statsTarget(direction, mid, this.localParticipant?.sid ?? '');
       if (direction === 'inbound') {
         const m = this.subMids.get(mid);
         return m && { trackSid: m.trackId, participantSid: m.streamId };
@@ -489,7 +459,7 @@ export class Room extends Emitter<RoomEvents> {
         if (pub.transceiver.mid === mid) return { trackSid: pub.sid, participantSid: this.localParticipant?.sid ?? '' };
       }
       return undefined;
-    }, link?.pc ?? null);
+    }, this.p2p.pc);
   }
 
   // ---- session setup ------------------------------------------------------------
@@ -661,17 +631,17 @@ export class Room extends Emitter<RoomEvents> {
         if (msg.participant.sid !== this.localParticipant?.sid) this.upsertParticipant(msg.participant);
         else this.localParticipant = msg.participant;
         if (msg.type === 'participantJoined') {
-          this.evaluateP2P();
+          this.p2p.evaluate();
           this.growSimulcast();
         }
         break;
       case 'participantLeft': {
         this.participantLeft(msg.participantSid, msg.reason);
-        this.evaluateP2P();
+        this.p2p.evaluate();
         break;
       }
       case 'relay':
-        void this.onRelay(msg.from, msg.data as P2PSignal).catch((err) => console.warn('petrel: p2p signaling failed', err));
+        void this.p2p.onRelay(msg.from, msg.data as P2PSignal).catch((err) => console.warn('petrel: p2p signaling failed', err));
         this.emit('relayReceived', msg.from, msg.data);
         break;
       case 'trackPublished': {
@@ -970,10 +940,7 @@ export class Room extends Emitter<RoomEvents> {
   // Points the publication at the track its media comes on now (SFU or direct)
   // and tells the page when that changes.
   private showTrack(pub: RemoteTrackPublication, p: RemoteParticipant): void {
-    const d = this.direct;
-    const direct =
-      d?.active && d.peerSid === p.sid && pub === this.directPublication(p, pub.kind) ? d.remote[pub.kind] : undefined;
-    const track = direct ?? pub.sfuTrack;
+    const track = this.p2p.remoteTrack(p, pub) ?? pub.sfuTrack;
     // A reused transceiver brings the same track object for a new publication.
     if (!track || pub.track === track) return;
     pub.track = track;
@@ -1012,179 +979,7 @@ export class Room extends Emitter<RoomEvents> {
     };
   }
 
-  // ---- peer-to-peer for 1:1 -----------------------------------------------------
-
-  // The one other participant when the room is exactly two, else undefined.
-  private onlyPeer(): RemoteParticipant | undefined {
-    return this.participants.size === 1 ? [...this.participants.values()][0] : undefined;
-  }
-
-  // Called whenever the room changes: a third participant ends the direct call at
-  // once; a room that is (again) 1:1 goes direct after it has settled.
-  private evaluateP2P(): void {
-    clearTimeout(this.p2pTimer);
-    if (this.opts.p2p === false || this.crypto || this.state !== 'connected' || !this.localParticipant) return;
-    const peer = this.onlyPeer();
-    if (this.direct && this.direct.peerSid !== peer?.sid) this.leaveP2P(peer ? 'peer changed' : 'room is not 1:1', false);
-    if (!peer || this.direct) return;
-    if (this.localParticipant.sid > peer.sid) return; // the other side offers
-    const wait = Math.max(P2P_SETTLE_MS, this.p2pNotBefore - Date.now());
-    this.p2pTimer = setTimeout(() => {
-      if (this.onlyPeer() === peer && !this.direct && this.state === 'connected') {
-        this.offerP2P(peer.sid).catch((err) => {
-          console.warn('petrel: p2p offer failed', err);
-          this.leaveP2P('offer failed', true);
-          this.evaluateP2P();
-        });
-      }
-    }, wait);
-  }
-
-  private newLink(peerSid: string, session: string): DirectLink {
-    const pc = new RTCPeerConnection(this.rtcConfig());
-    const link: DirectLink = { peerSid, session, pc, remote: {}, active: false };
-    pc.ontrack = (ev) => {
-      link.remote[ev.track.kind as TrackKind] = ev.track;
-    };
-    pc.onconnectionstatechange = () => this.onDirectState(link);
-    this.direct = link;
-    // A path that never connects (the other side is no browser, UDP blocked) is given up.
-    link.timer = setTimeout(() => {
-      if (this.direct === link && !link.active) {
-        this.leaveP2P('direct path did not connect', true);
-        this.evaluateP2P();
-      }
-    }, P2P_CONNECT_TIMEOUT_MS);
-    return link;
-  }
-
-  private async offerP2P(peerSid: string): Promise<void> {
-    const link = this.newLink(peerSid, Math.random().toString(36).slice(2));
-    link.audio = link.pc.addTransceiver('audio', { direction: 'sendrecv' });
-    link.video = link.pc.addTransceiver('video', { direction: 'sendrecv' });
-    await link.pc.setLocalDescription(await link.pc.createOffer());
-    await gathered(link.pc);
-    if (this.direct !== link) return;
-    this.sendRelay(peerSid, { p2p: 'offer', session: link.session, sdp: link.pc.localDescription?.sdp });
-  }
-
-  private async onRelay(from: string, data: P2PSignal): Promise<void> {
-    if (!data || typeof data !== 'object' || !('p2p' in data)) return;
-    const link = this.direct;
-    switch (data.p2p) {
-      case 'offer': {
-        if (this.opts.p2p === false || this.crypto || this.onlyPeer()?.sid !== from || !data.sdp) {
-          this.sendRelay(from, { p2p: 'bye', session: data.session });
-          return;
-        }
-        if (link) this.leaveP2P('new offer', false);
-        const l = this.newLink(from, data.session);
-        await l.pc.setRemoteDescription({ type: 'offer', sdp: data.sdp });
-        for (const t of l.pc.getTransceivers()) {
-          const kind = t.receiver.track.kind as TrackKind;
-          t.direction = 'sendrecv';
-          if (kind === 'audio') l.audio ??= t;
-          else l.video ??= t;
-        }
-        await l.pc.setLocalDescription(await l.pc.createAnswer());
-        await gathered(l.pc);
-        if (this.direct !== l) return;
-        this.sendRelay(from, { p2p: 'answer', session: l.session, sdp: l.pc.localDescription?.sdp });
-        return;
-      }
-      case 'answer':
-        if (link && link.peerSid === from && link.session === data.session && data.sdp) {
-          await link.pc.setRemoteDescription({ type: 'answer', sdp: data.sdp });
-        }
-        return;
-      case 'bye':
-        // The peer declined (p2p off) or its direct path failed: try again later.
-        if (link && link.peerSid === from && link.session === data.session) {
-          this.leaveP2P('peer ended p2p', true, false);
-          this.evaluateP2P();
-        }
-        return;
-    }
-  }
-
-  private sendRelay(to: string, data: P2PSignal): void {
-    this.signal?.request({ type: 'relay', to, data }).catch(() => {});
-  }
-
-  private onDirectState(link: DirectLink): void {
-    if (this.direct !== link) return;
-    const state = link.pc.connectionState;
-    if (state === 'connected') {
-      clearTimeout(link.timer);
-      if (!link.active) void this.enterP2P(link);
-    } else if (state === 'disconnected') {
-      clearTimeout(link.timer);
-      link.timer = setTimeout(() => {
-        if (this.direct === link && link.pc.connectionState !== 'connected') {
-          this.leaveP2P('direct path lost', true);
-          this.evaluateP2P();
-        }
-      }, P2P_DISCONNECTED_GRACE_MS);
-    } else if (state === 'failed' || state === 'closed') {
-      this.leaveP2P(`direct path ${state}`, true);
-      this.evaluateP2P();
-    }
-  }
-
-  // The local publication that travels on the direct connection for this kind:
-  // the camera or microphone (screen shares stay on the SFU).
-  private localDirectPublication(kind: TrackKind): LocalTrackPublication | undefined {
-    return [...this.localTracks.values()].find((t) => t.kind === kind && t.source !== 'screen' && t.source !== 'screen_audio');
-  }
-
-  private directPublication(p: RemoteParticipant, kind: TrackKind): RemoteTrackPublication | undefined {
-    return [...p.tracks.values()].find((t) => t.kind === kind && t.source !== 'screen' && t.source !== 'screen_audio');
-  }
-
-  private async enterP2P(link: DirectLink): Promise<void> {
-    link.active = true;
-    this.p2pFailures = 0;
-    await this.syncDirectSenders();
-    if (this.direct !== link) return;
-    this.setMediaPath('p2p', 'direct connection up');
-  }
-
-  // Puts camera and microphone on the direct connection's senders and takes them
-  // off the SFU's (the SFU connection stays up, idle), or the reverse when no
-  // direct link is active. Called on every change of path or local tracks.
-  private async syncDirectSenders(): Promise<void> {
-    const link = this.direct?.active ? this.direct : null;
-    const jobs: Promise<void>[] = [];
-    for (const kind of ['audio', 'video'] as const) {
-      const local = this.localDirectPublication(kind);
-      const t = link?.[kind];
-      if (link && t) {
-        if (t.sender.track !== (local?.track ?? null)) jobs.push(t.sender.replaceTrack(local?.track ?? null));
-        if (local && local.transceiver.sender.track) jobs.push(local.transceiver.sender.replaceTrack(null));
-      } else if (local && local.transceiver.sender.track !== local.track && local.track.readyState === 'live') {
-        jobs.push(local.transceiver.sender.replaceTrack(local.track));
-      }
-    }
-    const results = await Promise.allSettled(jobs);
-    for (const r of results) if (r.status === 'rejected') console.warn('petrel: replaceTrack failed', r.reason);
-  }
-
-  // Back to the SFU: media first (the SFU senders get their tracks again), then the
-  // tiles, then the direct connection goes. After a failure the next attempt waits,
-  // longer each time (a peer without p2p, a path that keeps failing).
-  private leaveP2P(reason: string, failed: boolean, tellPeer = true): void {
-    const link = this.direct;
-    if (!link) return;
-    clearTimeout(link.timer);
-    this.direct = null;
-    if (failed) {
-      this.p2pNotBefore = Date.now() + Math.min(P2P_RETRY_MS * 2 ** this.p2pFailures, P2P_RETRY_MAX_MS);
-      this.p2pFailures++;
-    }
-    if (tellPeer && this.participants.has(link.peerSid)) this.sendRelay(link.peerSid, { p2p: 'bye', session: link.session });
-    void this.syncDirectSenders().finally(() => link.pc.close());
-    this.setMediaPath('sfu', reason);
-  }
+  // ---- media path ---------------------------------------------------------------
 
   private setMediaPath(path: MediaPath, reason: string): void {
     const changed = this.mediaPath !== path;
@@ -1485,7 +1280,7 @@ export class Room extends Emitter<RoomEvents> {
       // Switch: the new session becomes the room's; then the old one leaves.
       adopted = true;
       const old = { signal: this.signal, pub: this.pub, sub: this.sub };
-      if (this.direct) this.leaveP2P('moved to another node', false, false);
+      this.p2p.leave('moved to another node', false, false);
       for (const t of Object.values(this.iceTimers)) clearTimeout(t);
       this.signal = signal;
       this.pub = pub;
@@ -1553,7 +1348,7 @@ export class Room extends Emitter<RoomEvents> {
       old.pub?.close();
       old.sub?.close();
       console.info(`petrel: moved to ${node ?? url} (${reason}) in ${Math.round(performance.now() - t0)} ms, before leaving`);
-      this.evaluateP2P();
+      this.p2p.evaluate();
     } catch (err) {
       if (!adopted) abort();
       throw err;
@@ -1596,7 +1391,7 @@ export class Room extends Emitter<RoomEvents> {
           this.setState('connected');
         }
         // Whoever joined or left during the outage changes whether this is a 1:1 call.
-        this.evaluateP2P();
+        this.p2p.evaluate();
         this.emit('reconnected');
         return;
       } catch (err) {
@@ -1669,12 +1464,7 @@ export class Room extends Emitter<RoomEvents> {
 
   private closePeerConnections(): void {
     for (const t of Object.values(this.iceTimers)) clearTimeout(t);
-    clearTimeout(this.p2pTimer);
-    if (this.direct) {
-      clearTimeout(this.direct.timer);
-      this.direct.pc.close();
-      this.direct = null;
-    }
+    this.p2p.close();
     if (this.mediaPath !== 'sfu') {
       this.mediaPath = 'sfu';
       this.emit('mediaPathChanged', 'sfu', 'closed');
@@ -1727,21 +1517,6 @@ function simulcastLayers(s: MediaTrackSettings): LayerInfo[] {
     { rid: 'h', width: Math.round(w / 2), height: Math.round(h / 2), maxBitrate: 500_000 },
     { rid: 'f', width: w, height: h, maxBitrate: 1_500_000 },
   ];
-}
-
-// Waits for ICE gathering to finish (bounded): the direct connection's offer and
-// answer carry all candidates, so its signaling is two relay messages.
-export function gathered(pc: RTCPeerConnection, timeoutMs = 3_000): Promise<void> {
-  if (pc.iceGatheringState === 'complete') return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, timeoutMs);
-    pc.addEventListener('icegatheringstatechange', () => {
-      if (pc.iceGatheringState === 'complete') {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
 }
 
 function waitOpen(dc: RTCDataChannel, timeoutMs = 10_000): Promise<void> {
