@@ -4,7 +4,7 @@
 // another node (move.ts) and reconnection (reconnect.ts), wired together.
 import { decodeData } from './data.js';
 import { Emitter } from './emitter.js';
-import type { ClientMessage, JoinedMessage, ParticipantInfo, RoomInfo, ServerMessage } from './protocol.js';
+import { type ClientMessage, type JoinedMessage, type ParticipantInfo, type RoomInfo, type ServerMessage, PROTOCOL_VERSION } from './protocol.js';
 import { type ClusterNode, failover, tokenRoom } from './cluster.js';
 import { type ConnectionQuality, type StatsSummary, StatsCollector } from './stats.js';
 import type { E2EE, E2EEState } from './e2ee.js';
@@ -15,7 +15,6 @@ import { Session, type SessionHandlers } from './session.js';
 import { applyDemand } from './publisher.js';
 import { type Adoption, type MoveHost, iceServersOf, moveBeforeBreak } from './move.js';
 import { RECONNECT_WINDOW_MS, reconnectLoop } from './reconnect.js';
-import { PROTOCOL_VERSION } from './protocol.js';
 import type {
   ConnectOptions,
   ConnectionState,
@@ -45,7 +44,6 @@ export abstract class RoomConnection extends Emitter<RoomEvents> {
     attach: (pub, p, track) => this.attachTrack(pub, p, track),
   });
   readonly participants: Map<string, RemoteParticipant> = this.members.participants;
-  // Local track sids being republished with simulcast.
   protected url = '';
   protected token = '';
   protected opts: ConnectOptions = {};
