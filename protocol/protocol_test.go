@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -62,4 +64,59 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parse error without a protocol code: %v", err)
 		}
 	})
+}
+
+// Every message marshals flat with its type first, and a client message
+// parses back into the same value.
+func TestMessagesRoundTrip(t *testing.T) {
+	for _, m := range append(append([]Message{}, ClientMessages...), ServerMessages...) {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if !strings.HasPrefix(string(b), `{"type":"`+m.MsgType()+`"`) || !json.Valid(b) {
+			t.Errorf("%T marshals as %s", m, b)
+		}
+	}
+	muted, name := true, "cam"
+	for _, m := range []Message{
+		PublishTrack{Cid: "c", Kind: KindVideo, Source: SourceCamera, Name: &name, Muted: &muted, Width: 640, Height: 360,
+			Layers: []LayerInfo{{RID: "q", Width: 160, Height: 90}}},
+		MuteTrack{TrackSid: "TR_1", Muted: &muted},
+		Relay{To: "PA_1", Data: json.RawMessage(`{"a":1}`)},
+		Leave{},
+	} {
+		b, _ := json.Marshal(m)
+		r, err := Parse(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if !reflect.DeepEqual(r.Msg, m) || r.Type != m.MsgType() {
+			t.Errorf("%s parsed as %#v", b, r.Msg)
+		}
+	}
+}
+
+// The wire of a server message is what it was as a map: same keys, same values.
+func TestServerWire(t *testing.T) {
+	id := int64(7)
+	for _, tc := range []struct {
+		m    Message
+		want string
+	}{
+		{ErrorMsg(&id, Errorf(CodeNotFound, "no track")), `{"type":"error","id":7,"code":"not_found","message":"no track"}`},
+		{ErrorMsg(nil, Errorf(CodeBadRequest, "x")), `{"type":"error","code":"bad_request","message":"x"}`},
+		{Reply(&id, nil), `{"type":"response","id":7}`},
+		{TrackDemand{TrackSid: "TR_1", Active: true, Layers: []bool{true, false, false}}, `{"type":"trackDemand","trackSid":"TR_1","active":true,"layers":[true,false,false]}`},
+		{Relayed{From: "PA_1", Data: json.RawMessage(`[1]`)}, `{"type":"relay","from":"PA_1","data":[1]}`},
+		{LeaveNotice{Reason: "kicked", Message: "bye"}, `{"type":"leave","reason":"kicked","message":"bye"}`},
+	} {
+		b, err := json.Marshal(tc.m)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("got %s (%v), want %s", b, err, tc.want)
+		}
+	}
+	if Reply(nil, nil) != nil {
+		t.Error("a request without an id got a reply")
+	}
 }
