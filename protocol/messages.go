@@ -244,7 +244,21 @@ type Joined struct {
 	ResumeToken  string            `json:"resumeToken"`
 	Resumed      bool              `json:"resumed"`
 	// WebTransport describes the WebTransport endpoint, when there is one.
-	WebTransport map[string]any `json:"webtransport,omitempty"`
+	WebTransport *WebTransportInfo `json:"webtransport,omitempty"`
+}
+
+// WebTransportInfo is where the WebTransport media endpoint is (in joined and
+// from GET /v1/wt-cert-hash); the certificate fields come with a development
+// certificate, for serverCertificateHashes.
+type WebTransportInfo struct {
+	URL       string   `json:"url"`
+	Protocols []string `json:"protocols"`
+	Algorithm string   `json:"algorithm,omitempty"`
+	// Value is the certificate's hash in base64, Hex the same in hex.
+	Value string `json:"value,omitempty"`
+	Hex   string `json:"hex,omitempty"`
+	// Expires is the certificate's expiry (RFC 3339).
+	Expires string `json:"expires,omitempty"`
 }
 
 // ParticipantJoined announces a participant.

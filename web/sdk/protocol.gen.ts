@@ -177,7 +177,7 @@ export interface Joined {
   resumeToken: string;
   resumed: boolean;
   /** WebTransport describes the WebTransport endpoint, when there is one. */
-  webtransport?: Record<string, unknown>;
+  webtransport?: WebTransportInfo;
 }
 
 /** ParticipantJoined announces a participant. */
@@ -349,6 +349,22 @@ export interface ICEServer {
   urls: string[];
   username?: string;
   credential?: string;
+}
+
+/**
+ * WebTransportInfo is where the WebTransport media endpoint is (in joined and
+ * from GET /v1/wt-cert-hash); the certificate fields come with a development
+ * certificate, for serverCertificateHashes.
+ */
+export interface WebTransportInfo {
+  url: string;
+  protocols: string[] | null;
+  algorithm?: string;
+  /** Value is the certificate's hash in base64, Hex the same in hex. */
+  value?: string;
+  hex?: string;
+  /** Expires is the certificate's expiry (RFC 3339). */
+  expires?: string;
 }
 
 /** TrackInfo describes a published track. */
