@@ -39,6 +39,14 @@ func TestParse(t *testing.T) {
 		{`{"type":"subscribe","trackSids":["a"],"subscribe":true}`, ""},
 		{`{"type":"updateMetadata","metadata":"` + strings.Repeat("m", 20000) + `"}`, CodeBadRequest},
 		{`{"type":"updateMetadata","name":"ok"}`, ""},
+		{`{"type":"muteTrack","trackSid":"TR_1","muted":"yes"}`, CodeBadRequest},
+		{`{"type":"setLastN","n":1.5}`, CodeBadRequest},
+		{`{"type":"setLastN","n":2}`, ""},
+		{`{"type":"publishTrack","cid":"c","kind":"video","name":"` + strings.Repeat("n", 300) + `"}`, CodeBadRequest},
+		{`{"type":"join","token":"t","protocol":1,"name":"` + strings.Repeat("n", 300) + `"}`, CodeBadRequest},
+		{`{"type":"relay","to":"PA_1","data":{"x":[1,2]}}`, ""},
+		{`{"type":"relay","to":"PA_1"}`, CodeBadRequest},
+		{`{"type":"ping","t":"now"}`, CodeBadRequest},
 	} {
 		_, err := Parse([]byte(tc.in))
 		got := ""
@@ -51,14 +59,26 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A request refused after its envelope parsed keeps its id, so the error
+// answers it.
+func TestParseKeepsID(t *testing.T) {
+	r, err := Parse([]byte(`{"type":"muteTrack","id":9,"trackSid":"TR_1"}`))
+	if CodeOf(err) != CodeBadRequest || r == nil || r.ID == nil || *r.ID != 9 {
+		t.Fatalf("got %+v, %v", r, err)
+	}
+	if r, err := Parse([]byte(`{"type":"teleport","id":4}`)); CodeOf(err) != CodeUnknownType || r == nil || *r.ID != 4 {
+		t.Fatalf("unknown type: %+v, %v", r, err)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{`{"type":"join","token":"t","protocol":1}`, `{"type":"publishTrack","cid":"c","kind":"video","source":"camera"}`, `{"type":"trickle","target":"publisher","candidate":null}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Parse(b)
-		if err == nil && r.Type == "" {
-			t.Fatal("valid request without a type")
+		if err == nil && (r.Type == "" || r.Msg == nil || r.Msg.MsgType() != r.Type) {
+			t.Fatalf("valid request %+v without its message", r)
 		}
 		if err != nil && CodeOf(err) == CodeInternal {
 			t.Fatalf("parse error without a protocol code: %v", err)
