@@ -131,15 +131,12 @@ func Join(ctx context.Context, url, token string, o Options) (*Client, error) {
 		waiters: map[int64]chan protocol.Msg{}, closed: make(chan struct{}), dcOpen: make(chan struct{}),
 		pcReady: make(chan struct{}),
 	}
-	join := protocol.Msg{"type": "join", "token": token, "protocol": protocol.Version}
+	join := protocol.Join{Token: token, Protocol: protocol.Version, AutoSubscribe: o.AutoSubscribe}
 	if o.Name != "" {
-		join["name"] = o.Name
+		join.Name = &o.Name
 	}
 	if o.Metadata != "" {
-		join["metadata"] = o.Metadata
-	}
-	if o.AutoSubscribe != nil {
-		join["autoSubscribe"] = *o.AutoSubscribe
+		join.Metadata = &o.Metadata
 	}
 	joined, err := c.request(ctx, join, true)
 	if err != nil {
@@ -229,11 +226,13 @@ func (c *Client) trickle(target string, cand *webrtc.ICECandidate) {
 		return
 	}
 	init := cand.ToJSON()
-	_ = c.Send(protocol.Msg{"type": "trickle", "target": target, "candidate": init})
+	_ = c.Send(protocol.Trickle{Target: protocol.PcTarget(target), Candidate: &protocol.Candidate{
+		Candidate: init.Candidate, SDPMid: init.SDPMid, SDPMLineIndex: init.SDPMLineIndex, UsernameFragment: init.UsernameFragment}})
 }
 
-// Send writes a message without waiting for a reply.
-func (c *Client) Send(m protocol.Msg) error {
+// Send writes a message without waiting for a reply: a protocol message, or a
+// protocol.Msg for one the protocol does not define.
+func (c *Client) Send(m any) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -252,13 +251,28 @@ func (c *Client) SendRaw(b []byte) error {
 
 // Request sends m with a fresh id and waits for the reply with that id. An error
 // reply becomes a *protocol.Error.
-func (c *Client) Request(ctx context.Context, m protocol.Msg) (protocol.Msg, error) {
+func (c *Client) Request(ctx context.Context, m any) (protocol.Msg, error) {
 	return c.request(ctx, m, false)
 }
 
-func (c *Client) request(ctx context.Context, m protocol.Msg, first bool) (protocol.Msg, error) {
+func (c *Client) request(ctx context.Context, m any, first bool) (protocol.Msg, error) {
 	id := c.nextID.Add(1)
-	m["id"] = id
+	if mm, ok := m.(protocol.Msg); ok {
+		delete(mm, "id")
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 2 || b[0] != '{' {
+		return nil, fmt.Errorf("request: %T is not a JSON object", m)
+	}
+	// The id goes first; the message's own fields follow.
+	withID := fmt.Appendf(nil, `{"id":%d`, id)
+	if len(b) > 2 {
+		withID = append(withID, ',')
+	}
+	withID = append(withID, b[1:]...)
 	ch := make(chan protocol.Msg, 1)
 	c.mu.Lock()
 	c.waiters[id] = ch
@@ -268,7 +282,7 @@ func (c *Client) request(ctx context.Context, m protocol.Msg, first bool) (proto
 		delete(c.waiters, id)
 		c.mu.Unlock()
 	}()
-	if err := c.Send(m); err != nil {
+	if err := c.SendRaw(withID); err != nil {
 		return nil, err
 	}
 	if first {
@@ -369,7 +383,7 @@ func (c *Client) answerSubscriber(sdp string) {
 	if err := c.Sub.SetLocalDescription(ans); err != nil {
 		return
 	}
-	_ = c.Send(protocol.Msg{"type": "answer", "sdp": c.Sub.LocalDescription().SDP})
+	_ = c.Send(protocol.Answer{SDP: c.Sub.LocalDescription().SDP})
 }
 
 // NegotiatePublisher sends a publisher offer and applies the answer.
@@ -383,7 +397,7 @@ func (c *Client) NegotiatePublisher(ctx context.Context, iceRestart bool) error 
 	if err := c.Pub.SetLocalDescription(offer); err != nil {
 		return err
 	}
-	ans, err := c.Request(ctx, protocol.Msg{"type": "offer", "sdp": c.Pub.LocalDescription().SDP})
+	ans, err := c.Request(ctx, protocol.Offer{SDP: c.Pub.LocalDescription().SDP})
 	if err != nil {
 		return err
 	}
@@ -393,7 +407,7 @@ func (c *Client) NegotiatePublisher(ctx context.Context, iceRestart bool) error 
 
 // Publish announces and sends track, returning the server's track sid.
 func (c *Client) Publish(ctx context.Context, track webrtc.TrackLocal, source string) (string, *webrtc.RTPSender, error) {
-	r, err := c.Request(ctx, protocol.Msg{"type": "publishTrack", "cid": track.ID(), "kind": track.Kind().String(), "source": source})
+	r, err := c.Request(ctx, protocol.PublishTrack{Cid: track.ID(), Kind: protocol.TrackKind(track.Kind().String()), Source: protocol.TrackSource(source)})
 	if err != nil {
 		return "", nil, err
 	}
@@ -481,7 +495,7 @@ func (c *Client) Close() {
 	select {
 	case <-c.closed:
 	default:
-		_ = c.Send(protocol.Msg{"type": "leave"})
+		_ = c.Send(protocol.Leave{})
 	}
 	c.cancel()
 	_ = c.ws.CloseNow()

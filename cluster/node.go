@@ -501,7 +501,7 @@ func (n *Node) hint(p *sfu.Participant, to NodeInfo, reason string) {
 	if _, was := n.hinted.LoadOrStore(p, struct{}{}); !was {
 		p.OnClose(func() { n.hinted.Delete(p) })
 	}
-	p.Send(protocol.Msg{"type": "reconnect", "url": to.WSURL(), "node": to.ID, "reason": reason})
+	p.Send(protocol.Reconnect{URL: to.WSURL(), Node: to.ID, Reason: reason})
 }
 
 // moving reports whether p was asked to move to another node.

@@ -110,3 +110,19 @@ func TestWebhookURLsFromFlag(t *testing.T) {
 		t.Fatalf("webhook: %+v", c.Webhook)
 	}
 }
+
+func TestGCPercent(t *testing.T) {
+	c, err := Load("serve", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GCPercent != 50 {
+		t.Errorf("default gc_percent %d, want 50", c.GCPercent)
+	}
+	if c, err = Load("serve", []string{"--gc-percent", "120"}); err != nil || c.GCPercent != 120 {
+		t.Errorf("--gc-percent 120: %d, %v", c.GCPercent, err)
+	}
+	if _, err := Load("serve", []string{"--gc-percent", "0"}); err == nil {
+		t.Error("gc_percent 0 accepted")
+	}
+}

@@ -140,15 +140,12 @@ func (pp *Participant) CountPublisherRTCP(srcs ...*Source) {
 
 // Subscribe asks for sids.
 func (pp *Participant) Subscribe(ctx context.Context, sids []string) error {
-	list := make([]any, len(sids))
-	for i, s := range sids {
-		list[i] = s
-	}
 	// A sid is known from publishTrack's response before the server has the
 	// track's media (its publication exists once the RTP stream arrives), so a
 	// subscriber that comes very early retries not_found for a while.
+	yes := true
 	for i := 0; ; i++ {
-		_, err := pp.Client.Request(ctx, protocol.Msg{"type": "subscribe", "trackSids": list, "subscribe": true})
+		_, err := pp.Client.Request(ctx, protocol.Subscribe{TrackSids: sids, Subscribe: &yes})
 		var pe *protocol.Error
 		if err == nil || !errors.As(err, &pe) || pe.Code != protocol.CodeNotFound || i == 25 {
 			return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Version is the protocol version this server speaks.
@@ -95,8 +96,8 @@ type ParticipantInfo struct {
 type TrackInfo struct {
 	Sid       string      `json:"sid"`
 	Cid       string      `json:"cid,omitempty"`
-	Kind      string      `json:"kind"`
-	Source    string      `json:"source"`
+	Kind      string      `json:"kind" ts:"TrackKind"`
+	Source    string      `json:"source" ts:"TrackSource"`
 	Name      string      `json:"name,omitempty"`
 	MimeType  string      `json:"mimeType,omitempty"`
 	Muted     bool        `json:"muted"`
@@ -109,7 +110,7 @@ type TrackInfo struct {
 
 // LayerInfo describes one simulcast encoding as the publisher announced it.
 type LayerInfo struct {
-	RID        string `json:"rid"`
+	RID        string `json:"rid" ts:"LayerRID"`
 	Width      int    `json:"width,omitempty"`
 	Height     int    `json:"height,omitempty"`
 	MaxBitrate int    `json:"maxBitrate,omitempty"`
@@ -117,7 +118,7 @@ type LayerInfo struct {
 
 // ICEServer is handed to clients in joined.
 type ICEServer struct {
-	URLs       []string `json:"urls"`
+	URLs       []string `json:"urls" ts:"string[]"` // never nil
 	Username   string   `json:"username,omitempty"`
 	Credential string   `json:"credential,omitempty"`
 }
@@ -128,58 +129,18 @@ type Resume struct {
 	ResumeToken    string `json:"resumeToken"`
 }
 
-// Request is any client message. Fields not used by a type stay zero; Parse
-// checks that the ones a type needs are present.
+// Request is one parsed client message: its type, its id if it has one, and
+// the message itself (one of ClientMessages' types).
 type Request struct {
+	Type string
+	ID   *int64
+	Msg  Message
+}
+
+// envelope is what every client message has.
+type envelope struct {
 	Type string `json:"type"`
 	ID   *int64 `json:"id,omitempty"`
-
-	// join
-	Token         string  `json:"token,omitempty"`
-	Protocol      int     `json:"protocol,omitempty"`
-	Metadata      *string `json:"metadata,omitempty"`
-	Name          *string `json:"name,omitempty"`
-	AutoSubscribe *bool   `json:"autoSubscribe,omitempty"`
-	Resume        *Resume `json:"resume,omitempty"`
-
-	// offer, answer
-	SDP string `json:"sdp,omitempty"`
-
-	// trickle
-	Target    string     `json:"target,omitempty"`
-	Candidate *Candidate `json:"candidate,omitempty"`
-
-	// publishTrack
-	Cid    string      `json:"cid,omitempty"`
-	Kind   string      `json:"kind,omitempty"`
-	Source string      `json:"source,omitempty"`
-	Width  int         `json:"width,omitempty"`
-	Height int         `json:"height,omitempty"`
-	Layers []LayerInfo `json:"layers,omitempty"`
-
-	// updateTrackSettings (with TrackSid, Width, Height)
-	Quality string `json:"quality,omitempty"`
-	Paused  *bool  `json:"paused,omitempty"`
-
-	// unpublishTrack, muteTrack, subscribe
-	TrackSid  string   `json:"trackSid,omitempty"`
-	Muted     *bool    `json:"muted,omitempty"`
-	TrackSids []string `json:"trackSids,omitempty"`
-	Subscribe *bool    `json:"subscribe,omitempty"`
-
-	// relay: signaling for a direct (peer-to-peer) connection, passed through
-	To   string          `json:"to,omitempty"`
-	Data json.RawMessage `json:"data,omitempty"`
-
-	// setLastN, pin
-	N               *int     `json:"n,omitempty"`
-	ParticipantSids []string `json:"participantSids,omitempty"`
-
-	// ping
-	T *float64 `json:"t,omitempty"`
-
-	// setMaxBitrate: the most this receiver wants to be sent, bit/s (0: no cap)
-	Bitrate *int64 `json:"bitrate,omitempty"`
 }
 
 // Limits on fields, so that a parsed request is safe to keep and broadcast.
@@ -191,120 +152,205 @@ const (
 	maxRelayBytes  = 16 << 10
 )
 
-var sources = map[string]bool{"camera": true, "microphone": true, "screen": true, "screen_audio": true, "unknown": true, "": true}
+var sources = map[TrackSource]bool{SourceCamera: true, SourceMicrophone: true, SourceScreen: true, SourceScreenAudio: true, SourceUnknown: true, "": true}
 
-// Parse decodes and validates one client frame.
+// requests makes an empty message of each client type, to parse into.
+var requests = func() map[string]func() Message {
+	m := map[string]func() Message{}
+	for _, z := range ClientMessages {
+		t := reflect.TypeOf(z)
+		m[z.MsgType()] = func() Message { return reflect.New(t).Interface().(Message) }
+	}
+	return m
+}()
+
+// Parse decodes and validates one client frame. On a validation error the
+// Request is returned too, so that the error can answer its id.
 func Parse(b []byte) (*Request, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, Errorf(CodeInvalidJSON, "a message must be a JSON object")
 	}
-	var r Request
+	var e envelope
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, Errorf(CodeBadRequest, "field %q has the wrong type", te.Field)
-		}
-		return nil, Errorf(CodeInvalidJSON, "%v", err)
+	if err := dec.Decode(&e); err != nil {
+		return nil, decodeError(err)
 	}
 	if dec.More() {
 		return nil, Errorf(CodeInvalidJSON, "trailing data after the JSON object")
 	}
-	return &r, r.validate()
+	r := &Request{Type: e.Type, ID: e.ID}
+	mk := requests[e.Type]
+	switch {
+	case e.Type == "":
+		return r, Errorf(CodeBadRequest, "message has no type")
+	case mk == nil:
+		return r, Errorf(CodeUnknownType, "unknown message type %q", truncate(e.Type, 64))
+	}
+	ptr := mk()
+	if err := json.Unmarshal(b, ptr); err != nil {
+		return r, decodeError(err)
+	}
+	if v, ok := ptr.(interface{ validate() error }); ok {
+		if err := v.validate(); err != nil {
+			return r, err
+		}
+	}
+	r.Msg = reflect.ValueOf(ptr).Elem().Interface().(Message)
+	return r, nil
 }
 
-func (r *Request) validate() error {
-	bad := func(f string, a ...any) error { return Errorf(CodeBadRequest, f, a...) }
-	if r.Name != nil && len(*r.Name) > maxNameLen {
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return Errorf(CodeBadRequest, "field %q has the wrong type", te.Field)
+	}
+	return Errorf(CodeInvalidJSON, "%v", err)
+}
+
+func bad(f string, a ...any) error { return Errorf(CodeBadRequest, f, a...) }
+
+func checkNames(name, metadata *string) error {
+	if name != nil && len(*name) > maxNameLen {
 		return bad("name longer than %d bytes", maxNameLen)
 	}
-	if r.Metadata != nil && len(*r.Metadata) > maxMetadataLen {
+	if metadata != nil && len(*metadata) > maxMetadataLen {
 		return bad("metadata longer than %d bytes", maxMetadataLen)
-	}
-	switch r.Type {
-	case "join":
-		if r.Token == "" {
-			return Errorf(CodeUnauthorized, "join needs a token")
-		}
-		if r.Resume != nil && (r.Resume.ParticipantSid == "" || r.Resume.ResumeToken == "") {
-			return bad("resume needs participantSid and resumeToken")
-		}
-	case "offer", "answer":
-		if r.SDP == "" {
-			return bad("%s needs sdp", r.Type)
-		}
-	case "trickle":
-		if r.Target != "publisher" && r.Target != "subscriber" {
-			return bad("trickle target must be publisher or subscriber")
-		}
-	case "publishTrack":
-		if r.Cid == "" || len(r.Cid) > maxIDLen {
-			return bad("publishTrack needs cid (at most %d bytes)", maxIDLen)
-		}
-		if r.Kind != "audio" && r.Kind != "video" {
-			return bad("kind must be audio or video")
-		}
-		if !sources[r.Source] {
-			return bad("unknown source %q", r.Source)
-		}
-		if r.Width < 0 || r.Height < 0 || r.Width > 16384 || r.Height > 16384 {
-			return bad("width and height must be between 0 and 16384")
-		}
-		if len(r.Layers) > 3 {
-			return bad("at most 3 simulcast layers")
-		}
-		for _, l := range r.Layers {
-			if l.RID == "" || len(l.RID) > 16 || l.Width < 0 || l.Height < 0 || l.Width > 16384 || l.Height > 16384 || l.MaxBitrate < 0 {
-				return bad("each layer needs a rid (≤ 16 bytes) and non-negative sizes")
-			}
-		}
-	case "updateTrackSettings":
-		if r.TrackSid == "" {
-			return bad("updateTrackSettings needs trackSid")
-		}
-		if r.Width < 0 || r.Height < 0 || r.Width > 16384 || r.Height > 16384 {
-			return bad("width and height must be between 0 and 16384")
-		}
-		if r.Quality != "" && r.Quality != "low" && r.Quality != "medium" && r.Quality != "high" {
-			return bad("quality must be low, medium or high")
-		}
-	case "unpublishTrack":
-		if r.TrackSid == "" {
-			return bad("unpublishTrack needs trackSid")
-		}
-	case "muteTrack":
-		if r.TrackSid == "" || r.Muted == nil {
-			return bad("muteTrack needs trackSid and muted")
-		}
-	case "subscribe":
-		if len(r.TrackSids) == 0 || len(r.TrackSids) > maxTrackSids || r.Subscribe == nil {
-			return bad("subscribe needs 1 to %d trackSids and subscribe", maxTrackSids)
-		}
-	case "setLastN":
-		if r.N == nil || *r.N < -1 || *r.N > 1000 {
-			return bad("setLastN needs n between -1 (the room's) and 1000 (0: all)")
-		}
-	case "relay":
-		if r.To == "" || len(r.Data) == 0 || len(r.Data) > maxRelayBytes {
-			return bad("relay needs to (a participant sid) and data (a JSON value of at most %d bytes)", maxRelayBytes)
-		}
-	case "pin":
-		if len(r.ParticipantSids) > 64 {
-			return bad("at most 64 pinned participants")
-		}
-	case "setMaxBitrate":
-		if r.Bitrate == nil || *r.Bitrate < 0 || *r.Bitrate > 1e9 {
-			return bad("setMaxBitrate needs bitrate between 0 (no cap) and 1e9 bit/s")
-		}
-	case "updateMetadata", "restartIce", "ping", "leave", "startRecording", "stopRecording":
-	case "":
-		return bad("message has no type")
-	default:
-		return Errorf(CodeUnknownType, "unknown message type %q", truncate(r.Type, 64))
 	}
 	return nil
 }
+
+func checkSize(w, h int) error {
+	if w < 0 || h < 0 || w > 16384 || h > 16384 {
+		return bad("width and height must be between 0 and 16384")
+	}
+	return nil
+}
+
+func (m *Join) validate() error {
+	if err := checkNames(m.Name, m.Metadata); err != nil {
+		return err
+	}
+	if m.Token == "" {
+		return Errorf(CodeUnauthorized, "join needs a token")
+	}
+	if m.Resume != nil && (m.Resume.ParticipantSid == "" || m.Resume.ResumeToken == "") {
+		return bad("resume needs participantSid and resumeToken")
+	}
+	return nil
+}
+
+func (m *Offer) validate() error {
+	if m.SDP == "" {
+		return bad("offer needs sdp")
+	}
+	return nil
+}
+
+func (m *Answer) validate() error {
+	if m.SDP == "" {
+		return bad("answer needs sdp")
+	}
+	return nil
+}
+
+func (m *Trickle) validate() error {
+	if m.Target != TargetPublisher && m.Target != TargetSubscriber {
+		return bad("trickle target must be publisher or subscriber")
+	}
+	return nil
+}
+
+func (m *PublishTrack) validate() error {
+	if err := checkNames(m.Name, nil); err != nil {
+		return err
+	}
+	if m.Cid == "" || len(m.Cid) > maxIDLen {
+		return bad("publishTrack needs cid (at most %d bytes)", maxIDLen)
+	}
+	if m.Kind != KindAudio && m.Kind != KindVideo {
+		return bad("kind must be audio or video")
+	}
+	if !sources[m.Source] {
+		return bad("unknown source %q", truncate(string(m.Source), 64))
+	}
+	if err := checkSize(m.Width, m.Height); err != nil {
+		return err
+	}
+	if len(m.Layers) > 3 {
+		return bad("at most 3 simulcast layers")
+	}
+	for _, l := range m.Layers {
+		if l.RID == "" || len(l.RID) > 16 || l.Width < 0 || l.Height < 0 || l.Width > 16384 || l.Height > 16384 || l.MaxBitrate < 0 {
+			return bad("each layer needs a rid (≤ 16 bytes) and non-negative sizes")
+		}
+	}
+	return nil
+}
+
+func (m *UpdateTrackSettings) validate() error {
+	if m.TrackSid == "" {
+		return bad("updateTrackSettings needs trackSid")
+	}
+	if err := checkSize(m.Width, m.Height); err != nil {
+		return err
+	}
+	if m.Quality != "" && m.Quality != QualityLow && m.Quality != QualityMedium && m.Quality != QualityHigh {
+		return bad("quality must be low, medium or high")
+	}
+	return nil
+}
+
+func (m *UnpublishTrack) validate() error {
+	if m.TrackSid == "" {
+		return bad("unpublishTrack needs trackSid")
+	}
+	return nil
+}
+
+func (m *MuteTrack) validate() error {
+	if m.TrackSid == "" || m.Muted == nil {
+		return bad("muteTrack needs trackSid and muted")
+	}
+	return nil
+}
+
+func (m *Subscribe) validate() error {
+	if len(m.TrackSids) == 0 || len(m.TrackSids) > maxTrackSids || m.Subscribe == nil {
+		return bad("subscribe needs 1 to %d trackSids and subscribe", maxTrackSids)
+	}
+	return nil
+}
+
+func (m *SetLastN) validate() error {
+	if m.N == nil || *m.N < -1 || *m.N > 1000 {
+		return bad("setLastN needs n between -1 (the room's) and 1000 (0: all)")
+	}
+	return nil
+}
+
+func (m *Relay) validate() error {
+	if m.To == "" || len(m.Data) == 0 || len(m.Data) > maxRelayBytes {
+		return bad("relay needs to (a participant sid) and data (a JSON value of at most %d bytes)", maxRelayBytes)
+	}
+	return nil
+}
+
+func (m *Pin) validate() error {
+	if len(m.ParticipantSids) > 64 {
+		return bad("at most 64 pinned participants")
+	}
+	return nil
+}
+
+func (m *SetMaxBitrate) validate() error {
+	if m.Bitrate == nil || *m.Bitrate < 0 || *m.Bitrate > 1e9 {
+		return bad("setMaxBitrate needs bitrate between 0 (no cap) and 1e9 bit/s")
+	}
+	return nil
+}
+
+func (m *UpdateMetadata) validate() error { return checkNames(m.Name, m.Metadata) }
 
 func truncate(s string, n int) string {
 	if len(s) > n {
@@ -313,30 +359,30 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Msg is a server message: a type and its fields, marshalled flat.
-type Msg map[string]any
-
 // ErrorMsg is the server's error message, answering request id when not nil.
-func ErrorMsg(id *int64, err error) Msg {
-	m := Msg{"type": "error", "code": CodeOf(err), "message": err.Error()}
+func ErrorMsg(id *int64, err error) ErrorMessage {
+	m := ErrorMessage{ID: id, Code: CodeOf(err), Message: err.Error()}
 	var pe *Error
 	if errors.As(err, &pe) {
-		m["message"] = pe.Message
-	}
-	if id != nil {
-		m["id"] = *id
+		m.Message = pe.Message
 	}
 	return m
 }
 
-// Response is the success reply to request id (nil: no reply needed).
-func Response(id *int64, fields Msg) Msg {
+// Reply is the success reply to request id: r (nil: an empty response), or
+// nothing when the request has no id.
+func Reply(id *int64, r *Response) Message {
 	if id == nil {
 		return nil
 	}
-	m := Msg{"type": "response", "id": *id}
-	for k, v := range fields {
-		m[k] = v
+	if r == nil {
+		r = &Response{}
 	}
-	return m
+	r.ID = *id
+	return *r
 }
+
+// Msg is a message decoded without its type known: how a Go client reads the
+// server's messages generically, and how tests write deliberately malformed
+// ones. The server sends only the typed messages of messages.go.
+type Msg map[string]any

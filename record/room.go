@@ -35,32 +35,12 @@ const (
 	EventRecordingFinished = "recording_finished"
 )
 
-// RoomRecording describes one room recording (its manifest).
-type RoomRecording struct {
-	ID   string `json:"id"`
-	Room string `json:"room"`
-	// Start and End are Unix ms; End is 0 while recording.
-	Start  int64  `json:"start"`
-	End    int64  `json:"end,omitempty"`
-	Active bool   `json:"active"`
-	By     string `json:"startedBy,omitempty"` // "admin", "config" or the identity that started it
-	// Crashed is set when the server died while recording (End is then the
-	// end of what survived).
-	Crashed bool            `json:"crashed,omitempty"`
-	Tracks  []RoomTrackInfo `json:"tracks"`
-}
+// RoomRecording describes one room recording (its manifest); the type is the
+// room protocol's, which answers startRecording with it.
+type RoomRecording = protocol.RoomRecording
 
 // RoomTrackInfo is one recorded track.
-type RoomTrackInfo struct {
-	Key            string  `json:"key"` // its directory in the recording
-	Identity       string  `json:"identity"`
-	ParticipantSid string  `json:"participantSid"`
-	TrackSid       string  `json:"trackSid"`
-	Kind           string  `json:"kind"`
-	Source         string  `json:"source,omitempty"`
-	MimeType       string  `json:"mimeType"`
-	Ranges         []Range `json:"ranges,omitempty"` // filled in answers, not stored
-}
+type RoomTrackInfo = protocol.RoomTrackInfo
 
 type roomRec struct {
 	dir   string
@@ -180,7 +160,7 @@ func (r *Recorder) StopRoom(name, by string) (RoomRecording, error) {
 }
 
 // Control is the room's record grant's door (sfu.RecordControl).
-func (r *Recorder) Control(room *sfu.Room, by string, start bool) (any, error) {
+func (r *Recorder) Control(room *sfu.Room, by string, start bool) (RoomRecording, error) {
 	if start {
 		return r.startRoom(room, by)
 	}

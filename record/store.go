@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/petrel-sfu/petrel/protocol"
 )
 
 // Store holds every camera's segments under Dir/<camera id>/ and enforces
@@ -148,10 +150,7 @@ func (c *camStore) closeSeg(seg *Segment) {
 }
 
 // Range is a stretch of continuous recording in Unix milliseconds.
-type Range struct {
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
-}
+type Range = protocol.Range
 
 // gapTicks joins fragments closer than this into one range (frame timing jitter).
 const gapTicks = clock / 2

@@ -64,18 +64,12 @@ type Server struct {
 	errc chan error
 }
 
-// gcPercent is the Go heap's growth before a collection (Go's default is
-// 100; the GOGC environment variable still overrides it). The server's heap is
-// mostly long-lived connection state and its packet paths allocate little, so
-// collecting at half the growth costs no measurable CPU and keeps RSS closer
-// to what is live (docs/benchmarks.md, "Go's GC percent").
-const gcPercent = 50
-
 // Start opens every socket and starts serving. keys with apiKey sign and verify
 // tokens; dev enables development tokens for the web app.
 func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog.Logger) (*Server, error) {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
+	// The collector is process-wide; GOGC, when set, has been applied by the runtime.
+	if os.Getenv("GOGC") == "" && cfg.GCPercent > 0 {
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	s := &Server{Config: cfg, Keys: keys, APIKey: apiKey, Dev: dev, errc: make(chan error, 1)}
 	auth.SetMaxLifetime(cfg.Limits.MaxTokenLifetime)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/webtransport"
 )
 
@@ -42,7 +43,7 @@ func portOf(addr string) int {
 }
 
 // webTransportInfo is what the web app needs to open a session.
-func (s *Server) webTransportInfo(host string) map[string]any {
+func (s *Server) webTransportInfo(host string) *protocol.WebTransportInfo {
 	if s.WebTransport == nil {
 		return nil
 	}

@@ -43,7 +43,7 @@ func (r *Room) decide(t time.Time) {
 		r.dominant = dom
 		r.lastSpoke[dom] = t
 		r.mu.Unlock()
-		r.broadcast(protocol.Msg{"type": "dominantSpeaker", "participantSid": dom}, nil)
+		r.broadcast(protocol.DominantSpeaker{ParticipantSid: dom}, nil)
 	}
 	r.applyLastN(changed)
 	r.updateDemand()
@@ -332,7 +332,7 @@ func (t *Publication) updateDemand() {
 	}
 	any = t.stillNeeded(maxLayers, any, n)
 	if v := packDemand(need, any); t.demand.Swap(v) != v {
-		t.owner.send(protocol.Msg{"type": "trackDemand", "trackSid": t.sid, "active": any, "layers": need[:]})
+		t.owner.send(protocol.TrackDemand{TrackSid: t.sid, Active: any, Layers: need[:]})
 	}
 }
 

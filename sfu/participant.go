@@ -21,7 +21,7 @@ import (
 // Sender delivers server messages to one client. Send never blocks: a client that
 // cannot keep up is disconnected by the implementation.
 type Sender interface {
-	Send(protocol.Msg)
+	Send(protocol.Message)
 	// Close ends the signaling connection after the messages already queued.
 	Close(code, message string)
 }
@@ -165,7 +165,7 @@ func (p *Participant) infoLocked() protocol.ParticipantInfo {
 
 // send delivers m to the client if it is connected; messages to a client that is
 // away (between WebSocket loss and resume) are dropped: resume sends fresh state.
-func (p *Participant) send(m protocol.Msg) {
+func (p *Participant) send(m protocol.Message) {
 	p.mu.Lock()
 	out := p.out
 	p.mu.Unlock()
@@ -197,7 +197,7 @@ func (p *Participant) subscriptions() []*DownTrack {
 }
 
 // Send is send for the signaling layer.
-func (p *Participant) Send(m protocol.Msg) { p.send(m) }
+func (p *Participant) Send(m protocol.Message) { p.send(m) }
 
 // subscriberReady asks for the keyframes that subscriptions bound before the
 // connection was up are still waiting for.
@@ -348,7 +348,7 @@ func (p *Participant) doNegotiate() {
 
 	sdp, err := sub.off.Offer(restart)
 	if err == nil {
-		p.send(protocol.Msg{"type": "offer", "sdp": sdp})
+		p.send(protocol.Offer{SDP: sdp})
 		return
 	}
 	p.log.Warn("subscriber offer failed", "err", err)
@@ -359,7 +359,7 @@ func (p *Participant) doNegotiate() {
 
 // PublishTrack records a track the client is about to send; media arriving with
 // the same msid track id becomes this track.
-func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, error) {
+func (p *Participant) PublishTrack(r *protocol.PublishTrack) (protocol.TrackInfo, error) {
 	if !p.Grants().Publish {
 		return protocol.TrackInfo{}, protocol.Errorf(protocol.CodeForbidden, "the token does not allow publishing")
 	}
@@ -373,9 +373,9 @@ func (p *Participant) PublishTrack(r *protocol.Request) (protocol.TrackInfo, err
 	}
 	src := r.Source
 	if src == "" {
-		src = "unknown"
+		src = protocol.SourceUnknown
 	}
-	ti := protocol.TrackInfo{Sid: newSid("TR_"), Cid: r.Cid, Kind: r.Kind, Source: src, Width: r.Width, Height: r.Height, Layers: r.Layers}
+	ti := protocol.TrackInfo{Sid: newSid("TR_"), Cid: r.Cid, Kind: string(r.Kind), Source: string(src), Width: r.Width, Height: r.Height, Layers: r.Layers}
 	if r.Name != nil {
 		ti.Name = *r.Name
 	}
@@ -478,7 +478,7 @@ func (p *Participant) unpublish(t *Publication, why string) {
 	}
 	p.log.Info("track unpublished", "track", t.sid, "why", why)
 	p.room.mgr.emitParticipant(EventTrackUnpublished, p, t, why)
-	p.room.broadcast(protocol.Msg{"type": "trackUnpublished", "participantSid": p.sid, "trackSid": t.sid}, p)
+	p.room.broadcast(protocol.TrackUnpublished{ParticipantSid: p.sid, TrackSid: t.sid}, p)
 }
 
 // MuteTrack changes a track's mute state and tells the room (the owner too, so an
@@ -491,7 +491,7 @@ func (p *Participant) MuteTrack(sid string, muted bool) error {
 		return protocol.Errorf(protocol.CodeNotFound, "no published track %q", sid)
 	}
 	t.setMuted(muted)
-	p.room.broadcast(protocol.Msg{"type": "trackMuted", "participantSid": p.sid, "trackSid": sid, "muted": muted}, nil)
+	p.room.broadcast(protocol.TrackMuted{ParticipantSid: p.sid, TrackSid: sid, Muted: muted}, nil)
 	return nil
 }
 
@@ -522,7 +522,7 @@ func (p *Participant) Subscribe(t *Publication) error {
 	p.mu.Unlock()
 	metrics.Subscriptions.Inc()
 	t.addDown(d)
-	p.send(protocol.Msg{"type": "trackSubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
+	p.send(protocol.TrackSubscribed{ParticipantSid: t.owner.sid, TrackSid: t.sid})
 	p.negotiate(false)
 	return nil
 }
@@ -562,7 +562,7 @@ func (p *Participant) unsubscribe(t *Publication, renegotiate bool) {
 		sub.remove(d)
 	}
 	if sub != nil && sub.off != nil && renegotiate {
-		p.send(protocol.Msg{"type": "trackUnsubscribed", "participantSid": t.owner.sid, "trackSid": t.sid})
+		p.send(protocol.TrackUnsubscribed{ParticipantSid: t.owner.sid, TrackSid: t.sid})
 		p.negotiate(false)
 	}
 }
@@ -587,7 +587,7 @@ func (p *Participant) SetSubscribed(sids []string, on bool) error {
 
 // UpdateTrackSettings applies a subscriber's wishes for one track: the size it is
 // shown at (or a quality), and whether it is shown at all.
-func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
+func (p *Participant) UpdateTrackSettings(r *protocol.UpdateTrackSettings) error {
 	p.mu.Lock()
 	d := p.subs[r.TrackSid]
 	p.mu.Unlock()
@@ -599,7 +599,7 @@ func (p *Participant) UpdateTrackSettings(r *protocol.Request) error {
 	}
 	switch {
 	case r.Quality != "":
-		d.SetMaxLayer(map[string]int{"low": 0, "medium": 1, "high": 2}[r.Quality])
+		d.SetMaxLayer(map[protocol.VideoQuality]int{protocol.QualityLow: 0, protocol.QualityMedium: 1, protocol.QualityHigh: 2}[r.Quality])
 	case r.Width > 0 || r.Height > 0:
 		d.SetMaxLayer(d.pub.layerForSize(r.Width, r.Height))
 	}
@@ -622,7 +622,7 @@ func (p *Participant) Relay(to string, data []byte) error {
 	if tap := p.room.mgr.relayTap.Load(); tap != nil {
 		(*tap)(p, q, data)
 	}
-	q.send(protocol.Msg{"type": "relay", "from": p.sid, "data": json.RawMessage(data)})
+	q.send(protocol.Relayed{From: p.sid, Data: json.RawMessage(data)})
 	return nil
 }
 
@@ -676,7 +676,7 @@ func (p *Participant) UpdateMetadata(name, metadata *string) {
 	}
 	info := p.infoLocked()
 	p.mu.Unlock()
-	p.room.broadcast(protocol.Msg{"type": "participantUpdated", "participant": info}, nil)
+	p.room.broadcast(protocol.ParticipantUpdated{Participant: info}, nil)
 }
 
 // RestartICE renegotiates the subscriber connection with new ICE credentials.
@@ -736,7 +736,7 @@ func (p *Participant) MoveTo(room, token string) error {
 	if out == nil || p.local || p.hidden {
 		return protocol.Errorf(protocol.CodeBadRequest, "participant %q is not connected over the room protocol's WebSocket, so it cannot follow a move", p.identity)
 	}
-	out.Send(protocol.Msg{"type": "move", "room": room, "token": token})
+	out.Send(protocol.Move{Room: room, Token: token})
 	// No leave message: the client would take it as the end of its session.
 	out.Close("moved", "moved to room "+room)
 	p.Close("moved")
@@ -749,7 +749,7 @@ func (p *Participant) Kick(reason, message string) {
 	out := p.out
 	p.mu.Unlock()
 	if out != nil {
-		out.Send(protocol.Msg{"type": "leave", "reason": reason, "message": message})
+		out.Send(protocol.LeaveNotice{Reason: reason, Message: message})
 		out.Close(reason, message)
 	}
 	p.Close(reason)

@@ -145,7 +145,7 @@ func (r *Room) add(p *Participant) error {
 	r.mu.Unlock()
 	metrics.Participants.Inc()
 	r.mgr.emitParticipant(EventParticipantJoined, p, nil, "")
-	r.announce(protocol.Msg{"type": "participantJoined", "participant": p.Info()}, p)
+	r.announce(protocol.ParticipantJoined{Participant: p.Info()}, p)
 	return nil
 }
 
@@ -173,14 +173,14 @@ func (r *Room) remove(p *Participant, reason string) {
 	r.speakers.Forget(p.sid)
 	metrics.Participants.Dec()
 	r.mgr.emitParticipant(EventParticipantLeft, p, nil, reason)
-	r.announce(protocol.Msg{"type": "participantLeft", "participantSid": p.sid, "identity": p.identity, "reason": reason}, p)
+	r.announce(protocol.ParticipantLeft{ParticipantSid: p.sid, Identity: p.identity, Reason: reason}, p)
 	if empty {
 		r.mgr.dropIfEmpty(r)
 	}
 }
 
 // broadcast sends m to every visible participant except skip.
-func (r *Room) broadcast(m protocol.Msg, skip *Participant) {
+func (r *Room) broadcast(m protocol.Message, skip *Participant) {
 	for _, p := range r.all() {
 		if p != skip && !p.hidden {
 			p.send(m)
@@ -191,7 +191,7 @@ func (r *Room) broadcast(m protocol.Msg, skip *Participant) {
 // announce tells those who may see p (everyone for a visible participant, its
 // audience for a hidden one) that it joined or left: a client only attaches
 // tracks of participants it knows.
-func (r *Room) announce(m protocol.Msg, p *Participant) {
+func (r *Room) announce(m protocol.Message, p *Participant) {
 	for _, q := range r.all() {
 		if q != p && !q.hidden && p.seenBy(q) {
 			q.send(m)
@@ -208,7 +208,7 @@ func (r *Room) trackPublished(owner *Participant, t *Publication) {
 			continue
 		}
 		if !p.hidden {
-			p.send(protocol.Msg{"type": "trackPublished", "participantSid": owner.sid, "track": info})
+			p.send(protocol.TrackPublished{ParticipantSid: owner.sid, Track: info})
 		}
 		if p.autoSubscribe && p.Grants().Subscribe && !sameSession(p, owner) {
 			if err := p.Subscribe(t); err != nil {

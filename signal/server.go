@@ -46,7 +46,7 @@ type Server struct {
 	joins      *gate.Joins
 	refused    *gate.Refusals
 	localHosts []string // names of this machine besides loopback ones
-	wtInfo     func(host string) map[string]any
+	wtInfo     func(host string) *protocol.WebTransportInfo
 	cameras    *camera.Gateway
 	pullRoom   func(ctx context.Context, room string) (release func())
 
@@ -68,7 +68,7 @@ type Options struct {
 	Cameras    *camera.Gateway // nil: no camera routes
 	// WebTransport describes the WebTransport endpoint for a request host (URL,
 	// development certificate hash); nil or a nil result: not served.
-	WebTransport func(host string) map[string]any
+	WebTransport func(host string) *protocol.WebTransportInfo
 	// Routes adds endpoints that authorize by themselves (recordings).
 	Routes func(*http.ServeMux)
 	// AdminRoutes adds endpoints to the admin API, each wrapped with its
@@ -314,7 +314,7 @@ func (s *Server) devToken(w http.ResponseWriter, r *http.Request) {
 // wtCertHash tells the web app where the WebTransport endpoint is and, with a
 // development certificate, the hash to pass as serverCertificateHashes.
 func (s *Server) wtCertHash(w http.ResponseWriter, r *http.Request) {
-	var info map[string]any
+	var info *protocol.WebTransportInfo
 	if s.wtInfo != nil {
 		info = s.wtInfo(r.Host)
 	}

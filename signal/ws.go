@@ -28,7 +28,7 @@ const (
 // sending never blocks the room.
 type wsConn struct {
 	c      *websocket.Conn
-	out    chan protocol.Msg
+	out    chan protocol.Message
 	ctx    context.Context
 	cancel context.CancelFunc
 	mu     sync.Mutex // guards shut and sends on out
@@ -39,7 +39,7 @@ type wsConn struct {
 }
 
 // Send queues m; a client that lets its queue fill up is disconnected.
-func (w *wsConn) Send(m protocol.Msg) {
+func (w *wsConn) Send(m protocol.Message) {
 	if m == nil {
 		return
 	}
@@ -132,7 +132,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	// Not the request's context: the writer must outlive the handler long enough
 	// to flush a final error and the close frame.
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &wsConn{c: c, out: make(chan protocol.Msg, outQueue), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	w := &wsConn{c: c, out: make(chan protocol.Message, outQueue), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go w.writer()
 	defer func() {
 		w.Close("", "")
@@ -244,7 +244,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 				return
 			}
 			joinDeadline.Stop()
-			p, err = s.join(r, w, req)
+			p, err = s.join(r, w, req.ID, req.Msg.(protocol.Join))
 			if err != nil {
 				metrics.Joins.WithLabelValues(protocol.CodeOf(err)).Inc()
 				if protocol.CodeOf(err) == protocol.CodeInternal {
@@ -265,14 +265,15 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			p = nil
 			return
 		}
-		if req.Type == "relay" {
-			req.Data = s.directICE(r, p, req.To, req.Data) // direct.go
+		if rel, ok := req.Msg.(protocol.Relay); ok {
+			rel.Data = s.directICE(r, p, rel.To, rel.Data) // direct.go
+			req.Msg = rel
 		}
 		respond(p, req)
 	}
 }
 
-func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.Participant, error) {
+func (s *Server) join(r *http.Request, w *wsConn, id *int64, req protocol.Join) (*sfu.Participant, error) {
 	if req.Protocol != protocol.Version {
 		return nil, protocol.Errorf(protocol.CodeProtocolVersion, "this server speaks protocol %d, not %d", protocol.Version, req.Protocol)
 	}
@@ -302,24 +303,19 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 			return nil, err
 		}
 	}
-	others := []any{}
+	others := []protocol.ParticipantInfo{}
 	for _, q := range p.Room().Participants() {
 		if q != p {
 			others = append(others, q.Info())
 		}
 	}
-	joined := protocol.Msg{
-		"type": "joined", "protocol": protocol.Version,
-		"room": p.Room().Info(), "participant": p.Info(), "participants": others,
-		"iceServers": s.iceServers(r, claims.Identity(), claims.Grants), "resumeToken": p.ResumeToken(), "resumed": resumed,
+	joined := protocol.Joined{
+		ID: id, Protocol: protocol.Version,
+		Room: p.Room().Info(), Participant: p.Info(), Participants: others,
+		IceServers: s.iceServers(r, claims.Identity(), claims.Grants), ResumeToken: p.ResumeToken(), Resumed: resumed,
 	}
 	if s.wtInfo != nil {
-		if info := s.wtInfo(r.Host); info != nil {
-			joined["webtransport"] = info
-		}
-	}
-	if req.ID != nil {
-		joined["id"] = *req.ID
+		joined.WebTransport = s.wtInfo(r.Host)
 	}
 	w.Send(joined)
 	if resumed {
@@ -331,76 +327,66 @@ func (s *Server) join(r *http.Request, w *wsConn, req *protocol.Request) (*sfu.P
 }
 
 // handle answers one request of a joined participant.
-func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Msg, error) {
-	switch r.Type {
-	case "join":
+func (s *Server) handle(p *sfu.Participant, r *protocol.Request) (protocol.Message, error) {
+	ok := protocol.Reply(r.ID, nil)
+	switch m := r.Msg.(type) {
+	case protocol.Join:
 		return nil, protocol.Errorf(protocol.CodeBadRequest, "already joined")
-	case "offer":
-		if len(r.SDP) > s.cfg.Limits.MaxSDPBytes {
+	case protocol.Offer:
+		if len(m.SDP) > s.cfg.Limits.MaxSDPBytes {
 			return nil, protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
 		}
-		sdp, err := p.HandleOffer(r.SDP)
+		sdp, err := p.HandleOffer(m.SDP)
 		if err != nil {
 			return nil, err
 		}
-		m := protocol.Msg{"type": "answer", "sdp": sdp}
-		if r.ID != nil {
-			m["id"] = *r.ID
-		}
-		return m, nil
-	case "answer":
-		if len(r.SDP) > s.cfg.Limits.MaxSDPBytes {
+		return protocol.Answer{ID: r.ID, SDP: sdp}, nil
+	case protocol.Answer:
+		if len(m.SDP) > s.cfg.Limits.MaxSDPBytes {
 			return nil, protocol.Errorf(protocol.CodeTooLarge, "SDP over %d bytes", s.cfg.Limits.MaxSDPBytes)
 		}
-		return protocol.Response(r.ID, nil), p.HandleAnswer(r.SDP)
-	case "trickle":
-		return protocol.Response(r.ID, nil), p.AddCandidate(r.Target, r.Candidate)
-	case "publishTrack":
-		ti, err := p.PublishTrack(r)
+		return ok, p.HandleAnswer(m.SDP)
+	case protocol.Trickle:
+		return ok, p.AddCandidate(string(m.Target), m.Candidate)
+	case protocol.PublishTrack:
+		ti, err := p.PublishTrack(&m)
 		if err != nil {
 			return nil, err
 		}
-		return protocol.Response(r.ID, protocol.Msg{"track": ti}), nil
-	case "unpublishTrack":
-		return protocol.Response(r.ID, nil), p.UnpublishTrack(r.TrackSid)
-	case "muteTrack":
-		return protocol.Response(r.ID, nil), p.MuteTrack(r.TrackSid, *r.Muted)
-	case "subscribe":
-		return protocol.Response(r.ID, nil), p.SetSubscribed(r.TrackSids, *r.Subscribe)
-	case "relay":
-		return protocol.Response(r.ID, nil), p.Relay(r.To, r.Data)
-	case "setLastN":
-		p.SetLastN(*r.N)
-		return protocol.Response(r.ID, nil), nil
-	case "pin":
-		p.Pin(r.ParticipantSids)
-		return protocol.Response(r.ID, nil), nil
-	case "setMaxBitrate":
-		p.SetMaxBitrate(*r.Bitrate)
-		return protocol.Response(r.ID, nil), nil
-	case "updateTrackSettings":
-		return protocol.Response(r.ID, nil), p.UpdateTrackSettings(r)
-	case "updateMetadata":
-		p.UpdateMetadata(r.Name, r.Metadata)
-		return protocol.Response(r.ID, nil), nil
-	case "startRecording", "stopRecording":
+		return protocol.Reply(r.ID, &protocol.Response{Track: &ti}), nil
+	case protocol.UnpublishTrack:
+		return ok, p.UnpublishTrack(m.TrackSid)
+	case protocol.MuteTrack:
+		return ok, p.MuteTrack(m.TrackSid, *m.Muted)
+	case protocol.Subscribe:
+		return ok, p.SetSubscribed(m.TrackSids, *m.Subscribe)
+	case protocol.Relay:
+		return ok, p.Relay(m.To, m.Data)
+	case protocol.SetLastN:
+		p.SetLastN(*m.N)
+		return ok, nil
+	case protocol.Pin:
+		p.Pin(m.ParticipantSids)
+		return ok, nil
+	case protocol.SetMaxBitrate:
+		p.SetMaxBitrate(*m.Bitrate)
+		return ok, nil
+	case protocol.UpdateTrackSettings:
+		return ok, p.UpdateTrackSettings(&m)
+	case protocol.UpdateMetadata:
+		p.UpdateMetadata(m.Name, m.Metadata)
+		return ok, nil
+	case protocol.StartRecording, protocol.StopRecording:
 		rec, err := p.Record(r.Type == "startRecording")
 		if err != nil {
 			return nil, err
 		}
-		return protocol.Response(r.ID, protocol.Msg{"recording": rec}), nil
-	case "restartIce":
+		return protocol.Reply(r.ID, &protocol.Response{Recording: &rec}), nil
+	case protocol.RestartICE:
 		p.RestartICE()
-		return protocol.Response(r.ID, nil), nil
-	case "ping":
-		m := protocol.Msg{"type": "pong", "serverTime": time.Now().UnixMilli()}
-		if r.T != nil {
-			m["t"] = *r.T
-		}
-		if r.ID != nil {
-			m["id"] = *r.ID
-		}
-		return m, nil
+		return ok, nil
+	case protocol.Ping:
+		return protocol.Pong{ID: r.ID, T: m.T, ServerTime: time.Now().UnixMilli()}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownType, "unknown message type %q", r.Type)
 }

@@ -101,7 +101,7 @@ func (e *env) token(room, identity string) string {
 	return tok
 }
 
-func (e *env) url() string { return e.wt.Info("127.0.0.1")["url"].(string) }
+func (e *env) url() string { return e.wt.Info("127.0.0.1").URL }
 
 func (e *env) dial(room, identity string) *webtransport.Client {
 	e.t.Helper()

@@ -175,19 +175,19 @@ func (s *Server) CertHash() []byte { return s.certHash }
 
 // Info is what a web app needs to connect: the URL for the given request host,
 // and with a development certificate its hash for serverCertificateHashes.
-func (s *Server) Info(host string) map[string]any {
+func (s *Server) Info(host string) *protocol.WebTransportInfo {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	if host == "" || host == "localhost" {
 		host = "127.0.0.1" // Chromium tries ::1 for localhost
 	}
-	info := map[string]any{"url": "https://" + net.JoinHostPort(host, strconv.Itoa(s.Port)) + Path, "protocols": []string{Protocol}}
+	info := &protocol.WebTransportInfo{URL: "https://" + net.JoinHostPort(host, strconv.Itoa(s.Port)) + Path, Protocols: []string{Protocol}}
 	if s.certHash != nil {
-		info["algorithm"] = "sha-256"
-		info["value"] = base64.StdEncoding.EncodeToString(s.certHash)
-		info["hex"] = hex.EncodeToString(s.certHash)
-		info["expires"] = s.certExpires.UTC().Format(time.RFC3339)
+		info.Algorithm = "sha-256"
+		info.Value = base64.StdEncoding.EncodeToString(s.certHash)
+		info.Hex = hex.EncodeToString(s.certHash)
+		info.Expires = s.certExpires.UTC().Format(time.RFC3339)
 	}
 	return info
 }

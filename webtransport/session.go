@@ -707,21 +707,24 @@ func (s *session) sendKeyframeRequest(alias, groupSeen uint64) {
 // eventSender receives the room's messages for the local participant.
 type eventSender struct{ s *session }
 
-func (e eventSender) Send(m protocol.Msg) {
+func (e eventSender) Send(m protocol.Message) {
+	if m == nil {
+		return
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return
 	}
 	e.s.pushEvent(b)
-	switch m["type"] {
-	case "participantJoined", "trackPublished":
+	switch m := m.(type) {
+	case protocol.ParticipantJoined, protocol.TrackPublished:
 		e.s.pokeNamespaces()
-	case "trackUnpublished":
-		sid, _ := m["trackSid"].(string)
+	case protocol.TrackUnpublished:
+		sid := m.TrackSid
 		go e.s.endBridged(func(d *downSub) bool { return d.pubSid == sid }, "track unpublished")
 		e.s.pokeNamespaces()
-	case "participantLeft":
-		sid, _ := m["participantSid"].(string)
+	case protocol.ParticipantLeft:
+		sid := m.ParticipantSid
 		go e.s.endBridged(func(d *downSub) bool { return d.ownerSid == sid }, "publisher left")
 		e.s.pokeNamespaces()
 	}

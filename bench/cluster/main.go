@@ -227,8 +227,8 @@ func publishSimulcast(ctx context.Context, c *client.Client, stop chan struct{},
 		}
 		layers[i] = tr
 	}
-	if _, err := c.Request(ctx, protocol.Msg{"type": "publishTrack", "cid": "video", "kind": "video", "source": "camera",
-		"layers": []protocol.LayerInfo{{RID: "q", Width: 320, Height: 180}, {RID: "h", Width: 640, Height: 360}, {RID: "f", Width: 1280, Height: 720}}}); err != nil {
+	if _, err := c.Request(ctx, protocol.PublishTrack{Cid: "video", Kind: protocol.KindVideo, Source: protocol.SourceCamera,
+		Layers: []protocol.LayerInfo{{RID: "q", Width: 320, Height: 180}, {RID: "h", Width: 640, Height: 360}, {RID: "f", Width: 1280, Height: 720}}}); err != nil {
 		return err
 	}
 	sender, err := c.Pub.AddTrack(layers[0])
@@ -315,7 +315,7 @@ func publishSimulcast(ctx context.Context, c *client.Client, stop chan struct{},
 func view(c *client.Client, received *atomic.Uint64, tracks *atomic.Int64) {
 	set := func(sid, quality string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = c.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": quality})
+		_, _ = c.Request(ctx, protocol.UpdateTrackSettings{TrackSid: sid, Quality: protocol.VideoQuality(quality)})
 		cancel()
 	}
 	bigOwner, bigTrack := "", ""

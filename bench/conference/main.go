@@ -243,9 +243,9 @@ func simulcast(sc bool) error {
 			if j == i {
 				continue
 			}
-			req := protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "width": 320, "height": 180}
+			req := protocol.UpdateTrackSettings{TrackSid: sid, Width: 320, Height: 180}
 			if j == stage {
-				req = protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": "high"}
+				req = protocol.UpdateTrackSettings{TrackSid: sid, Quality: protocol.QualityHigh}
 			}
 			if _, err := peers[i].Request(ctx, req); err != nil {
 				return fmt.Errorf("updateTrackSettings: %w", err)
@@ -314,7 +314,7 @@ func switchDelay() error {
 		if err := rx.waitStreams(1, 20*time.Second); err != nil {
 			return fmt.Errorf("receiver %d: %w", i, err)
 		}
-		if _, err := c.Request(ctx, protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": "low"}); err != nil {
+		if _, err := c.Request(ctx, protocol.UpdateTrackSettings{TrackSid: sid, Quality: protocol.QualityLow}); err != nil {
 			return err
 		}
 		if _, err := waitLayer(frames, 0, time.Time{}, 10*time.Second); err != nil {
@@ -329,7 +329,7 @@ func switchDelay() error {
 			time.Sleep(time.Duration(700+137*i) * time.Millisecond) // receivers out of step
 			drainFrames(frames)
 			sent := time.Now()
-			if err := c.Send(protocol.Msg{"type": "updateTrackSettings", "trackSid": sid, "quality": q[to]}); err != nil {
+			if err := c.Send(protocol.UpdateTrackSettings{TrackSid: sid, Quality: protocol.VideoQuality(q[to])}); err != nil {
 				return err
 			}
 			f, err := waitLayer(frames, to, sent, 5*time.Second)
@@ -581,9 +581,9 @@ func newSource(c *client.Client, layers []layerSpec, fps int) (*source, error) {
 }
 
 func (s *source) publish(ctx context.Context, c *client.Client, infos []protocol.LayerInfo) (string, error) {
-	req := protocol.Msg{"type": "publishTrack", "cid": s.tracks[0].ID(), "kind": "video", "source": "camera", "width": 1280, "height": 720}
+	req := protocol.PublishTrack{Cid: s.tracks[0].ID(), Kind: protocol.KindVideo, Source: protocol.SourceCamera, Width: 1280, Height: 720}
 	if len(s.layers) > 1 {
-		req["layers"] = infos[:len(s.layers)]
+		req.Layers = infos[:len(s.layers)]
 	}
 	r, err := c.Request(ctx, req)
 	if err != nil {

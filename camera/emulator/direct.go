@@ -133,7 +133,7 @@ func (w *WebRTCCamera) events() {
 }
 
 func (w *WebRTCCamera) relay(to string, sig DirectSignal) {
-	_ = w.Client.Send(protocol.Msg{"type": "relay", "to": to, "data": sig})
+	_ = w.Client.Send(protocol.NewRelay(to, sig))
 }
 
 func (w *WebRTCCamera) onDirect(from string, sig DirectSignal) {

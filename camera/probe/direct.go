@@ -126,7 +126,7 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 			ci := c.ToJSON()
 			sig.Candidate = &ci
 		}
-		_ = cl.Send(protocol.Msg{"type": "relay", "to": cam, "data": sig})
+		_ = cl.Send(protocol.NewRelay(cam, sig))
 	}
 	if o.NoTrickle {
 		if err := v.offer(ctx, pc); err != nil {
@@ -152,7 +152,7 @@ func OpenDirect(ctx context.Context, o DirectOptions) (*Viewer, error) {
 		}
 		v.mark(&v.res.OfferCreated)
 	}
-	if _, err := cl.Request(ctx, protocol.Msg{"type": "relay", "to": cam, "data": directSignal{Direct: "offer", Session: v.session, SDP: pc.LocalDescription().SDP}}); err != nil {
+	if _, err := cl.Request(ctx, protocol.NewRelay(cam, directSignal{Direct: "offer", Session: v.session, SDP: pc.LocalDescription().SDP})); err != nil {
 		return nil, fmt.Errorf("relay offer: %w", err)
 	}
 	cmu.Lock()
@@ -289,7 +289,7 @@ func (v *Viewer) remoteCandidate(sig directSignal) {
 		v.mu.Lock()
 		v.signalErrs = append(v.signalErrs, "refused the camera's candidate: "+err.Error())
 		v.mu.Unlock()
-		_ = v.cl.Send(protocol.Msg{"type": "relay", "to": v.camSid, "data": directSignal{Direct: "error", Session: v.session, Reason: "candidate refused: " + err.Error()}})
+		_ = v.cl.Send(protocol.NewRelay(v.camSid, directSignal{Direct: "error", Session: v.session, Reason: "candidate refused: " + err.Error()}))
 	}
 }
 
@@ -305,7 +305,7 @@ func (v *Viewer) SignalErrors() []string {
 // malformed ones).
 func (v *Viewer) SendSignal(data map[string]any) error {
 	data["session"] = v.session
-	return v.cl.Send(protocol.Msg{"type": "relay", "to": v.camSid, "data": data})
+	return v.cl.Send(protocol.NewRelay(v.camSid, data))
 }
 
 // talk sends the Opus packets in a loop, one every 20 ms.
@@ -328,6 +328,6 @@ func (v *Viewer) talk(t *webrtc.TrackLocalStaticSample, pkts [][]byte) {
 func (v *Viewer) closeDirect() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = v.cl.Request(ctx, protocol.Msg{"type": "relay", "to": v.camSid, "data": directSignal{Direct: "bye", Session: v.session}})
+	_, _ = v.cl.Request(ctx, protocol.NewRelay(v.camSid, directSignal{Direct: "bye", Session: v.session}))
 	v.cl.Close()
 }

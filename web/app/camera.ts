@@ -203,7 +203,7 @@ async function wall(page: HTMLElement, params: URLSearchParams): Promise<void> {
     const way = t.tile.dataset.way;
     if (http || pub.kind !== 'video' || way === 'http' || way === 'none' || considered.has(pub.sid)) return;
     considered.add(pub.sid);
-    if (receivesOverWebRTC(pub.info.mimeType)) {
+    if (receivesOverWebRTC(pub.info.mimeType ?? '')) {
       t.tile.dataset.way = 'webrtc';
       t.how.textContent = WAY_NAME.webrtc;
       void room.subscribe(pub.sid, true).catch((err) => (t.badge.textContent = `cannot subscribe: ${err instanceof Error ? err.message : String(err)}`));

@@ -419,7 +419,7 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, subPubl
 	defer pub.Close()
 	stop := make(chan struct{})
 	defer close(stop)
-	var sids []any
+	var sids []string
 	for _, src := range []*source{newVideo(), newAudio()} {
 		sid, _, err := pub.Publish(ctx, src.track, src.name)
 		if err != nil {
@@ -499,7 +499,8 @@ func run(bin string, n int, warmup, window time.Duration, prof profiles, subPubl
 	if err := benchkit.Parallel(n, func(i int) error {
 		jctx, jcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer jcancel()
-		_, err := subs[i].Request(jctx, protocol.Msg{"type": "subscribe", "trackSids": sids, "subscribe": true})
+		yes := true
+		_, err := subs[i].Request(jctx, protocol.Subscribe{TrackSids: sids, Subscribe: &yes})
 		if err != nil {
 			return fmt.Errorf("%s subscribe: %w", ids[i], err)
 		}
