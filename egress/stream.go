@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -269,8 +270,10 @@ func (s *stream) writeVideo(q *pkt) {
 		}
 		return
 	}
+	// The muxer keeps the SPS and PPS it is given, and the NALUs may point into
+	// the pooled packet: they go as copies that are never written again.
 	idr, hasSPS, hasPPS := false, false, false
-	for _, n := range au {
+	for i, n := range au {
 		if len(n) == 0 {
 			continue
 		}
@@ -279,10 +282,16 @@ func (s *stream) writeVideo(q *pkt) {
 			idr = true
 		case 7:
 			hasSPS = true
-			s.sps = append(s.sps[:0], n...)
+			if !bytes.Equal(n, s.sps) {
+				s.sps = bytes.Clone(n)
+			}
+			au[i] = s.sps
 		case 8:
 			hasPPS = true
-			s.pps = append(s.pps[:0], n...)
+			if !bytes.Equal(n, s.pps) {
+				s.pps = bytes.Clone(n)
+			}
+			au[i] = s.pps
 		}
 	}
 	if idr {
@@ -338,6 +347,7 @@ func (s *stream) handle(w http.ResponseWriter, r *http.Request, timeout time.Dur
 		writeError(w, &httpError{http.StatusBadRequest, protocol.CodeBadRequest, "_HLS_msn/_HLS_part/_HLS_skip are not numbers, or name a segment outside the playlist"})
 		return
 	case rec.status >= 500 && rec.body.Len() == 0:
+		s.encodeError(fmt.Errorf("the muxer answered %d to %s", rec.status, r.URL.Path))
 		writeError(w, &httpError{http.StatusServiceUnavailable, protocol.CodeServerBusy, "the stream stopped; reload the playlist"})
 		return
 	}
