@@ -326,6 +326,14 @@ func (s *stream) handle(w http.ResponseWriter, r *http.Request, timeout time.Dur
 	go func() {
 		defer s.waiting.Add(-1)
 		defer close(done)
+		// Not net/http's goroutine: a panic in the muxer must not end the server.
+		defer func() {
+			if p := recover(); p != nil {
+				s.encodeError(fmt.Errorf("the muxer panicked on %s: %v", r.URL.Path, p))
+				rec.status, rec.header = http.StatusInternalServerError, http.Header{}
+				rec.body.Reset()
+			}
+		}()
 		s.m.Handle(rec, r)
 	}()
 	t := time.NewTimer(timeout)
