@@ -60,6 +60,7 @@ type stream struct {
 	removes   []func()
 	lastUse   atomic.Int64
 	waiting   atomic.Int32
+	errLog    atomic.Int64 // last error logged (Unix ns): the muxer and requests log
 	layer     atomic.Int32 // the simulcast layer muxed
 	layerSeen atomic.Int64 // arrival (sfu clock) of its last packet
 	done      chan struct{}
@@ -77,7 +78,6 @@ type stream struct {
 	waitKey    bool
 	lastKey    time.Time
 	lastKeyReq time.Time
-	errLog     time.Time
 }
 
 // clock maps a track's RTP time onto the muxer's timeline: its first packet
@@ -158,8 +158,8 @@ func (s *stream) close() {
 }
 
 func (s *stream) encodeError(err error) {
-	if time.Since(s.errLog) > 10*time.Second {
-		s.errLog = time.Now()
+	now := time.Now().UnixNano()
+	if last := s.errLog.Load(); now-last > int64(10*time.Second) && s.errLog.CompareAndSwap(last, now) {
 		s.log.Warn("hls: muxing", "err", err)
 	}
 }
