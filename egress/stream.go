@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +158,15 @@ func (s *stream) close() {
 	})
 }
 
+func (s *stream) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *stream) encodeError(err error) {
 	now := time.Now().UnixNano()
 	if last := s.errLog.Load(); now-last > int64(10*time.Second) && s.errLog.CompareAndSwap(last, now) {
@@ -262,8 +272,10 @@ func (s *stream) writeVideo(q *pkt) {
 		s.requestKey()
 	}
 	s.lastSeq, s.haveSeq = q.seq, true
+	// The decoder keeps the NALUs of a frame across packets, and q goes back
+	// to the pool: it decodes a copy (on this goroutine, not the forwarding one).
 	au, err := s.dec.Decode(&rtp.Packet{Header: rtp.Header{Marker: q.marker, SequenceNumber: q.seq, Timestamp: q.ts},
-		Payload: q.buf[:q.n]})
+		Payload: append([]byte(nil), q.buf[:q.n]...)})
 	if err != nil {
 		if !errors.Is(err, rtph264.ErrMorePacketsNeeded) && !errors.Is(err, rtph264.ErrNonStartingPacketAndNoPrevious) {
 			s.waitKey = true
@@ -323,6 +335,7 @@ func (s *stream) handle(w http.ResponseWriter, r *http.Request, timeout time.Dur
 	}
 	rec := &recorder{header: http.Header{}}
 	done := make(chan struct{})
+	deadline := time.Now().Add(timeout)
 	go func() {
 		defer s.waiting.Add(-1)
 		defer close(done)
@@ -335,6 +348,14 @@ func (s *stream) handle(w http.ResponseWriter, r *http.Request, timeout time.Dur
 			}
 		}()
 		s.m.Handle(rec, r)
+		// The multivariant playlist can fail while the first segments are
+		// being made (the muxer then answers 500): ask again until the bound.
+		for r.URL.Path != "" && strings.HasSuffix(r.URL.Path, "/index.m3u8") && rec.status >= 500 && rec.body.Len() == 0 &&
+			time.Now().Add(100*time.Millisecond).Before(deadline) && !s.closed() {
+			time.Sleep(100 * time.Millisecond)
+			rec.status, rec.header = 0, http.Header{}
+			s.m.Handle(rec, r)
+		}
 	}()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
