@@ -107,8 +107,9 @@ export async function mountHLSPage(root: HTMLElement, params: URLSearchParams): 
       throw new Error(body?.message ?? `the playlist answered ${res.status}`);
     }
     if (Hls.isSupported()) {
-      // Behind the target latency (a slow start, a stall), play up to 1.5× until caught up.
-      hls = new Hls({ lowLatencyMode: true, backBufferLength: 30, maxLiveSyncPlaybackRate: 1.5 });
+      // Aim 1 s behind live; behind that (a slow start, a stall) play up to 1.5×
+      // until caught up, and jump forward when more than 4 s behind.
+      hls = new Hls({ lowLatencyMode: true, backBufferLength: 30, liveSyncDuration: 1, liveMaxLatencyDuration: 4, maxLiveSyncPlaybackRate: 1.5 });
       state.hls = hls;
       hls.on(Hls.Events.ERROR, (_e, d) => {
         if (d.fatal) fail(`${d.details}${d.response ? ` (HTTP ${d.response.code})` : ''}`);
