@@ -44,6 +44,7 @@ require (
 	github.com/asticode/go-astits v1.16.0 // indirect
 	github.com/benburkert/openpgp v0.0.0-20160410205803-c2471f86866c // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bluenviron/gohlslib/v2 v2.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dunglas/httpsfv v1.1.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect

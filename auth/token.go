@@ -68,6 +68,13 @@ type Claims struct {
 // Identity is the participant identity the token names.
 func (c *Claims) Identity() string { return c.Subject }
 
+// MayWatch reports whether the claims let their holder watch room's media as
+// a passive viewer outside a WebRTC session (HLS egress): a token for that
+// room with the subscribe grant, or an administrator's.
+func (c *Claims) MayWatch(room string) bool {
+	return c != nil && (c.Grants.Admin || c.Room == room && c.Grants.Subscribe)
+}
+
 var (
 	// ErrUnauthorized covers missing, malformed and forged tokens.
 	ErrUnauthorized = errors.New("unauthorized")

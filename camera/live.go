@@ -521,3 +521,19 @@ func opusSamples(p []byte) int {
 	}
 	return int(p[1]&0x3f) * frame
 }
+
+// LiveTracks are the publications a live viewer outside WebRTC (live.mp4, HLS
+// egress) attaches its sinks to: the video (an H.265 camera's H.264 transcode
+// when it has one, which the sink starts) and the audio if it reaches the room
+// as Opus. It wakes a cold camera. video is nil until the camera has sent any.
+func (c *Camera) LiveTracks() (video, audio *sfu.Publication) {
+	c.wake()
+	video = c.videoPublication()
+	if video == nil {
+		return nil, nil
+	}
+	if alt := c.h264Alternate(); alt != nil && strings.EqualFold(video.Codec().MimeType, webrtc.MimeTypeH265) {
+		video = alt
+	}
+	return video, c.audioPublication()
+}

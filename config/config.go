@@ -55,6 +55,8 @@ type Config struct {
 	Ingest Ingest `yaml:"ingest"`
 	// Webhook notifies URLs of room events (config/webhook.go, docs/webhooks.md).
 	Webhook Webhook `yaml:"webhook"`
+	// HLS serves rooms' tracks and cameras as LL-HLS (config/hls.go, docs/egress.md).
+	HLS HLS `yaml:"hls"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -158,6 +160,7 @@ func Default() Config {
 		Recording: Recording{Segment: 10 * time.Second, MaxAge: 7 * 24 * time.Hour},
 		Ingest:    Ingest{MaxConns: 64},
 		Webhook:   defaultWebhook(),
+		HLS:       defaultHLS(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -294,6 +297,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.HLS.validate(); err != nil {
 		return err
 	}
 	if err := c.Ingest.validate(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/cluster"
 	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/egress"
 	"github.com/petrel-sfu/petrel/gate"
 	"github.com/petrel-sfu/petrel/ingest"
 	"github.com/petrel-sfu/petrel/record"
@@ -58,6 +59,8 @@ type Server struct {
 	Ingest *ingest.Server
 	// Webhooks notifies webhook.urls of room events; nil without them.
 	Webhooks *webhook.Notifier
+	// HLS serves rooms' tracks and cameras as LL-HLS (egress/).
+	HLS *egress.HLS
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -168,6 +171,15 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		adminRoutes = rec.AdminRoutes
 		s.Manager.SetRecordControl(rec.Control)
 	}
+	// HLS egress: rooms' tracks and cameras for passive viewers (docs/egress.md).
+	s.HLS = egress.New(egress.Options{Config: cfg.HLS, Manager: s.Manager, Cameras: s.Cameras, Keys: keys, Log: log})
+	recRoutes := routes
+	routes = func(mux *http.ServeMux) {
+		if recRoutes != nil {
+			recRoutes(mux)
+		}
+		s.HLS.Routes(mux)
+	}
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes, AdminRoutes: adminRoutes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
 		PullRoom: s.pullRoom})
@@ -271,6 +283,9 @@ func (s *Server) closeIngest() {
 }
 
 func (s *Server) closeMedia() {
+	if s.HLS != nil {
+		s.HLS.Close()
+	}
 	if s.Sessions != nil {
 		s.Sessions.Close()
 	}

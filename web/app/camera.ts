@@ -306,7 +306,13 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   otherDirect.delete('http');
   const d = el('a', undefined, direct ? 'Through the server' : 'Direct (peer to peer)');
   d.href = `?${otherDirect}`;
-  links.append(back, ' · ', a, ' · ', d);
+  // The camera's LL-HLS egress, played with hls.js (hls.ts).
+  const toHLS = new URLSearchParams(params);
+  for (const k of ['http', 'direct']) toHLS.delete(k);
+  toHLS.set('hls', '1');
+  const h = el('a', undefined, 'Watch over HLS');
+  h.href = `?${toHLS}`;
+  links.append(back, ' · ', a, ' · ', d, ' · ', h);
   page.append(head, wrap, message, links);
 
   const t: Timings = {};

@@ -10,6 +10,7 @@ import {
 import { joinWt, transportChoice } from './wtcall.js';
 import { mountCameraControls } from './ptzui.js';
 import { mountCameraPage } from './camera.js';
+import { mountHLSPage } from './hls.js';
 import { Timeline } from './timeline.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -64,8 +65,23 @@ joinForm.addEventListener('submit', (ev) => {
   void join(String(data.get('room')), String(data.get('name')), data.get('relay') === 'on');
 });
 
+// "Watch over HLS" instead of joining: the room named in the form, as a passive viewer (hls.ts).
+$<HTMLButtonElement>('watch-hls').addEventListener('click', () => {
+  const name = String(new FormData(joinForm).get('room') ?? '').trim();
+  if (!name) {
+    joinError.textContent = 'Name the room to watch';
+    return;
+  }
+  const q = new URLSearchParams({ room: name, hls: '1' });
+  if (params.get('token')) q.set('token', params.get('token') ?? '');
+  location.search = `?${q}`;
+});
+
+// ?hls=1 with ?room= or ?camera= plays that room's or camera's HLS egress (hls.ts);
 // ?cameras=1 (the wall) and ?camera=<id> (one camera with its time-to-stream) are the camera pages (camera.ts).
-if (params.get('cameras') === '1' || params.get('camera')) {
+if (params.get('hls') === '1' && (params.get('room') || params.get('camera'))) {
+  void mountHLSPage(document.querySelector('main') as HTMLElement, params);
+} else if (params.get('cameras') === '1' || params.get('camera')) {
   void mountCameraPage(document.querySelector('main') as HTMLElement, params);
 } else if (params.get('token') || params.get('autojoin') === '1') {
   void join(params.get('room') ?? '', params.get('name') ?? '', params.get('relay') === '1');
