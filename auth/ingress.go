@@ -3,8 +3,8 @@ package auth
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
