@@ -25,11 +25,11 @@ type ingressState struct {
 // mediaStarted marks an ingress publishing at its first media and reports
 // ingress_started. On the reading goroutine.
 func (p *publisher) mediaStarted() {
-	if p.started || p.ingress == nil {
+	if p.ingress == nil || p.started.Load() {
 		return
 	}
-	p.started = true
-	p.srv.setState(p.ingress.ID, ingressState{publishing: true, since: time.Now()})
+	p.started.Store(true)
+	p.srv.setState(p.ingress.ID, nil, ingressState{publishing: true, since: time.Now()})
 	p.emit(webhook.IngressStarted, protocol.IngressPublishing)
 }
 
@@ -38,9 +38,12 @@ func (p *publisher) ended() {
 	if p.ingress == nil {
 		return
 	}
-	p.srv.setState(p.ingress.ID, ingressState{since: time.Now()})
-	if p.started {
-		p.emit(webhook.IngressEnded, protocol.IngressInactive)
+	state := protocol.IngressInactive
+	if !p.srv.setState(p.ingress.ID, p, ingressState{since: time.Now()}) {
+		state = protocol.IngressPublishing // the publisher that replaced this one
+	}
+	if p.started.Load() {
+		p.emit(webhook.IngressEnded, state)
 	}
 }
 
@@ -50,15 +53,26 @@ func (p *publisher) emit(kind, state string) {
 		Room: in.Room, Identity: in.Identity, Name: in.Name, State: state, Since: time.Now().UnixMilli()}})
 }
 
-// setState records an ingress's state while the ingress exists.
-func (s *Server) setState(id string, st ingressState) {
+// setState records an ingress's state while the ingress exists. A publisher
+// ending (leaving, not nil) leaves the state alone while another one with the
+// same key publishes: the one that replaced it in the room. It says whether
+// it set st.
+func (s *Server) setState(id string, leaving *publisher, st ingressState) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if leaving != nil {
+		for _, o := range s.conns {
+			if o != nil && o != leaving && o.ingress != nil && o.ingress.ID == id && o.started.Load() {
+				return false
+			}
+		}
+	}
 	if s.o.Ingress.Exists(id) {
 		s.states[id] = st
 	} else {
 		delete(s.states, id)
 	}
+	return true
 }
 
 // Disconnect closes the connections publishing with ingress id's key and

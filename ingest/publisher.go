@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluenviron/mediacommon/v2/pkg/codecs/h264"
@@ -49,10 +50,9 @@ type publisher struct {
 	warned map[string]bool
 
 	// ingress is the admin API's ingress whose stream key this publisher
-	// used (nil for a token); started is set at its first media, on the
-	// reading goroutine.
+	// used (nil for a token); started is set at its first media.
 	ingress *auth.Ingress
-	started bool
+	started atomic.Bool
 
 	mu         sync.Mutex
 	firstVideo time.Time

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -87,11 +88,26 @@ func TestIngressStreamKeys(t *testing.T) {
 		t.Fatalf("no refusal of the wrong key in the log:\n%s", logs.String())
 	}
 
+	// The same key again: the second publisher replaces the first in the
+	// room, and the ingress stays publishing when the first one's end comes.
+	second := ffmpegPublish(t, in.URL+"/"+in.StreamKey, 30)
+	exited2 := make(chan error, 1)
+	go func() { exited2 <- second.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(8 * time.Second):
+		t.Fatal("the first publisher was not replaced by the second with the same key")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if list, err := api.ListIngress(ctx); err != nil || len(list) != 1 || list[0].State != protocol.IngressPublishing {
+		t.Fatalf("list after the replacement: %+v %v", list, err)
+	}
+
 	if err := api.DeleteIngress(ctx, in.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
+	case <-exited2:
 	case <-time.After(8 * time.Second):
 		t.Fatal("ffmpeg still publishing after its ingress was deleted")
 	}
@@ -127,31 +143,46 @@ func TestIngressStreamKeys(t *testing.T) {
 		t.Fatal("the SRT ffmpeg still publishing after its ingress was deleted")
 	}
 
-	// The receiver: started then ended, for each ingress, in order.
-	var got []string
+	// The receiver: for each ingress its starts and ends, one of each per
+	// publisher, the last an end with the ingress inactive; the replaced RTMP
+	// publisher's end may come before or after its successor's start.
+	byID := map[string][]string{}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		got = got[:0]
+		clear(byID)
+		n := 0
 		for _, ev := range recv.events() {
 			if !strings.HasPrefix(ev.Event, "ingress_") {
 				continue
 			}
 			info, _ := ev.IngressInfo.(map[string]any)
-			if info["streamKey"] != nil || info["room"] != "stage" || ev.Room == nil || ev.Room.Name != "stage" {
+			if info["streamKey"] != nil || info["url"] != nil || info["room"] != "stage" || ev.Room == nil || ev.Room.Name != "stage" {
 				t.Fatalf("%s: ingressInfo %v, room %+v", ev.Event, info, ev.Room)
 			}
-			got = append(got, ev.Event+" "+info["id"].(string)+" "+info["kind"].(string)+" "+info["identity"].(string)+" "+info["state"].(string))
+			id, _ := info["id"].(string)
+			byID[id] = append(byID[id], fmt.Sprint(ev.Event, " ", info["kind"], " ", info["identity"], " ", info["state"]))
+			n++
 		}
-		if len(got) >= 4 {
+		if n >= 6 {
 			break
 		}
 	}
-	want := []string{
-		webhook.IngressStarted + " " + in.ID + " rtmp obs publishing",
-		webhook.IngressEnded + " " + in.ID + " rtmp obs inactive",
-		webhook.IngressStarted + " " + sin.ID + " srt obs-srt publishing",
-		webhook.IngressEnded + " " + sin.ID + " srt obs-srt inactive",
+	started, ended := webhook.IngressStarted+" rtmp obs publishing", webhook.IngressEnded+" rtmp obs inactive"
+	rtmp := byID[in.ID]
+	// The replaced one's end says publishing if its successor had started.
+	var starts, ends int
+	for _, e := range rtmp {
+		switch e {
+		case started:
+			starts++
+		case ended, webhook.IngressEnded + " rtmp obs publishing":
+			ends++
+		}
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("ingress events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if len(rtmp) != 4 || rtmp[0] != started || rtmp[3] != ended || starts != 2 || ends != 2 {
+		t.Fatalf("RTMP ingress events:\n%s", strings.Join(rtmp, "\n"))
+	}
+	srtEvents := byID[sin.ID]
+	if strings.Join(srtEvents, ",") != webhook.IngressStarted+" srt obs-srt publishing,"+webhook.IngressEnded+" srt obs-srt inactive" {
+		t.Fatalf("SRT ingress events:\n%s", strings.Join(srtEvents, "\n"))
 	}
 }
