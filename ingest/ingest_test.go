@@ -45,3 +45,18 @@ func TestAACTimeAbsorbsRounding(t *testing.T) {
 		t.Fatalf("after a gap: %d, want %d", ts, gap)
 	}
 }
+
+// The URL an ingress publishes to names the listener's host, or the admin
+// request's host when the listener is bound to every address.
+func TestPublicAddr(t *testing.T) {
+	for _, c := range [][3]string{
+		{"127.0.0.1:1935", "example.org:7880", "127.0.0.1:1935"},
+		{"0.0.0.0:1935", "example.org:7880", "example.org:1935"},
+		{"[::]:1935", "example.org", "example.org:1935"},
+		{"[::]:9000", "[2001:db8::1]:7880", "[2001:db8::1]:9000"},
+	} {
+		if got := publicAddr(c[0], c[1]); got != c[2] {
+			t.Errorf("publicAddr(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}

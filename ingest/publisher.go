@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluenviron/mediacommon/v2/pkg/codecs/h264"
 	"github.com/bluenviron/mediacommon/v2/pkg/codecs/mpeg4audio"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
@@ -46,6 +48,11 @@ type publisher struct {
 	noAudio bool // the transcoder could not start
 
 	warned map[string]bool
+
+	// ingress is the admin API's ingress whose stream key this publisher
+	// used (nil for a token); started is set at its first media.
+	ingress *auth.Ingress
+	started atomic.Bool
 
 	mu         sync.Mutex
 	firstVideo time.Time
@@ -93,6 +100,7 @@ func (p *publisher) videoFrame(au [][]byte, pts uint32) {
 		return // frames before the configuration cannot be decoded
 	}
 	p.vw.WriteAU(au, pts)
+	p.mediaStarted()
 	p.mu.Lock()
 	first := p.firstVideo.IsZero() && hasIDR(au)
 	if first {
@@ -138,6 +146,7 @@ func (p *publisher) audioFrame(ts int64, au []byte) {
 		return
 	}
 	p.aac.Push(p.aacTime(ts), au)
+	p.mediaStarted()
 }
 
 // aacTime stamps an access unit. Container timestamps are rounded (RTMP's to

@@ -51,6 +51,8 @@ type Options struct {
 	MaxConns int    // open connections, publishing or not, of both
 	Manager  *sfu.Manager
 	Keys     auth.Keys
+	// Ingress holds the stream keys of the admin API's ingresses; nil: tokens only.
+	Ingress *auth.IngressKeys
 	// Cameras lends the camera gateway's AAC transcoder.
 	Cameras *camera.Gateway
 	// Admit spends a join from a client address once its token is verified
@@ -71,6 +73,9 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]*publisher // open connections (publisher nil until published)
+	// states holds, by ingress id, the state of ingresses that published
+	// since they were created (the others are inactive since their creation).
+	states map[string]ingressState
 
 	refused lograte.Limit
 	dropped lograte.Limit
@@ -82,8 +87,11 @@ func Start(o Options) (*Server, error) {
 	if o.MaxConns < 1 {
 		o.MaxConns = 1
 	}
+	if o.Ingress == nil {
+		o.Ingress = auth.NewIngressKeys()
+	}
 	s := &Server{o: o, log: o.Log, slots: make(chan struct{}, o.MaxConns),
-		conns: map[net.Conn]*publisher{}}
+		conns: map[net.Conn]*publisher{}, states: map[string]ingressState{}}
 	if o.RTMP != "" {
 		ln, err := net.Listen("tcp", o.RTMP)
 		if err != nil {
@@ -211,7 +219,7 @@ func (s *Server) serve(c net.Conn) {
 		s.refuse("rtmp", remote, "", errors.New("play is not served: the RTMP port takes publishers only"))
 		return
 	}
-	claims, err := s.authorize(sc.URL)
+	claims, in, err := s.authorize(sc.URL)
 	if err == nil {
 		err = s.admit(c.RemoteAddr())
 	}
@@ -224,7 +232,7 @@ func (s *Server) serve(c net.Conn) {
 		s.drop("rtmp", remote, fmt.Errorf("publish: %w", err))
 		return
 	}
-	pub, err := s.join("rtmp", remote, claims, c, connected)
+	pub, err := s.join("rtmp", remote, claims, in, c, connected)
 	if err != nil {
 		return
 	}
@@ -233,15 +241,24 @@ func (s *Server) serve(c net.Conn) {
 
 // join admits a verified publisher to its room, a client like any other (the
 // room checks its token's grants); removed from the room, it is cut off.
-func (s *Server) join(via, remote string, claims *auth.Claims, c net.Conn, connected time.Time) (*publisher, error) {
+func (s *Server) join(via, remote string, claims *auth.Claims, in *auth.Ingress, c net.Conn, connected time.Time) (*publisher, error) {
 	log := s.log.With("room", claims.Room, "identity", claims.Identity(), "remote", remote, "via", via)
+	if in != nil {
+		log = log.With("ingress", in.ID)
+		// Deleted while this connection was setting up.
+		if !s.o.Ingress.Exists(in.ID) {
+			err := fmt.Errorf("%w: the ingress was deleted", auth.ErrUnauthorized)
+			s.refuse(via, remote, claims.Room, err)
+			return nil, err
+		}
+	}
 	p, err := s.o.Manager.JoinLocal(sfu.LocalOptions{Room: claims.Room, Identity: claims.Identity(), Name: claims.Name,
 		Metadata: claims.Metadata, Grants: claims.Grants, Origin: sfu.Client})
 	if err != nil {
 		s.refuse(via, remote, claims.Room, fmt.Errorf("join: %w", err))
 		return nil, err
 	}
-	pub := &publisher{srv: s, part: p, log: log, connected: connected}
+	pub := &publisher{srv: s, part: p, log: log, connected: connected, ingress: in}
 	s.mu.Lock()
 	s.conns[c] = pub
 	s.mu.Unlock()
@@ -253,6 +270,7 @@ func (s *Server) join(via, remote string, claims *auth.Claims, c net.Conn, conne
 // leave ends a publisher whose stream ended with err.
 func (pub *publisher) leave(via string, err error) {
 	pub.close()
+	pub.ended()
 	pub.part.Close("ingest_ended")
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		pub.log.Info(via+" publisher left", "err", err)
@@ -261,12 +279,12 @@ func (pub *publisher) leave(via string, err error) {
 	}
 }
 
-// authorize takes the token from the stream key (the URL's last path element,
-// or a token query parameter) and checks that it may publish. The room's own
-// checks follow at the join and at each track.
-func (s *Server) authorize(u *url.URL) (*auth.Claims, error) {
+// authorize takes the stream key (the URL's last path element, or a token
+// query parameter) and checks that it may publish. The room's own checks
+// follow at the join and at each track.
+func (s *Server) authorize(u *url.URL) (*auth.Claims, *auth.Ingress, error) {
 	if u == nil {
-		return nil, fmt.Errorf("%w: no stream key", auth.ErrUnauthorized)
+		return nil, nil, fmt.Errorf("%w: no stream key", auth.ErrUnauthorized)
 	}
 	tok := u.Query().Get("token")
 	if tok == "" {
@@ -275,22 +293,29 @@ func (s *Server) authorize(u *url.URL) (*auth.Claims, error) {
 	if tok == "." || tok == "/" {
 		tok = ""
 	}
-	return s.authorizeToken(tok)
+	return s.authorizeKey(tok, auth.IngressRTMP)
 }
 
-// authorizeToken verifies tok and checks that it may publish in a room.
-func (s *Server) authorizeToken(tok string) (*auth.Claims, error) {
-	c, err := s.o.Keys.Verify(tok)
+// authorizeKey verifies key, an ingress's stream key used over kind or a
+// token, and checks that it may publish in a room. in is the ingress of a
+// stream key, nil for a token.
+func (s *Server) authorizeKey(key, kind string) (c *auth.Claims, in *auth.Ingress, err error) {
+	c, ing, isKey, err := s.o.Ingress.Verify(key, kind)
+	if isKey {
+		in = &ing
+	} else {
+		c, err = s.o.Keys.Verify(key)
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if c.Room == "" {
-		return nil, fmt.Errorf("%w: the token names no room", auth.ErrUnauthorized)
+		return nil, nil, fmt.Errorf("%w: the token names no room", auth.ErrUnauthorized)
 	}
 	if !c.Grants.Publish {
-		return nil, fmt.Errorf("%w: the token does not allow publishing", auth.ErrUnauthorized)
+		return nil, nil, fmt.Errorf("%w: the token does not allow publishing", auth.ErrUnauthorized)
 	}
-	return c, nil
+	return c, in, nil
 }
 
 // admit spends a join from addr's allowance.

@@ -66,7 +66,7 @@ func (s *Server) acceptSRT() {
 			}
 			continue
 		}
-		claims, err := s.authorizeSRT(req)
+		claims, in, err := s.authorizeSRT(req)
 		if err == nil {
 			if err = s.admit(req.RemoteAddr()); err != nil {
 				req.Reject(srt.REJX_OVERLOAD)
@@ -94,22 +94,22 @@ func (s *Server) acceptSRT() {
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-s.slots }()
-			s.serveSRT(conn, claims, remote)
+			s.serveSRT(conn, claims, in, remote)
 		}()
 	}
 }
 
 // authorizeSRT takes the token from the stream id: the token itself, or the
 // SRT access-control form "#!::r=<token>,m=publish".
-func (s *Server) authorizeSRT(req srt.ConnRequest) (*auth.Claims, error) {
+func (s *Server) authorizeSRT(req srt.ConnRequest) (*auth.Claims, *auth.Ingress, error) {
 	if req.IsEncrypted() {
-		return nil, errors.New("encrypted SRT is not served (the token authorizes; use TLS-free SRT on a trusted path)")
+		return nil, nil, errors.New("encrypted SRT is not served (the token authorizes; use TLS-free SRT on a trusted path)")
 	}
 	tok, err := streamToken(req.StreamId())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.authorizeToken(tok)
+	return s.authorizeKey(tok, auth.IngressSRT)
 }
 
 // streamToken is the token a stream id carries.
@@ -154,7 +154,7 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 // serveSRT runs one accepted SRT publisher to its end.
-func (s *Server) serveSRT(c srt.Conn, claims *auth.Claims, remote string) {
+func (s *Server) serveSRT(c srt.Conn, claims *auth.Claims, in *auth.Ingress, remote string) {
 	connected := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -194,7 +194,7 @@ func (s *Server) serveSRT(c srt.Conn, claims *auth.Claims, remote string) {
 	}
 	ready.Store(true)
 	pr.read, pr.limit = 0, partialBudget
-	pub, err := s.join("srt", remote, claims, c, connected)
+	pub, err := s.join("srt", remote, claims, in, c, connected)
 	if err != nil {
 		return
 	}

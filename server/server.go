@@ -180,14 +180,27 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		}
 		s.HLS.Routes(mux)
 	}
+	// The ingest starts after the edge (it spends the edge's join allowance)
+	// but its admin calls are routes of the edge: they reach it through ing.
+	var ing *ingest.Server
+	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
+		recRoutes := adminRoutes
+		adminRoutes = func(mux *http.ServeMux, admin func(http.Handler) http.Handler) {
+			if recRoutes != nil {
+				recRoutes(mux, admin)
+			}
+			ing.AdminRoutes(mux, admin)
+		}
+	}
 	edge := signal.New(signal.Options{Config: cfg, Manager: s.Manager, Keys: keys, APIKey: apiKey, Dev: dev, Cameras: s.Cameras, Routes: routes, AdminRoutes: adminRoutes,
 		TURNPort: s.TURNPort, TURNSecret: turnSecret, Web: web.Dist(), Log: log, WebTransport: s.webTransportInfo,
 		PullRoom: s.pullRoom})
 	if cfg.Ingest.RTMP != "" || cfg.Ingest.SRT != "" {
 		// Publishers spend joins from the same allowance as every other door.
+		// Ingress stream keys live in memory: a restart forgets them.
 		if s.Ingest, err = ingest.Start(ingest.Options{RTMP: loopbackAddr(cfg.Ingest.RTMP, cfg.Loopback),
 			SRT: loopbackAddr(cfg.Ingest.SRT, cfg.Loopback), MaxConns: cfg.Ingest.MaxConns,
-			Manager: s.Manager, Keys: keys, Cameras: s.Cameras, Admit: edge.AdmitAddr, Log: log}); err != nil {
+			Manager: s.Manager, Keys: keys, Ingress: auth.NewIngressKeys(), Cameras: s.Cameras, Admit: edge.AdmitAddr, Log: log}); err != nil {
 			if s.Recorder != nil {
 				s.Recorder.Close()
 			}
@@ -195,6 +208,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 			s.closeMedia()
 			return nil, err
 		}
+		ing = s.Ingest
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {

@@ -163,3 +163,22 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 func (c *Client) MoveParticipant(ctx context.Context, room, identity, to string) error {
 	return c.call(ctx, "POST", participantsPath(room)+"/"+url.PathEscape(identity)+"/move", protocol.MoveParticipant{Room: to}, nil)
 }
+
+// CreateIngress makes a stream key for an RTMP or SRT encoder to publish
+// into in.Room as in.Identity; the answer holds the key and the URL.
+func (c *Client) CreateIngress(ctx context.Context, in protocol.CreateIngress) (protocol.IngressInfo, error) {
+	var out protocol.IngressInfo
+	return out, c.call(ctx, "POST", "/v1/admin/ingress", in, &out)
+}
+
+// ListIngress lists the ingresses with their state.
+func (c *Client) ListIngress(ctx context.Context) ([]protocol.IngressInfo, error) {
+	var out []protocol.IngressInfo
+	return out, c.call(ctx, "GET", "/v1/admin/ingress", nil, &out)
+}
+
+// DeleteIngress deletes an ingress: its key stops working and a publisher
+// using it is disconnected.
+func (c *Client) DeleteIngress(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/admin/ingress/"+url.PathEscape(id), nil, nil)
+}
