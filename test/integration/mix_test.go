@@ -148,18 +148,28 @@ func TestAudioMixMinusOne(t *testing.T) {
 		hs = append(hs, listen(t, c))
 		publishTone(t, c, f)
 	}
-	hs = append(hs, listen(t, e.join("mixroom", "listener")))
+	lc := e.join("mixroom", "listener")
+	hs = append(hs, listen(t, lc))
+	names := []string{"a (440 Hz)", "b (660 Hz)", "c (880 Hz)", "listener"}
+	hearAll(t, hs, names, append(freqs, 1100), func(i, j int) bool { return j < 3 && i != j })
 
-	// Let the mix settle (playout delay, joins), then hear 1.5 s of it.
-	time.Sleep(time.Second)
+	// The listener starts speaking (1100 Hz): from the shared mix it moves to
+	// its own minus-one on the same track; the others hear it too.
+	publishTone(t, lc, 1100)
+	hearAll(t, hs, names, append(freqs, 1100), func(i, j int) bool { return i != j })
+}
+
+// hearAll lets the mix settle, decodes 1.5 s of what each client receives and
+// checks that client i hears tone j exactly when want(i, j).
+func hearAll(t *testing.T, hs []*hearing, names []string, freqs []float64, want func(i, j int) bool) {
+	t.Helper()
+	time.Sleep(time.Second) // the playout delay, joins and subscriptions
 	for _, h := range hs {
 		h.mu.Lock()
 		h.pcm = h.pcm[:0]
 		h.mu.Unlock()
 	}
 	time.Sleep(1500 * time.Millisecond)
-
-	names := []string{"a (440 Hz)", "b (660 Hz)", "c (880 Hz)", "listener"}
 	for i, h := range hs {
 		h.mu.Lock()
 		tracks, pcm := h.tracks, append([]int16(nil), h.pcm...)
@@ -172,13 +182,13 @@ func TestAudioMixMinusOne(t *testing.T) {
 			continue
 		}
 		// The noise floor: the power between the tones.
-		floor := goertzel(pcm, 550) + goertzel(pcm, 770) + 1
+		floor := goertzel(pcm, 550) + goertzel(pcm, 770) + goertzel(pcm, 990) + 1
 		for j, f := range freqs {
 			p := goertzel(pcm, f)
 			heard := p > 100*floor
 			t.Logf("%s: %g Hz power %.3g (floor %.3g)", names[i], f, p, floor)
-			if want := i != j; heard != want {
-				t.Errorf("%s: hears %g Hz: %v, want %v", names[i], f, heard, want)
+			if heard != want(i, j) {
+				t.Errorf("%s: hears %g Hz: %v, want %v", names[i], f, heard, want(i, j))
 			}
 		}
 	}
