@@ -32,7 +32,6 @@ type slot struct {
 // it through.
 type input struct {
 	owner string // the publisher's identity
-	pub   *sfu.Publication
 
 	mu      sync.Mutex
 	slots   [jitterSlots]slot
@@ -46,7 +45,6 @@ type input struct {
 	dec    *opus.Decoder
 	pkt    [opus.MaxPacket]byte
 	pcm    []int16 // one decoded frame (room for 120 ms packets)
-	active bool    // pcm is in this frame's mix
 	quiet  int     // frames since the last one above silenceLevel
 }
 

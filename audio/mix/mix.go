@@ -116,12 +116,16 @@ type roomMix struct {
 	sharedN int
 	sharedP [opus.MaxPacket]byte
 	joinErr lograte.Limit
+	// members' scratch, reused
+	seenPub map[*sfu.Publication]bool
+	seenID  map[string]bool
 }
 
 func startRoom(room *sfu.Room, mgr *sfu.Manager, log *slog.Logger) *roomMix {
 	rm := &roomMix{room: room, mgr: mgr, log: log, stop: make(chan struct{}), done: make(chan struct{}),
 		inputs: map[*sfu.Publication]*input{}, outputs: map[string]*output{},
-		full: make([]int32, opus.FrameSamples), pcm: make([]int16, opus.FrameSamples)}
+		full: make([]int32, opus.FrameSamples), pcm: make([]int16, opus.FrameSamples),
+		seenPub: map[*sfu.Publication]bool{}, seenID: map[string]bool{}}
 	go rm.run()
 	log.Info("audio mix started")
 	return rm
@@ -176,8 +180,9 @@ func (rm *roomMix) run() {
 // members attaches to new audio tracks and gives newcomers their mixed track,
 // and lets go of what is gone.
 func (rm *roomMix) members() {
-	seenPub := map[*sfu.Publication]bool{}
-	seenID := map[string]bool{}
+	seenPub, seenID := rm.seenPub, rm.seenID
+	clear(seenPub)
+	clear(seenID)
 	for _, p := range rm.room.Participants() {
 		for _, pub := range p.Publications() {
 			if pub.Info().Kind != "audio" || !strings.EqualFold(pub.Codec().MimeType, "audio/opus") {
@@ -192,7 +197,7 @@ func (rm *roomMix) members() {
 				rm.log.Error("audio mix: decoder", "err", err)
 				continue
 			}
-			in := &input{owner: p.Identity(), pub: pub, dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover}
+			in := &input{owner: p.Identity(), dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover}
 			in.remove = pub.AddSink(in)
 			rm.inputs[pub] = in
 		}
@@ -233,7 +238,6 @@ func (rm *roomMix) frame() {
 		o.own, o.talking = o.own[:0], false
 	}
 	for _, in := range rm.inputs {
-		in.active = false
 		n, play := in.take()
 		if !play {
 			in.quiet = hangover
@@ -263,7 +267,6 @@ func (rm *roomMix) frame() {
 			continue // silent: nothing to add
 		}
 		in.quiet = 0
-		in.active = true
 		for i, s := range in.pcm[:opus.FrameSamples] {
 			rm.full[i] += int32(s)
 		}

@@ -83,7 +83,7 @@ func TestClipMinusOne(t *testing.T) {
 
 // benchRoom is a mixed room of n participants (local, so the benchmark needs
 // no network), each with an input and an output; talking of them send a tone.
-func benchRoom(b *testing.B, n, talking int) (*roomMix, func(frame int)) {
+func benchRoom(b testing.TB, n, talking int) (*roomMix, func(frame int)) {
 	mgr := sfu.NewManager(config.Default(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	b.Cleanup(mgr.Shutdown)
 	room, err := mgr.CreateRoom("bench", 0, "")
@@ -152,5 +152,38 @@ func BenchmarkMixFrame(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50, "ns/participant-frame")
 		})
+	}
+}
+
+// Garbage in an input (a hostile publisher's "Opus": libopus decodes much
+// of it as noise, refuses the rest, which is concealed) stops nobody's mix.
+func TestGarbageInputKeepsMixing(t *testing.T) {
+	rm, feed := benchRoom(t, 3, 2)
+	var garbage *input
+	start := map[string]uint16{}
+	for _, in := range rm.inputs {
+		if in.owner == "p2" {
+			garbage = in
+		}
+	}
+	for id, o := range rm.outputs {
+		start[id] = o.hdr.SequenceNumber
+	}
+	junk := make([]byte, 200)
+	for f := range 50 {
+		feed(f)
+		for i := range junk {
+			junk[i] = byte(f*31 + i*7)
+		}
+		if f%2 == 0 {
+			junk[0] = 0xff // a code 3 header with an impossible frame count: refused
+		}
+		garbage.WriteRTP(&sfu.Packet{Header: rtp.Header{SequenceNumber: uint16(f)}, Payload: junk})
+		rm.frame()
+	}
+	for id, o := range rm.outputs {
+		if sent := o.hdr.SequenceNumber - start[id]; sent != 50 {
+			t.Errorf("%s's mix: %d frames sent of 50", id, sent)
+		}
 	}
 }
