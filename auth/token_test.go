@@ -111,6 +111,8 @@ func TestReservedIdentities(t *testing.T) {
 		{"CAMERA", "camera/door", false, false},
 		{"camera-door", "camera/wall", false, false},
 		{"playback-alice", "camera/door", false, false},
+		{"AudioMix-alice", "townhall", false, false},
+		{"audiomixer", "townhall", false, true},
 		{"camera", "camera/door", true, true},
 		{"camera", "lobby", true, false},
 		{"camera-door", "camera/door", true, false},

@@ -71,6 +71,9 @@ type RTC struct {
 	// AudioLastN is how many speakers' audio every receiver gets, the loudest;
 	// 0 or less means all.
 	AudioLastN int `yaml:"audio_last_n" flag:"audio-last-n" usage:"audio streams per receiver, the loudest speakers (0: all)"`
+	// AudioMixRooms have their audio mixed by the server from the moment they
+	// open (docs/audiomix.md): a room name, or a prefix ending in "*".
+	AudioMixRooms []string `yaml:"audio_mix_rooms"`
 	// PacketCache is the number of packets kept per video track for NACK answers.
 	PacketCache int `yaml:"packet_cache" flag:"packet-cache" usage:"packets cached per video track for retransmission"`
 }
@@ -430,4 +433,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// MixesAudio reports whether room's audio is mixed from the moment it opens
+// (RTC.AudioMixRooms). Camera rooms never are: their audio is the camera's.
+func (c RTC) MixesAudio(room string) bool {
+	if strings.HasPrefix(room, "camera/") {
+		return false
+	}
+	for _, p := range c.AudioMixRooms {
+		if pre, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(room, pre) {
+				return true
+			}
+		} else if p == room {
+			return true
+		}
+	}
+	return false
 }

@@ -79,6 +79,8 @@ type RoomInfo struct {
 	NumParticipants int    `json:"numParticipants"`
 	MaxParticipants int    `json:"maxParticipants"`
 	CreatedAt       int64  `json:"createdAt"`
+	// AudioMix: the server mixes the room's audio (docs/audio.md).
+	AudioMix bool `json:"audioMix,omitempty"`
 }
 
 // ParticipantInfo describes a participant.

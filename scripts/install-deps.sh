@@ -10,7 +10,8 @@ need_apt=()
 for pkg in chromium firefox-esr iproute2 ffmpeg \
 	gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
 	gstreamer1.0-plugins-bad gstreamer1.0-nice gstreamer1.0-libav \
-	gir1.2-gst-plugins-bad-1.0 gir1.2-gst-plugins-base-1.0 python3-gi redis-server strace gnuplot-nox; do
+	gir1.2-gst-plugins-bad-1.0 gir1.2-gst-plugins-base-1.0 python3-gi redis-server strace gnuplot-nox \
+	libopus-dev pkg-config; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

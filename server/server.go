@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/petrel-sfu/petrel/audio/mix"
 	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/camera"
 	"github.com/petrel-sfu/petrel/cluster"
@@ -49,6 +50,8 @@ type Server struct {
 	WebTransport *webtransport.Server
 	// Recorder records cameras and plays recordings back; nil unless recording.dir is set.
 	Recorder *record.Recorder
+	// Mixer mixes the audio of rooms set to audioMix.
+	Mixer *mix.Mixer
 	// Cluster is this server's cluster membership; nil without cluster.redis.
 	Cluster *cluster.Node
 	// Sessions serves every client's WebRTC sessions on the ICE ports
@@ -139,6 +142,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.closeMedia()
 		return nil, fmt.Errorf("cameras: %w", err)
 	}
+	s.Mixer = mix.Start(s.Manager, log)
 	var routes func(*http.ServeMux)
 	var adminRoutes func(*http.ServeMux, func(http.Handler) http.Handler)
 	if cfg.Recording.Dir != "" {
@@ -273,6 +277,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closeIngest()
 	s.Cameras.Close()
+	s.Mixer.Close()
 	if s.Recorder != nil {
 		// Before the rooms go: every open segment is closed and indexed.
 		s.Recorder.Close()
@@ -299,6 +304,9 @@ func (s *Server) closeIngest() {
 func (s *Server) closeMedia() {
 	if s.HLS != nil {
 		s.HLS.Close()
+	}
+	if s.Mixer != nil {
+		s.Mixer.Close() // idempotent: Shutdown closed it first
 	}
 	if s.Sessions != nil {
 		s.Sessions.Close()

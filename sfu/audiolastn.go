@@ -130,11 +130,15 @@ func (r *Room) decideAudio(t time.Time) {
 	}
 	var tracks []ranked
 	var cands []audioCandidate
-	var free []*Publication
+	var free, mixed []*Publication
 	for _, p := range ps {
 		counted := false
 		for _, pub := range p.publications() {
 			if pub.kind != Audio {
+				continue
+			}
+			if r.mixed(p, pub) {
+				mixed = append(mixed, pub)
 				continue
 			}
 			l := pub.layer(0)
@@ -157,6 +161,9 @@ func (r *Room) decideAudio(t time.Time) {
 	nowNS := now()
 	for _, pub := range free {
 		pub.setAudioForwarded(true, nowNS)
+	}
+	for _, pub := range mixed {
+		pub.setAudioForwarded(false, nowNS)
 	}
 	for _, x := range tracks {
 		from := nowNS - int64(audioHistory)

@@ -100,6 +100,7 @@ func (m *Manager) getOrCreate(name string) (*Room, error) {
 		participants: map[string]*Participant{}, maxParticipants: m.cfg.Limits.MaxParticipantsPerRoom,
 		speakers: NewSpeakers(), lastSpoke: map[string]time.Time{}, lastN: m.cfg.RTC.LastN, audioLastN: m.cfg.RTC.AudioLastN, done: make(chan struct{}),
 	}
+	r.audioMix.Store(m.cfg.RTC.MixesAudio(name))
 	go r.selectionLoop()
 	m.rooms[name] = r
 	metrics.Rooms.Inc()

@@ -40,7 +40,9 @@ type Room struct {
 	audioSel   map[string]bool
 	// rank is the speaker order of the last selection round (ranked), for
 	// the receivers' bandwidth allocation between rounds.
-	rank     atomic.Pointer[ranking]
+	rank atomic.Pointer[ranking]
+	// audioMix: the room's audio is mixed by the server (mix.go).
+	audioMix atomic.Bool
 	done     chan struct{}
 	doneOnce sync.Once
 
@@ -63,7 +65,8 @@ func (r *Room) Info() protocol.RoomInfo {
 			n++
 		}
 	}
-	return protocol.RoomInfo{Sid: r.sid, Name: r.name, Metadata: r.metadata, NumParticipants: n, MaxParticipants: r.maxParticipants, CreatedAt: r.createdAt.Unix()}
+	return protocol.RoomInfo{Sid: r.sid, Name: r.name, Metadata: r.metadata, NumParticipants: n, MaxParticipants: r.maxParticipants, CreatedAt: r.createdAt.Unix(),
+		AudioMix: r.audioMix.Load()}
 }
 
 // Participants returns the visible participants.
@@ -203,6 +206,11 @@ func (r *Room) announce(m protocol.Message, p *Participant) {
 func (r *Room) trackPublished(owner *Participant, t *Publication) {
 	r.mgr.emitParticipant(EventTrackPublished, owner, t, "")
 	info := t.Info()
+	mixed := r.mixed(owner, t)
+	if mixed {
+		// Before anyone can subscribe: the mixer's sink alone hears it.
+		t.audioWithheld.Store(true)
+	}
 	for _, p := range r.all() {
 		if p == owner || !owner.seenBy(p) {
 			continue
@@ -210,7 +218,7 @@ func (r *Room) trackPublished(owner *Participant, t *Publication) {
 		if !p.hidden {
 			p.send(protocol.TrackPublished{ParticipantSid: owner.sid, Track: info})
 		}
-		if p.autoSubscribe && p.Grants().Subscribe && !sameSession(p, owner) {
+		if p.autoSubscribe && !mixed && p.Grants().Subscribe && !sameSession(p, owner) {
 			if err := p.Subscribe(t); err != nil {
 				p.log.Warn("auto-subscribe failed", "track", t.sid, "err", err)
 			}
@@ -235,7 +243,9 @@ func (r *Room) subscribeExisting(p *Participant) {
 			continue
 		}
 		for _, t := range q.publications() {
-			_ = p.Subscribe(t)
+			if !r.mixed(q, t) {
+				_ = p.Subscribe(t)
+			}
 		}
 	}
 }

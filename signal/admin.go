@@ -50,13 +50,19 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Name            string `json:"name"`
 			MaxParticipants int    `json:"maxParticipants"`
 			Metadata        string `json:"metadata"`
+			// AudioMix: the server mixes the room's audio (docs/audio.md);
+			// absent leaves an existing room's setting as it is.
+			AudioMix *bool `json:"audioMix"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
-			return nil, jsonBodyError(err, "body must be {name, maxParticipants?, metadata?}")
+			return nil, jsonBodyError(err, "body must be {name, maxParticipants?, metadata?, audioMix?}")
 		}
 		room, err := s.mgr.CreateRoom(req.Name, req.MaxParticipants, req.Metadata)
 		if err != nil {
 			return nil, err
+		}
+		if req.AudioMix != nil {
+			room.SetAudioMix(*req.AudioMix)
 		}
 		return room.Info(), nil
 	})

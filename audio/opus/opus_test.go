@@ -1,0 +1,65 @@
+package opus
+
+import (
+	"math"
+	"testing"
+)
+
+// A 440 Hz tone survives an encode and decode round trip (its energy stays at
+// 440 Hz, not at 880), and a lost packet is concealed with a full frame.
+func TestRoundTripKeepsTheTone(t *testing.T) {
+	enc, err := NewEncoder(32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	dec, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	pcm := make([]int16, FrameSamples)
+	out := make([]int16, FrameSamples)
+	pkt := make([]byte, MaxPacket)
+	var got []int16
+	for f := 0; f < 25; f++ {
+		for i := range pcm {
+			pcm[i] = int16(8000 * math.Sin(2*math.Pi*440*float64(f*FrameSamples+i)/Rate))
+		}
+		n, err := enc.Encode(pcm, pkt)
+		if err != nil || n == 0 {
+			t.Fatalf("encode: %d %v", n, err)
+		}
+		m, err := dec.Decode(pkt[:n], out)
+		if err != nil || m != FrameSamples {
+			t.Fatalf("decode: %d %v", m, err)
+		}
+		if f >= 10 {
+			got = append(got, out[:m]...)
+		}
+	}
+	if a, b := power(got, 440), power(got, 880); a < 100*b {
+		t.Fatalf("440 Hz power %g, 880 Hz %g", a, b)
+	}
+	if m, err := dec.Decode(nil, out); err != nil || m != FrameSamples {
+		t.Fatalf("plc: %d %v", m, err)
+	}
+	if _, err := dec.Decode([]byte{0xff, 0xff, 0xff}, out); err == nil {
+		t.Fatal("garbage decoded without error")
+	}
+	if _, err := enc.Encode(pcm[:10], pkt); err != ErrFrame {
+		t.Fatalf("short frame: %v", err)
+	}
+}
+
+// power is the Goertzel filter's power at freq.
+func power(x []int16, freq float64) float64 {
+	w := 2 * math.Pi * freq / Rate
+	c := 2 * math.Cos(w)
+	var s1, s2 float64
+	for _, v := range x {
+		s := float64(v) + c*s1 - s2
+		s2, s1 = s1, s
+	}
+	return s1*s1 + s2*s2 - c*s1*s2
+}

@@ -1,0 +1,195 @@
+package integration
+
+import (
+	"bytes"
+	"math"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/audio/opus"
+	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/client"
+)
+
+// publishTone publishes a sine tone of freq Hz, Opus-encoded in 20 ms frames.
+func publishTone(t *testing.T, c *client.Client, freq float64) {
+	t.Helper()
+	enc, err := opus.NewEncoder(32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	track, _ := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, "mic", "a")
+	if _, _, err := c.Publish(ctxT(t, 10*time.Second), track, "microphone"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex // everyFrame's goroutine against the encoder's Close
+	closed := false
+	t.Cleanup(func() { mu.Lock(); closed = true; enc.Close(); mu.Unlock() })
+	pcm := make([]int16, opus.FrameSamples)
+	buf := make([]byte, opus.MaxPacket)
+	everyFrame(t, func(n int) {
+		for i := range pcm {
+			pcm[i] = int16(6000 * math.Sin(2*math.Pi*freq*float64(n*opus.FrameSamples+i)/opus.Rate))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		m, err := enc.Encode(pcm, buf)
+		if err != nil {
+			return
+		}
+		_ = track.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(n), Timestamp: uint32(n * opus.FrameSamples)}, Payload: buf[:m]})
+	})
+}
+
+// hearing counts a client's audio tracks and decodes the first one's PCM.
+type hearing struct {
+	mu     sync.Mutex
+	tracks int
+	pcm    []int16
+}
+
+func listen(t *testing.T, c *client.Client) *hearing {
+	h := &hearing{}
+	dec, err := opus.NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(done); wg.Wait(); dec.Close() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			var tr client.Track
+			select {
+			case tr = <-c.Tracks:
+			case <-done:
+				return
+			}
+			if tr.Remote.Kind() != webrtc.RTPCodecTypeAudio {
+				continue
+			}
+			h.mu.Lock()
+			h.tracks++
+			first := h.tracks == 1
+			h.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]int16, 6*opus.FrameSamples)
+				for {
+					p, _, err := tr.Remote.ReadRTP()
+					if err != nil {
+						return
+					}
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if !first {
+						continue
+					}
+					n, err := dec.Decode(p.Payload, out)
+					if err != nil {
+						continue
+					}
+					h.mu.Lock()
+					h.pcm = append(h.pcm, out[:n]...)
+					h.mu.Unlock()
+				}
+			}()
+		}
+	}()
+	return h
+}
+
+// goertzel is the power of x at freq, normalised by its length.
+func goertzel(x []int16, freq float64) float64 {
+	w := 2 * math.Pi * freq / opus.Rate
+	k := 2 * math.Cos(w)
+	var s1, s2 float64
+	for _, v := range x {
+		s := float64(v) + k*s1 - s2
+		s2, s1 = s1, s
+	}
+	return (s1*s1 + s2*s2 - k*s1*s2) / float64(len(x)) / float64(len(x))
+}
+
+// Three people publish a tone each (440, 660, 880 Hz) into an audio-mixed
+// room: each receives one audio track in which it hears the other two tones
+// and not its own; a listener who publishes nothing hears all three.
+func TestAudioMixMinusOne(t *testing.T) {
+	e := start(t)
+	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
+	req, _ := http.NewRequest("POST", e.url+"/v1/admin/rooms", bytes.NewBufferString(`{"name":"mixroom","audioMix":true}`))
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("create room: %s", resp.Status)
+	}
+	freqs := []float64{440, 660, 880}
+	var hs []*hearing
+	for i, f := range freqs {
+		c := e.join("mixroom", string(rune('a'+i)))
+		hs = append(hs, listen(t, c))
+		publishTone(t, c, f)
+	}
+	lc := e.join("mixroom", "listener")
+	hs = append(hs, listen(t, lc))
+	names := []string{"a (440 Hz)", "b (660 Hz)", "c (880 Hz)", "listener"}
+	hearAll(t, hs, names, append(freqs, 1100), func(i, j int) bool { return j < 3 && i != j })
+
+	// The listener starts speaking (1100 Hz): from the shared mix it moves to
+	// its own minus-one on the same track; the others hear it too.
+	publishTone(t, lc, 1100)
+	hearAll(t, hs, names, append(freqs, 1100), func(i, j int) bool { return i != j })
+}
+
+// hearAll lets the mix settle, decodes 1.5 s of what each client receives and
+// checks that client i hears tone j exactly when want(i, j).
+func hearAll(t *testing.T, hs []*hearing, names []string, freqs []float64, want func(i, j int) bool) {
+	t.Helper()
+	time.Sleep(time.Second) // the playout delay, joins and subscriptions
+	for _, h := range hs {
+		h.mu.Lock()
+		h.pcm = h.pcm[:0]
+		h.mu.Unlock()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	for i, h := range hs {
+		h.mu.Lock()
+		tracks, pcm := h.tracks, append([]int16(nil), h.pcm...)
+		h.mu.Unlock()
+		if tracks != 1 {
+			t.Errorf("%s received %d audio tracks, want 1 (the mix)", names[i], tracks)
+		}
+		if len(pcm) < opus.Rate/2 { // half of it: a loaded host's loss
+			t.Errorf("%s decoded %d samples in 1.5 s", names[i], len(pcm))
+			continue
+		}
+		// The noise floor: the power between the tones.
+		floor := goertzel(pcm, 550) + goertzel(pcm, 770) + goertzel(pcm, 990) + 1
+		for j, f := range freqs {
+			p := goertzel(pcm, f)
+			heard := p > 100*floor
+			t.Logf("%s: %g Hz power %.3g (floor %.3g)", names[i], f, p, floor)
+			if heard != want(i, j) {
+				t.Errorf("%s: hears %g Hz: %v, want %v", names[i], f, heard, want(i, j))
+			}
+		}
+	}
+}
