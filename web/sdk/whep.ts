@@ -221,6 +221,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
       const local = applyLocal(offer);
       local.catch(() => {}); // awaited below; the POST may fail first
       res = await post(offer.sdp);
+      if (res.status === 201) mark('answerArrived'); // setLocalDescription may still run
       await local;
     }
   } catch (err) {
