@@ -129,3 +129,47 @@ func TestNudge(t *testing.T) {
 		}
 	}
 }
+
+// TestNudgeEachPath: the nudge goes to each path a client checks from before
+// it nominates, not only to the first. Pion checks its ICE-TCP and UDP pairs
+// at once; when the TCP check came first, a nudge to it alone left the best
+// pair (UDP) to Pion's next 200 ms tick.
+func TestNudgeEachPath(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t)
+	viewerFor(t, s, c)
+	// other checks with c's credentials from another address (another of its candidates).
+	other := newClient(t)
+	other.ufrag, other.pwd, other.sufrag, other.spwd, other.server = c.ufrag, c.pwd, c.sufrag, c.spwd, c.server
+	requests := func(c *client) int {
+		n := 0
+		for _, m := range readSTUN(t, c, 300*time.Millisecond) {
+			if m.Type == stun.BindingRequest {
+				n++
+			}
+		}
+		return n
+	}
+	if err := other.check(false); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests(other); n != 1 {
+		t.Fatalf("first path: %d binding requests, want 1", n)
+	}
+	if err := c.check(false); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests(c); n != 1 {
+		t.Fatalf("second path: %d binding requests, want 1", n)
+	}
+	// Each path once.
+	if err := other.check(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.check(false); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests(other) + requests(c); n != 0 {
+		t.Fatalf("%d binding requests for paths already nudged", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +58,12 @@ type Session struct {
 	// client is the client's ICE credentials (from its offer, or from its
 	// answer to the server's offer): the nudge is sent with them.
 	client    atomic.Pointer[clientICE]
-	nudged    atomic.Pointer[clientICE] // the credentials a nudge went out with
-	nominated atomic.Bool               // a check with USE-CANDIDATE came (these credentials)
-	addrs     []netip.AddrPort          // checked UDP addresses, under s.mu
-	tcps      []*tcpConn                // checked ICE-TCP connections (tcp.go), under s.mu
-	lastCheck atomic.Int64              // unix ns of the last valid ICE check (or creation)
+	nmu       sync.Mutex
+	nudged    nudges           // the paths nudged with the current client credentials, under nmu
+	nominated atomic.Bool      // a check with USE-CANDIDATE came (these credentials)
+	addrs     []netip.AddrPort // checked UDP addresses, under s.mu
+	tcps      []*tcpConn       // checked ICE-TCP connections (tcp.go), under s.mu
+	lastCheck atomic.Int64     // unix ns of the last valid ICE check (or creation)
 	iceOnce   sync.Once
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -254,15 +256,42 @@ func (v *Session) setClient(ufrag, pwd string) {
 	v.client.Store(&clientICE{ufrag: ufrag, pwd: pwd})
 }
 
+// nudges records which paths got a nudge with which client credentials: at
+// most maxAddrs paths, since only a path addPath took is nudged.
+type nudges struct {
+	client *clientICE
+	paths  []nudgePath
+}
+
+type nudgePath struct {
+	addr netip.AddrPort
+	tcp  *tcpConn
+}
+
 // nudge sends the client that checked from one binding request of the
-// server's, once per client credentials, unless it has nominated already.
-// An ICE-lite server otherwise sends none, and a full agent that nominates
-// on its own check timer rather than on a check's success (Pion, every 200
-// ms) starts DTLS that much later; an incoming check on a pair that
-// succeeded makes it nominate at once (docs/sessions.md, "Setup").
+// server's, once per path and client credentials, unless it has nominated
+// already. An ICE-lite server otherwise sends none, and a full agent that
+// nominates on its own check timer rather than on a check's success (Pion,
+// every 200 ms) starts DTLS that much later; an incoming check on a pair that
+// succeeded makes it nominate at once, but only if that pair is its best
+// (UDP, not the ICE-TCP pair it may have checked first): hence every path
+// (docs/sessions.md, "Setup").
 func (v *Session) nudge(from netip.AddrPort, tc *tcpConn) {
 	c := v.client.Load()
-	if c == nil || v.nominated.Load() || v.nudged.Swap(c) == c {
+	if c == nil || v.nominated.Load() {
+		return
+	}
+	path := nudgePath{from, tc}
+	v.nmu.Lock()
+	if v.nudged.client != c {
+		v.nudged = nudges{client: c}
+	}
+	done := slices.Contains(v.nudged.paths, path)
+	if !done {
+		v.nudged.paths = append(v.nudged.paths, path)
+	}
+	v.nmu.Unlock()
+	if done {
 		return
 	}
 	msg, err := lean.Nudge(c.ufrag, v.creds.Load().ufrag, c.pwd, v.s.tieBreaker)

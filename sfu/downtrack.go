@@ -205,6 +205,10 @@ func (d *DownTrack) transportReady() {
 		d.resync()
 		if l := d.pub.layer(int8(d.target.Load())); l != nil {
 			l.requestKeyframe()
+			// A camera's reader starts it from the cached GOP now (gop.go).
+			if w, ok := l.src.(waker); ok && d.pub.gopStart.Load() {
+				w.Wake()
+			}
 		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 // instead of waiting up to a whole GOP for the next keyframe.
 //
 // The layer's reader notes where the last keyframe began (noteGOP); the
-// DownTrack's first write replays the cache from there (replayGOP). Both run on
+// DownTrack's first write replays the cache from there (replayGOP), or the
+// reader does when the subscriber's transport comes up (replayWaiting). All run on
 // the layer's reader goroutine, the only writer of the cache, so the cached
 // packets older than the one being forwarded are stable during the replay.
 
@@ -22,7 +23,16 @@ import (
 type gopIndex struct {
 	start atomic.Uint32
 	ts    uint32 // reader goroutine only
+	// next is the sequence number after the newest packet read (valid when
+	// seen): a subscriber woken into the stream is replayed up to it.
+	next uint16
+	seen bool
 }
+
+// waker is a Source whose pending ReadRTP can be made to return no packet
+// (0, nil), so that the reader starts the subscribers whose transport just
+// came up (LocalTrack: an RTSP or RTP camera, the camera wall).
+type waker interface{ Wake() }
 
 // SetGOPStart enables (or disables) starting new subscribers of t from the
 // cached last GOP.
@@ -46,12 +56,49 @@ func (l *layer) noteGOP(p *Packet) {
 	l.cache.Pin(p.Header.SequenceNumber)
 }
 
+// noteNewest records p as the newest packet read, for replayWaiting.
+func (l *layer) noteNewest(p *Packet) {
+	if !l.pub.gopStart.Load() {
+		return
+	}
+	g := &l.gop
+	if next := p.Header.SequenceNumber + 1; !g.seen || int16(next-g.next) > 0 {
+		g.next, g.seen = next, true
+	}
+}
+
+// replayWaiting starts, from the cached GOP, the subscribers whose transport
+// came up since the layer's last packet (transportReady woke the reader),
+// instead of at the next packet: a frame interval away, or much more for a
+// camera that sends only when the picture changes. Reader goroutine only.
+func (l *layer) replayWaiting() {
+	if !l.pub.gopStart.Load() || !l.gop.seen {
+		return
+	}
+	for _, d := range l.pub.Subscribers() {
+		if d.needSync.Load() && int8(d.target.Load()) == l.index {
+			d.replayCached(l, l.gop.next, now())
+		}
+	}
+}
+
 // replayGOP starts a subscriber that has received nothing yet from the cached
 // last keyframe, when p (not itself a keyframe) would otherwise make it wait.
 // It writes the cached packets before p through writeRTP; p follows normally.
 func (d *DownTrack) replayGOP(p *Packet) {
-	if p.Keyframe || !d.pub.gopStart.Load() || d.pub.kind != Video ||
-		!d.needSync.Load() || !d.bound.Load() || d.paused.Load() || p.Layer != int8(d.target.Load()) {
+	if p.Keyframe || p.Layer != int8(d.target.Load()) {
+		return
+	}
+	if l := d.pub.layer(p.Layer); l != nil {
+		d.replayCached(l, p.Header.SequenceNumber, p.Arrival)
+	}
+}
+
+// replayCached writes a subscriber that has received nothing yet the cached
+// packets of l from its last keyframe up to (not including) until. Reader
+// goroutine of l only: the cached packets it reads are stable.
+func (d *DownTrack) replayCached(l *layer, until uint16, arrival int64) {
+	if !d.pub.gopStart.Load() || d.pub.kind != Video || !d.needSync.Load() || !d.bound.Load() || d.paused.Load() {
 		return
 	}
 	d.mu.Lock()
@@ -59,8 +106,7 @@ func (d *DownTrack) replayGOP(p *Packet) {
 	// DTLS was up leaves current set but started false).
 	fresh := !d.started
 	d.mu.Unlock()
-	l := d.pub.layer(p.Layer)
-	if !fresh || l == nil {
+	if !fresh {
 		return
 	}
 	g := l.gop.start.Load()
@@ -68,13 +114,13 @@ func (d *DownTrack) replayGOP(p *Packet) {
 		return
 	}
 	from := uint16(g)
-	span := p.Header.SequenceNumber - from
+	span := until - from
 	if span == 0 || int(span) >= len(l.cache.slots) || int16(span) < 0 {
 		return // the keyframe is no longer cached (or p is older): wait for the next
 	}
 	buf := make([]byte, maxPacket)
 	var q Packet
-	for seq := from; seq != p.Header.SequenceNumber; seq++ {
+	for seq := from; seq != until; seq++ {
 		n := l.cache.Get(seq, buf)
 		if n == 0 {
 			return // a hole: the rest would not decode; p's normal path waits
@@ -84,13 +130,13 @@ func (d *DownTrack) replayGOP(p *Packet) {
 			return
 		}
 		q.Payload = payload
-		q.Layer = p.Layer
+		q.Layer = l.index
 		q.Keyframe = isKeyframe(l.pub.ck, payload)
 		q.VP8 = vp8Descriptor{}
 		if l.pub.ck == codecVP8 {
 			q.VP8 = parseVP8(payload)
 		}
-		q.Arrival = p.Arrival
+		q.Arrival = arrival
 		if !d.writeRTP(&q) && seq == from {
 			return // transport not up yet: try again on a later packet
 		}

@@ -104,6 +104,9 @@ type LocalTrack struct {
 	once  sync.Once
 	onKey atomic.Pointer[func()]
 	rtcpQ chan []byte
+	// wake makes a pending ReadRTP return (0, nil): a subscriber's transport
+	// came up and the reader starts it from the cached GOP (gop.go).
+	wake chan struct{}
 
 	dropped atomic.Uint64
 }
@@ -131,6 +134,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 		q:     make(chan []byte, opt.Queue),
 		done:  make(chan struct{}),
 		rtcpQ: make(chan []byte, 8),
+		wake:  make(chan struct{}, 1),
 	}
 	lt.pool.New = func() any { b := make([]byte, maxPacket); return &b }
 	ti := opt.Info
@@ -238,8 +242,18 @@ func (lt *LocalTrack) ReadRTP(buf []byte) (int, error) {
 		b = b[:cap(b)]
 		lt.pool.Put(&b)
 		return n, nil
+	case <-lt.wake:
+		return 0, nil
 	case <-lt.done:
 		return 0, io.EOF
+	}
+}
+
+// Wake makes the reader's pending (or next) ReadRTP return no packet.
+func (lt *LocalTrack) Wake() {
+	select {
+	case lt.wake <- struct{}{}:
+	default:
 	}
 }
 

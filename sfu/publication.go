@@ -302,9 +302,14 @@ func (l *layer) forward() {
 			}
 			return
 		}
+		if n == 0 {
+			l.replayWaiting() // woken (waker): a subscriber's transport came up
+			continue
+		}
 		if !l.parse(&pkt, buf[:n]) {
 			continue
 		}
+		l.noteNewest(&pkt)
 		if pkt.Keyframe {
 			l.lastKey.Store(pkt.Arrival)
 			l.noteGOP(&pkt)

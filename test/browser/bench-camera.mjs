@@ -8,7 +8,8 @@
 //   [PETREL_BENCH_ARGS=...] node bench-camera.mjs [LOADS] [VIEWER ...]     (default 7, chromium firefox)
 //
 // A VIEWER is chromium or firefox, with page parameters after '&':
-// 'chromium&trickle=0' has the offer wait for ICE gathering (as before).
+// 'chromium&trickle=0' has the offer wait for ICE gathering (as before);
+// 'chromium-bare' runs the same WHEP steps in a page without the app.
 //
 // Needs bin/petrel (node build.mjs, or go build -o bin/petrel ./cmd/petrel).
 import { spawn, execFileSync } from 'node:child_process';
@@ -43,18 +44,56 @@ try {
   await new Promise((r) => setTimeout(r, 2500));
   // A viewer is a browser and optional page parameters: chromium&trickle=0 is
   // Chromium with the offer waiting for ICE gathering, as the page did before.
+  // 'chromium-bare': the same WHEP steps with no app, in a fresh page of the
+  // server's origin: a peer connection and its offer made first (as early.js
+  // does), then from 0 the POST with setLocalDescription alongside, the answer,
+  // and the first frame painted. What is left is the browser's own.
+  const bareLoad = (page) =>
+    page.goto(`${server.base}/app.css`).then(() =>
+      page.evaluate(async (token) => {
+        const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+        pc.addTransceiver('video', { direction: 'recvonly' });
+        pc.addTransceiver('audio', { direction: 'recvonly' });
+        const offer = await pc.createOffer();
+        const t0 = performance.now();
+        const at = () => Math.round((performance.now() - t0) * 10) / 10;
+        const r = { mode: 'webrtc', pcCreated: 0, offerSent: 0 };
+        const video = document.createElement('video');
+        video.muted = video.autoplay = true;
+        document.body.append(video);
+        const first = new Promise((resolve) => {
+          pc.ontrack = (ev) => {
+            if (ev.track.kind !== 'video') return;
+            video.srcObject = new MediaStream([ev.track]);
+            video.requestVideoFrameCallback(() => resolve(at()));
+          };
+        });
+        pc.oniceconnectionstatechange = () => pc.iceConnectionState === 'connected' && (r.iceConnected ??= at());
+        const local = pc.setLocalDescription(offer);
+        const res = await fetch('/whep/camera%2Fdoor', { method: 'POST', headers: { 'Content-Type': 'application/sdp', Authorization: `Bearer ${token}` }, body: offer.sdp });
+        r.answerArrived = at();
+        const sdp = await res.text();
+        await local;
+        await pc.setRemoteDescription({ type: 'answer', sdp });
+        r.firstFrame = await first;
+        pc.close();
+        return r;
+      }, token),
+    );
   const launched = {};
   const browsers = [];
   for (const name of which) {
-    const [kind, ...q] = name.split('&');
+    const [viewer, ...q] = name.split('&');
+    const kind = viewer.replace(/-bare$/, '');
     launched[kind] ??= kind === 'firefox' ? await launchFirefox() : await launchChromium();
-    browsers.push({ name, q: q.length ? `&${q.join('&')}` : '', newPage: () => launched[kind].newPage() });
+    browsers.push({ name, bare: viewer.endsWith('-bare'), q: q.length ? `&${q.join('&')}` : '', newPage: () => launched[kind].newPage() });
   }
   const runs = Object.fromEntries(which.map((n) => [n, []]));
   const probeRuns = [];
   const load = async (browser) => {
     const page = await browser.newPage();
     try {
+      if (browser.bare) return await bareLoad(page);
       await page.goto(`${server.base}/?camera=door&token=${token}${browser.q}`);
       const r = await waitFor(page, 'the first frame', () => {
         const c = window.petrelCamera;

@@ -29,6 +29,18 @@ interface CameraStatus {
   height?: number;
 }
 
+/** requestVideoFrameCallback's metadata (the fields Chromium and Firefox give), times in performance.now() ms. */
+interface VideoFrameMeta {
+  presentationTime?: number;
+  expectedDisplayTime?: number;
+  receiveTime?: number;
+  captureTime?: number;
+  processingDuration?: number;
+  presentedFrames?: number;
+  width?: number;
+  height?: number;
+}
+
 /** Time-to-stream steps in ms since the viewer started. */
 export interface Timings {
   pcCreated?: number;
@@ -63,6 +75,8 @@ declare global {
       mseType?: string;
       /** The camera's codec reaches this browser transcoded (an H.265 camera as H.264). */
       transcoded?: boolean;
+      /** requestVideoFrameCallback's metadata of the first frame (receiveTime, presentationTime, …). */
+      firstFrameMeta?: VideoFrameMeta;
     };
   }
 }
@@ -338,6 +352,7 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const room = `camera/${id}`;
   const token = params.get('token') || (await devToken(room, 'viewer'));
   const start = performance.now();
+  performance.mark?.('petrel:camera:start');
   const draw = () => {
     const rows: [string, number | undefined][] =
       way === 'http'
@@ -393,13 +408,15 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const onFirstFrame = () => {
     if (frameHooked) return;
     frameHooked = true;
-    const v = video as HTMLVideoElement & { requestVideoFrameCallback?: (cb: () => void) => number };
-    const got = () => {
+    const v = video as HTMLVideoElement & { requestVideoFrameCallback?: (cb: (now: number, meta: VideoFrameMeta) => void) => number };
+    const got = (_now?: number, meta?: VideoFrameMeta) => {
       cam.navFirstFrame = Math.round(performance.now() * 10) / 10;
+      performance.mark?.('petrel:camera:firstFrame');
+      if (meta) cam.firstFrameMeta = meta;
       mark('firstFrame');
     };
     if (v.requestVideoFrameCallback) v.requestVideoFrameCallback(got);
-    else video.addEventListener('playing', got, { once: true });
+    else video.addEventListener('playing', () => got(), { once: true });
   };
   setTimeout(() => {
     if (t.firstFrame !== undefined || error) return;
@@ -407,18 +424,22 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     const where = way === 'webrtc' && pc ? ` (ICE ${pc.iceConnectionState}, connection ${pc.connectionState})` : '';
     message.textContent = `No picture after ${SLOW_START_MS / 1000} s over ${WAY_NAME[way]}${where}; still trying.`;
   }, SLOW_START_MS);
-  const statusNow = fetchStatus(id, token).catch(() => null);
-  void statusNow.then((st) => {
-    state.textContent = badge(st);
-    // The server gives a browser without H.265 the camera's H.264 transcode,
-    // over WebRTC (WHEP answers with it) and over HTTP live alike.
-    if (st?.video === 'video/H265' && st.transcoded && (way === 'http' || !receivesOverWebRTC('video/H265'))) {
-      codecNote = 'H.265 camera, transcoded to H.264 for this browser';
-      cam.transcoded = true;
-      say();
-    }
-  });
-  setInterval(() => void fetchStatus(id, token).then((st) => (state.textContent = badge(st))).catch(() => {}), 2000);
+  // The camera's status, after the stream's requests have gone (it is not on the way to the picture).
+  const watchStatus = () => {
+    void fetchStatus(id, token)
+      .catch(() => null)
+      .then((st) => {
+        state.textContent = badge(st);
+        // The server gives a browser without H.265 the camera's H.264 transcode,
+        // over WebRTC (WHEP answers with it) and over HTTP live alike.
+        if (st?.video === 'video/H265' && st.transcoded && (way === 'http' || !receivesOverWebRTC('video/H265'))) {
+          codecNote = 'H.265 camera, transcoded to H.264 for this browser';
+          cam.transcoded = true;
+          say();
+        }
+      });
+    setInterval(() => void fetchStatus(id, token).then((st) => (state.textContent = badge(st))).catch(() => {}), 2000);
+  };
 
   const playLive = async () => {
     onFirstFrame();
@@ -431,15 +452,22 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
       fail(err instanceof Error ? err.message : String(err));
     }
   };
-  if (way === 'http') return playLive();
+  if (way === 'http') {
+    const playing = playLive();
+    watchStatus();
+    return playing;
+  }
   // The page knows before it asks: every camera sends H.264 or H.265, so a
   // browser without H.264 for WebRTC (Firefox without its OpenH264 plugin)
   // plays HTTP live at once. An H.265 camera is refused by the server's answer.
   if (!receivesOverWebRTC('video/H264')) {
     useWay('http', 'this browser cannot receive H.264 over WebRTC');
-    return playLive();
+    const playing = playLive();
+    watchStatus();
+    return playing;
   }
   if (direct) {
+    watchStatus();
     try {
       await viewDirect(room, token, params, video, mark, onFirstFrame);
     } catch (err) {
@@ -453,7 +481,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     say();
     return;
   }
-  const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token).catch(() => []);
+  const early = window.petrelEarly;
+  const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
   const fallBack = (why: string) => {
@@ -465,24 +494,26 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     void playLive();
   };
   let session: WhepSession | undefined;
+  const starting = whepPlay(`/whep/${encodeURIComponent(room)}`, {
+    token,
+    iceServers: servers,
+    iceTransportPolicy: relay ? 'relay' : 'all',
+    // &trickle=0: the offer waits for gathering, as the page did before (for comparison).
+    trickle: params.get('trickle') !== '0',
+    prepared: early,
+    onStep: (s) => s !== 'firstTrack' && mark(s),
+    onTrack: (track) => {
+      if (track.kind !== 'video') return;
+      video.srcObject = new MediaStream([track]);
+      onFirstFrame();
+      void video.play().catch(() => {});
+    },
+    // UDP blocked and no TURN: HTTP live is the fallback for such networks.
+    onFailed: (why) => (relay || t.firstFrame !== undefined ? fail(`WebRTC ${why}`) : fallBack(`WebRTC ${why}`)),
+  });
+  watchStatus();
   try {
-    session = await whepPlay(`/whep/${encodeURIComponent(room)}`, {
-      token,
-      iceServers: servers,
-      iceTransportPolicy: relay ? 'relay' : 'all',
-      // &trickle=0: the offer waits for gathering, as the page did before (for comparison).
-      trickle: params.get('trickle') !== '0',
-      prepared: window.petrelEarly,
-      onStep: (s) => s !== 'firstTrack' && mark(s),
-      onTrack: (track) => {
-        if (track.kind !== 'video') return;
-        video.srcObject = new MediaStream([track]);
-        onFirstFrame();
-        void video.play().catch(() => {});
-      },
-      // UDP blocked and no TURN: HTTP live is the fallback for such networks.
-      onFailed: (why) => (relay || t.firstFrame !== undefined ? fail(`WebRTC ${why}`) : fallBack(`WebRTC ${why}`)),
-    });
+    session = await starting;
   } catch (err) {
     if (err instanceof WhepError && err.codecUnsupported) {
       fallBack(`the server says: ${err.message}`);

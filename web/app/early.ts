@@ -1,11 +1,12 @@
 // Loaded in the page's head, before app.js: on a camera page that will play over
-// WebRTC it starts the peer connection and its offer at once, so that the
-// browser makes its certificate and offer (tens of ms in a fresh page) while
-// app.js loads; the camera page takes them over (whepPlay's `prepared`). On one
+// WebRTC it starts the peer connection and its offer at once, and asks the WHEP
+// endpoint for its STUN/TURN servers, so that the browser makes its certificate
+// and offer (tens of ms in a fresh page) while app.js loads; the camera page
+// takes them over (whepPlay's `prepared`, whepIceServers' `options`). On one
 // that will play HTTP live it sends the stream's request, which playHTTP takes.
 declare global {
   interface Window {
-    petrelEarly?: { pc?: RTCPeerConnection; offer?: Promise<RTCSessionDescriptionInit>; live?: Promise<Response> };
+    petrelEarly?: { pc?: RTCPeerConnection; offer?: Promise<RTCSessionDescriptionInit>; options?: Promise<Response>; live?: Promise<Response> };
   }
 }
 
@@ -25,9 +26,13 @@ if (id && token && (q.get('http') === '1' || noH264)) {
   const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
   pc.addTransceiver('video', { direction: 'recvonly' });
   pc.addTransceiver('audio', { direction: 'recvonly' });
+  performance.mark?.('petrel:early:pc');
   const offer = pc.createOffer();
-  offer.catch(() => {});
-  window.petrelEarly = { pc, offer };
+  offer.then(() => performance.mark?.('petrel:early:offer')).catch(() => {});
+  // The WHEP endpoint's STUN/TURN servers (whepIceServers reads the answer).
+  const options = token ? fetch(`/whep/${encodeURIComponent(`camera/${id}`)}`, { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } }) : undefined;
+  options?.catch(() => {});
+  window.petrelEarly = { pc, offer, options };
 }
 
 export {};

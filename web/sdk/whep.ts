@@ -85,6 +85,11 @@ export function receivesOverWebRTC(mime: string): boolean {
   return codecs === null || codecs.has(mime.toLowerCase());
 }
 
+/** A performance mark (petrel:whep:<what>) for profiling a start in the browser's own timeline. */
+function trace(what: string): void {
+  performance.mark?.(`petrel:whep:${what}`);
+}
+
 /** Reads a Petrel error body ({code, message}) or the text of a failed response. */
 async function errorOf(res: Response): Promise<{ code: string; message: string }> {
   const text = await res.text().catch(() => '');
@@ -110,9 +115,12 @@ export function sdpFrag(localSdp: string, mid: string, candidates: string[]): st
   return lines.join('\r\n') + '\r\n';
 }
 
-/** The STUN/TURN servers a WHEP endpoint names in its OPTIONS's Link headers. */
-export async function whepIceServers(url: string, token: string): Promise<RTCIceServer[]> {
-  const res = await fetch(url, { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } });
+/**
+ * The STUN/TURN servers a WHEP endpoint names in its OPTIONS's Link headers;
+ * options: that OPTIONS request, if it was made already (a page's early script).
+ */
+export async function whepIceServers(url: string, token: string, options?: Promise<Response>): Promise<RTCIceServer[]> {
+  const res = await (options ?? fetch(url, { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } }));
   const out: RTCIceServer[] = [];
   for (const link of (res.headers.get('Link') ?? '').split(/,(?=\s*<)/)) {
     const m = /<([^>]+)>.*rel="ice-server"/.exec(link);
@@ -135,6 +143,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   const mark = (s: WhepStep) => {
     if (steps[s] !== undefined) return;
     steps[s] = Math.round((performance.now() - start) * 10) / 10;
+    trace(s);
     opts.onStep?.(s, steps[s] as number);
   };
   const auth = { Authorization: `Bearer ${opts.token}` };
@@ -186,15 +195,35 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   };
   let res: Response;
   let gatheringAtOffer: RTCIceGatheringState;
-  try {
-    // The offer (a certificate, in a fresh page) is made while the servers come.
-    const [offer, later] = await Promise.all([offered, iceServers instanceof Promise ? iceServers : undefined]);
+  // The offer is applied once the STUN/TURN servers are known (they must be
+  // set before gathering starts). With trickle it is POSTed meanwhile: neither
+  // the servers' OPTIONS nor setLocalDescription holds up the answer.
+  const applyLocal = async (offer: RTCSessionDescriptionInit) => {
+    const later = iceServers instanceof Promise ? await iceServers : undefined;
+    trace('iceServers');
     if (later?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: later });
     await pc.setLocalDescription(offer);
-    if (opts.trickle === false) await gathered(pc, 2000);
-    gatheringAtOffer = pc.iceGatheringState;
-    mark('offerSent');
-    res = await fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/sdp', ...auth }, body: pc.localDescription?.sdp });
+    trace('localSet');
+  };
+  const post = (sdp: string | undefined) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/sdp', ...auth }, body: sdp });
+  try {
+    const offer = await offered;
+    trace('offerCreated');
+    if (opts.trickle === false) {
+      await applyLocal(offer);
+      await gathered(pc, 2000);
+      gatheringAtOffer = pc.iceGatheringState;
+      mark('offerSent');
+      res = await post(pc.localDescription?.sdp);
+    } else {
+      gatheringAtOffer = pc.iceGatheringState;
+      mark('offerSent');
+      const local = applyLocal(offer);
+      local.catch(() => {}); // awaited below; the POST may fail first
+      res = await post(offer.sdp);
+      if (res.status === 201) mark('answerArrived'); // setLocalDescription may still run
+      await local;
+    }
   } catch (err) {
     pc.close();
     throw err;
@@ -212,6 +241,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   const iceLite = /^a=ice-lite/m.test(answer);
   try {
     await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+    trace('remoteSet');
   } catch (err) {
     pc.close();
     // The server's session would otherwise wait for its ICE timeout.
