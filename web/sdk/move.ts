@@ -83,7 +83,7 @@ export function moveSpec(old: LocalTrackPublication): TrackSpec {
   const mime = params.codecs?.[0]?.mimeType;
   return {
     source: old.source,
-    name: old.info.name,
+    name: old.info.name ?? '',
     layers: old.simulcast && old.track.kind === 'video' ? simulcastLayers(old.track.getSettings()) : undefined,
     sendEncodings: several
       ? encodings.map((e) => ({ rid: e.rid, maxBitrate: e.maxBitrate, scaleResolutionDownBy: e.scaleResolutionDownBy, ...(mode(e) ? { scalabilityMode: mode(e) } : {}) }) as RTCRtpEncodingParameters)

@@ -209,12 +209,12 @@ export interface Republisher<P extends DemandTarget & { sid: string }> {
  */
 export async function republishSimulcast<P extends DemandTarget & { sid: string }>(
   room: Republisher<P>,
-  old: P & { track: MediaStreamTrack; source: TrackSource; info: { name: string } },
+  old: P & { track: MediaStreamTrack; source: TrackSource; info: { name?: string } },
 ): Promise<void> {
   const track = old.track.clone();
   let next: P;
   try {
-    next = await room.publishTrack(track, { source: old.source, name: old.info.name, simulcast: true });
+    next = await room.publishTrack(track, { source: old.source, name: old.info.name ?? '', simulcast: true });
   } catch (err) {
     track.stop();
     throw err;
