@@ -1,11 +1,27 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createDecipheriv, hkdfSync, pbkdf2Sync } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { launchChromium, launchFirefox } from '../lib/browsers.mjs';
 import { Participant, expectGrowth, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 
 const PASSPHRASE = 'petrel e2ee test';
+const dir = mkdtempSync(join(tmpdir(), 'petrel-e2ee-'));
+
+// The frames of an IVF file (what ffmpeg copies a VP8 stream into).
+function ivfFrames(buf) {
+  const frames = [];
+  for (let i = buf.readUInt16LE(6); i + 12 <= buf.length; ) {
+    const n = buf.readUInt32LE(i);
+    frames.push(buf.subarray(i + 12, i + 12 + n));
+    i += 12 + n;
+  }
+  return frames;
+}
 
 // Decoded media of the subscriber connection, with the audio's energy: decrypted
 // Opus carries the fake microphone's tone, dropped frames only concealment silence.
@@ -85,7 +101,7 @@ function openFrame(frame, identity) {
   return { kid, ctr, clear, sealed: frame.subarray(i, frame.length - 16), body };
 }
 
-test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key decodes nothing and says so; the server forwards ciphertext', { timeout: 150_000 }, () =>
+test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key decodes nothing and says so; the server forwards and records ciphertext', { timeout: 150_000 }, () =>
   scenario('e2ee', async ({ server, own, watch }) => {
     const chromium = own(await launchChromium());
     const firefox = own(await launchFirefox());
@@ -101,6 +117,7 @@ test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key 
     // Each decodes the other's encrypted video and audio (with the tone's energy).
     await chrome.seesVideoOf(fox);
     await fox.seesVideoOf(chrome);
+    const rec = await server.admin('/v1/admin/rooms/e2ee/recording', { method: 'POST' });
     for (const p of [chrome, fox]) {
       const [a, b] = await expectGrowth(`${p.label}'s decrypted media`, () => media(p), { framesDecoded: 10, audioPackets: 20, samples: 10_000 });
       assert.ok(b.energy > a.energy, `${p.label} hears sound (audio energy ${a.energy} -> ${b.energy})`);
@@ -176,6 +193,37 @@ test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key 
     assert.ok(frames.length >= 20);
     assert.ok(keyframes >= 1 || frames.every((f) => f[0] & 1), 'keyframes are told apart by their clear frame tag');
 
+    // The room's recording holds the frames as the server forwarded them:
+    // each video track's SFrame ciphertext under its publisher's key, nothing
+    // a player could decode without it.
+    await server.admin('/v1/admin/rooms/e2ee/recording', { method: 'DELETE' });
+    const res = await server.adminFetch(`/v1/admin/recordings/${rec.id}/export`);
+    assert.equal(res.status, 200);
+    const file = join(dir, 'e2ee.mp4');
+    writeFileSync(file, Buffer.from(await res.arrayBuffer()));
+    const owners = [];
+    for (const v of [0, 1]) {
+      const ivf = join(dir, `v${v}.ivf`);
+      execFileSync('ffmpeg', ['-nostdin', '-v', 'error', '-y', '-i', file, '-map', `0:v:${v}`, '-c', 'copy', '-f', 'ivf', ivf]);
+      const recorded = ivfFrames(readFileSync(ivf));
+      assert.ok(recorded.length >= 30, `recorded video track ${v}: ${recorded.length} frames`);
+      const owner = [chrome, fox].find((p) => { try { openFrame(recorded[0], p.identity); return true; } catch { return false; } });
+      assert.ok(owner, `recorded video track ${v}: its first frame opens with neither publisher's key`);
+      owners.push(owner.label);
+      // A frame the recorder got incomplete (a packet lost on a loaded host)
+      // does not authenticate; the others open, and none is in the clear.
+      let opened = 0;
+      for (const f of recorded) {
+        let o;
+        try { o = openFrame(f, owner.identity); } catch { continue; }
+        opened++;
+        assert.notDeepEqual(o.sealed.subarray(0, 16), o.body.subarray(0, 16), 'a recorded payload is in the clear');
+      }
+      console.log(`recorded video track ${v}: ${opened} of ${recorded.length} frames open`);
+      assert.ok(opened >= 0.9 * recorded.length, `recorded video track ${v}: ${opened} of ${recorded.length} frames open with ${owner.label}'s key`);
+    }
+    assert.deepEqual(owners.sort(), ['chrome', 'fox'], 'the recording has both publishers\' video');
+
     // Ratchet: chrome's next key derives from its current one; fox follows by itself.
     assert.equal(await chrome.page.evaluate(() => window.petrel.room.e2ee.ratchetKey()), 1);
     await expectGrowth("fox decoding chrome's ratcheted frames", () => media(fox), { framesDecoded: 10 });
@@ -189,4 +237,4 @@ test('E2EE: Chromium and Firefox decode each other through the SFU; a wrong key 
     await waitFor(fox.page, "chrome's tile to clear", (sid) => !document.querySelector(`.tile[data-sid="${sid}"] .e2ee-error`), chrome.sid);
     await expectGrowth('fox decoding chrome under the rotated key', () => media(fox), { framesDecoded: 10 });
     assert.equal((await e2eeStats(chrome)).sendIndex, 7);
-  }));
+  }, { args: ['--recording-dir', join(dir, 'rec'), '--recording-segment', '2s'] }));
