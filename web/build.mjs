@@ -28,7 +28,8 @@ for (const f of await readdir(dist)) if (f !== '.gitkeep') await rm(new URL(f, d
 
 const common = { define, bundle: true, format: 'esm', target: ['chrome110', 'firefox115', 'safari16'], sourcemap: true, logLevel: 'info' };
 
-await build({ ...common, entryPoints: ['app/main.ts'], outfile: 'dist/app.js', minify: true });
+// The HLS player (hls.js) is a chunk the app imports only on an HLS page.
+await build({ ...common, entryPoints: { app: 'app/main.ts' }, outdir: 'dist', splitting: true, chunkNames: 'chunk-[hash]', minify: true });
 // The camera page's early start (app/early.ts), loaded in the head before app.js.
 await build({ ...common, entryPoints: ['app/early.ts'], outfile: 'dist/early.js', minify: true, format: 'iife' });
 await build({ ...common, entryPoints: ['sdk/index.ts'], outfile: 'dist/petrel-sdk.js' });

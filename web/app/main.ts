@@ -10,7 +10,6 @@ import {
 import { joinWt, transportChoice } from './wtcall.js';
 import { mountCameraControls } from './ptzui.js';
 import { mountCameraPage } from './camera.js';
-import { mountHLSPage } from './hls.js';
 import { Timeline } from './timeline.js';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -80,7 +79,8 @@ $<HTMLButtonElement>('watch-hls').addEventListener('click', () => {
 // ?hls=1 with ?room= or ?camera= plays that room's or camera's HLS egress (hls.ts);
 // ?cameras=1 (the wall) and ?camera=<id> (one camera with its time-to-stream) are the camera pages (camera.ts).
 if (params.get('hls') === '1' && (params.get('room') || params.get('camera'))) {
-  void mountHLSPage(document.querySelector('main') as HTMLElement, params);
+  // hls.js is most of the app's size: only an HLS page loads it (a chunk of its own).
+  void import('./hls.js').then(({ mountHLSPage }) => mountHLSPage(document.querySelector('main') as HTMLElement, params));
 } else if (params.get('cameras') === '1' || params.get('camera')) {
   void mountCameraPage(document.querySelector('main') as HTMLElement, params);
 } else if (params.get('token') || params.get('autojoin') === '1') {
