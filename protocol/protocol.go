@@ -79,7 +79,7 @@ type RoomInfo struct {
 	NumParticipants int    `json:"numParticipants"`
 	MaxParticipants int    `json:"maxParticipants"`
 	CreatedAt       int64  `json:"createdAt"`
-	// AudioMix: the server mixes the room's audio (docs/audio.md).
+	// AudioMix: the server mixes the room's audio (docs/audiomix.md).
 	AudioMix bool `json:"audioMix,omitempty"`
 }
 

@@ -50,7 +50,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 			Name            string `json:"name"`
 			MaxParticipants int    `json:"maxParticipants"`
 			Metadata        string `json:"metadata"`
-			// AudioMix: the server mixes the room's audio (docs/audio.md);
+			// AudioMix: the server mixes the room's audio (docs/audiomix.md);
 			// absent leaves an existing room's setting as it is.
 			AudioMix *bool `json:"audioMix"`
 		}

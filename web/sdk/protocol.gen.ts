@@ -330,6 +330,8 @@ export interface RoomInfo {
   numParticipants: number;
   maxParticipants: number;
   createdAt: number;
+  /** AudioMix: the server mixes the room's audio (docs/audiomix.md). */
+  audioMix?: boolean;
 }
 
 /** ParticipantInfo describes a participant. */
