@@ -159,13 +159,7 @@ func (h *HLS) serve(w http.ResponseWriter, r *http.Request, room string, resolve
 	}
 	claims, err := h.keys.Verify(tokenOf(r))
 	if err != nil {
-		status, code := http.StatusUnauthorized, protocol.CodeUnauthorized
-		switch {
-		case errors.Is(err, auth.ErrExpired):
-			code = protocol.CodeTokenExpired
-		case errors.Is(err, auth.ErrReserved):
-			status, code = http.StatusForbidden, protocol.CodeIdentityReserved
-		}
+		status, code := protocol.TokenRefusal(err)
 		h.refused(r, code, err)
 		writeError(w, &httpError{status, code, err.Error()})
 		return

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
+
+	"github.com/petrel-sfu/petrel/auth"
 )
 
 // Version is the protocol version this server speaks.
@@ -388,3 +391,15 @@ func Reply(id *int64, r *Response) Message {
 // server's messages generically, and how tests write deliberately malformed
 // ones. The server sends only the typed messages of messages.go.
 type Msg map[string]any
+
+// TokenRefusal is the HTTP status and code for a token auth.Keys.Verify
+// refused: 401 unauthorized or token_expired, 403 identity_reserved.
+func TokenRefusal(err error) (status int, code string) {
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		return http.StatusUnauthorized, CodeTokenExpired
+	case errors.Is(err, auth.ErrReserved):
+		return http.StatusForbidden, CodeIdentityReserved
+	}
+	return http.StatusUnauthorized, CodeUnauthorized
+}

@@ -88,13 +88,7 @@ func (r *Recorder) authorize(w http.ResponseWriter, q *http.Request, keys auth.K
 	}
 	c, err := keys.Verify(tok)
 	if err != nil {
-		status, code := http.StatusUnauthorized, protocol.CodeUnauthorized
-		switch {
-		case errors.Is(err, auth.ErrExpired):
-			code = protocol.CodeTokenExpired
-		case errors.Is(err, auth.ErrReserved):
-			status, code = http.StatusForbidden, protocol.CodeIdentityReserved
-		}
+		status, code := protocol.TokenRefusal(err)
 		r.refused(q, code, err)
 		httpErr(w, status, code, err.Error())
 		return "", false
