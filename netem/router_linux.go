@@ -120,7 +120,10 @@ func (d *direction) run() {
 		l.stats.Wakes++
 		at := d.now()
 		if slept != 0 {
-			at = (slept + at) / 2 // it came during the sleep
+			// It came during the sleep: its middle, but never more than half
+			// a tick before the wake, or a sleep the host stretched would
+			// deliver the packet early.
+			at = max((slept+at)/2, at-tick/2)
 		}
 		busy, more := false, false
 		for i := 0; i < batch; i++ {
