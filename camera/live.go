@@ -97,12 +97,7 @@ func tokenError(w http.ResponseWriter, err error) {
 	default:
 		code = protocol.CodeUnauthorized
 	}
-	var pe *protocol.Error
-	msg := err.Error()
-	if errors.As(err, &pe) {
-		msg = pe.Message
-	}
-	liveError(w, status, code, msg)
+	liveError(w, status, code, protocol.MessageOf(err))
 }
 
 func liveError(w http.ResponseWriter, status int, code, msg string) {
@@ -225,12 +220,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 		if protocol.CodeOf(err) == protocol.CodeRateLimited {
 			status = http.StatusTooManyRequests
 		}
-		msg := err.Error()
-		var pe *protocol.Error
-		if errors.As(err, &pe) {
-			msg = pe.Message
-		}
-		liveError(w, status, protocol.CodeOf(err), msg)
+		liveError(w, status, protocol.CodeOf(err), protocol.MessageOf(err))
 		return
 	}
 	c := g.Camera(id)

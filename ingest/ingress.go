@@ -188,11 +188,7 @@ func apiError(w http.ResponseWriter, err error) {
 	if status == 0 {
 		status = 500
 	}
-	msg := err.Error()
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		msg = pe.Message
-	}
+	msg := protocol.MessageOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})

@@ -65,6 +65,15 @@ func CodeOf(err error) string {
 	return CodeInternal
 }
 
+// MessageOf returns the message of err without its code, or err's text.
+func MessageOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
+}
+
 // Grants mirror the token's grants in ParticipantInfo.
 type Grants struct {
 	Publish     bool `json:"publish"`
@@ -366,12 +375,7 @@ func truncate(s string, n int) string {
 
 // ErrorMsg is the server's error message, answering request id when not nil.
 func ErrorMsg(id *int64, err error) ErrorMessage {
-	m := ErrorMessage{ID: id, Code: CodeOf(err), Message: err.Error()}
-	var pe *Error
-	if errors.As(err, &pe) {
-		m.Message = pe.Message
-	}
-	return m
+	return ErrorMessage{ID: id, Code: CodeOf(err), Message: MessageOf(err)}
 }
 
 // Reply is the success reply to request id: r (nil: an empty response), or

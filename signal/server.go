@@ -192,11 +192,7 @@ func httpError(w http.ResponseWriter, err error) {
 		status = 500
 	}
 	metrics.SignalErrors.WithLabelValues(code).Inc()
-	msg := err.Error()
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		msg = pe.Message
-	}
+	msg := protocol.MessageOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})

@@ -76,11 +76,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	if se, ok := err.(*statusError); ok {
 		// The same body as httpError: the message without the code prefix, and
 		// JSON encoding (Go's %q escapes are not all valid JSON).
-		msg := se.err.Error()
-		var pe *protocol.Error
-		if errors.As(se.err, &pe) {
-			msg = pe.Message
-		}
+		msg := protocol.MessageOf(se.err)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(se.status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"code": protocol.CodeOf(se.err), "message": msg})
