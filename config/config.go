@@ -441,7 +441,13 @@ func (c RTC) MixesAudio(room string) bool {
 	if strings.HasPrefix(room, "camera/") {
 		return false
 	}
-	for _, p := range c.AudioMixRooms {
+	return matchesRoom(c.AudioMixRooms, room)
+}
+
+// matchesRoom reports whether room is one of names, each a room's name or a
+// prefix ending in '*'.
+func matchesRoom(names []string, room string) bool {
+	for _, p := range names {
 		if pre, ok := strings.CutSuffix(p, "*"); ok {
 			if strings.HasPrefix(room, pre) {
 				return true

@@ -31,16 +31,7 @@ func (r Recording) RecordsRoom(room string) bool {
 	if strings.HasPrefix(room, "camera/") || strings.HasPrefix(room, "recording/") {
 		return false
 	}
-	for _, p := range r.Rooms {
-		if pre, ok := strings.CutSuffix(p, "*"); ok {
-			if strings.HasPrefix(room, pre) {
-				return true
-			}
-		} else if p == room {
-			return true
-		}
-	}
-	return false
+	return matchesRoom(r.Rooms, room)
 }
 
 func (r Recording) validate() error {
