@@ -4,7 +4,7 @@
 import { FATAL_CODES, PetrelError, type PcTarget } from './protocol.js';
 
 export const ICE_DISCONNECTED_GRACE_MS = 5_000;
-/** How long to try resuming after the socket drops (the server keeps a session 20 s). */
+/** How long to try resuming after the socket drops (the server keeps a session for 20 s). */
 export const RECONNECT_WINDOW_MS = 20_000;
 
 /**
