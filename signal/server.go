@@ -209,13 +209,8 @@ func (s *Server) verify(token string) (*auth.Claims, error) {
 	for _, prefix := range []string{auth.ErrExpired.Error() + ": ", auth.ErrUnauthorized.Error() + ": ", auth.ErrReserved.Error() + ": "} {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
-	if errors.Is(err, auth.ErrExpired) {
-		return nil, protocol.Errorf(protocol.CodeTokenExpired, "%s", msg)
-	}
-	if errors.Is(err, auth.ErrReserved) {
-		return nil, protocol.Errorf(protocol.CodeIdentityReserved, "%s", msg)
-	}
-	return nil, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg)
+	_, code := protocol.TokenRefusal(err)
+	return nil, protocol.Errorf(code, "%s", msg)
 }
 
 func bearer(r *http.Request) string {
