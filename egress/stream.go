@@ -20,6 +20,7 @@ import (
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/sfu"
+	"github.com/petrel-sfu/petrel/sfu/order"
 )
 
 // streamQueue is how many packets may wait for the muxer; beyond it the sink
@@ -69,6 +70,7 @@ type stream struct {
 	once      sync.Once
 
 	// Owned by run.
+	vord       order.Buffer[pkt]
 	start      time.Time
 	dec        rtph264.Decoder
 	sps, pps   []byte
@@ -182,6 +184,15 @@ type audioSink struct{ s *stream }
 func (v videoSink) WriteRTP(p *sfu.Packet) {
 	s := v.s
 	l := int32(p.Layer)
+	if len(p.Payload) == 0 {
+		// Padding (Chromium's bandwidth probes) holds a sequence number and
+		// nothing else: it goes in, so that the sequence has no hole, but says
+		// nothing of which layers are sent.
+		if l == s.layer.Load() {
+			s.queue(p, false)
+		}
+		return
+	}
 	if cur := s.layer.Load(); l != cur {
 		// Up at once; down only when the muxed layer went quiet.
 		if l < cur && p.Arrival-s.layerSeen.Load() < int64(layerStale) {
@@ -198,7 +209,7 @@ func (v videoSink) WriteRTP(p *sfu.Packet) {
 func (a audioSink) WriteRTP(p *sfu.Packet) { a.s.queue(p, true) }
 
 func (s *stream) queue(p *sfu.Packet, audio bool) {
-	if len(p.Payload) == 0 || len(p.Payload) > 1500 {
+	if (audio && len(p.Payload) == 0) || len(p.Payload) > 1500 {
 		return
 	}
 	q := s.pool.Get().(*pkt)
@@ -223,11 +234,15 @@ func (s *stream) run() {
 		case q := <-s.q:
 			if q.audio {
 				s.writeAudio(q)
-			} else {
-				s.writeVideo(q)
+				s.pool.Put(q)
+				continue
 			}
-			s.pool.Put(q)
+			if q.layer != s.curLayer {
+				s.vord.Flush(s.videoInOrder) // another layer, another sequence
+			}
+			s.vord.Push(q, q.seq, time.Now(), s.videoInOrder, s.release)
 		case <-tick.C:
+			s.vord.Expire(time.Now(), s.videoInOrder)
 			// A segment starts at a keyframe: a WebRTC publisher sends one only
 			// when asked, so the muxer asks when the GOP outgrows two segments.
 			if s.video != nil && time.Since(s.lastKey) > 2*s.cfg.Segment {
@@ -256,6 +271,14 @@ func (s *stream) writeAudio(q *pkt) {
 	}
 }
 
+func (s *stream) release(q *pkt) { s.pool.Put(q) }
+
+// videoInOrder takes the video packets in sequence order (order.Buffer).
+func (s *stream) videoInOrder(q *pkt) {
+	s.writeVideo(q)
+	s.pool.Put(q)
+}
+
 func (s *stream) writeVideo(q *pkt) {
 	if q.layer != s.curLayer && s.haveSeq {
 		// Another simulcast layer: another clock and picture size; the
@@ -266,12 +289,15 @@ func (s *stream) writeVideo(q *pkt) {
 	}
 	s.curLayer = q.layer
 	if s.haveSeq && q.seq != s.lastSeq+1 {
-		// Lost or reordered: the frames after reference what was lost.
+		// Lost (waited for in vain): the frames after reference it.
 		s.waitKey = true
 		s.dec.Init() //nolint:errcheck
 		s.requestKey()
 	}
 	s.lastSeq, s.haveSeq = q.seq, true
+	if q.n == 0 {
+		return // padding
+	}
 	// The decoder keeps the NALUs of a frame across packets, and q goes back
 	// to the pool: it decodes a copy (on this goroutine, not the forwarding one).
 	au, err := s.dec.Decode(&rtp.Packet{Header: rtp.Header{Marker: q.marker, SequenceNumber: q.seq, Timestamp: q.ts},

@@ -15,6 +15,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/petrel-sfu/petrel/sfu"
+	"github.com/petrel-sfu/petrel/sfu/order"
 )
 
 // A room track is recorded alone in its own segments (track 1, timescale 90
@@ -370,6 +371,7 @@ type roomTrack struct {
 
 	q       chan *qpkt
 	pool    sync.Pool
+	ord     order.Buffer[qpkt] // owned by the run goroutine
 	dropped atomic.Uint64
 	// layer is the simulcast layer recorded: the highest one seen, so that the
 	// recording is the best the publisher sends (a sink keeps every layer on).
@@ -410,11 +412,18 @@ func newRoomTrack(cam *camStore, pub *sfu.Publication, asm frameAsm, segDur time
 // WriteRTP is the sink, on the forwarding goroutine: pick the layer, copy,
 // queue, never block.
 func (r *roomTrack) WriteRTP(pkt *sfu.Packet) {
-	if len(pkt.Payload) == 0 || len(pkt.Payload) > 1500 {
+	if len(pkt.Payload) > 1500 {
 		return
 	}
 	l := int32(pkt.Layer)
-	if cur := r.layer.Load(); l != cur {
+	if len(pkt.Payload) == 0 {
+		// Padding (Chromium's bandwidth probes) holds a sequence number and
+		// nothing else: it goes in, so that the sequence has no hole, but says
+		// nothing of which layers are sent.
+		if l != r.layer.Load() {
+			return
+		}
+	} else if cur := r.layer.Load(); l != cur {
 		// Up at once; down only when the recorded layer went quiet (the
 		// publisher dropped it), so the recording stays the best one sent.
 		if l < cur && pkt.Arrival-r.layerSeen.Load() < int64(layerStale) {
@@ -424,7 +433,9 @@ func (r *roomTrack) WriteRTP(pkt *sfu.Packet) {
 			return
 		}
 	}
-	r.layerSeen.Store(pkt.Arrival)
+	if len(pkt.Payload) > 0 {
+		r.layerSeen.Store(pkt.Arrival)
+	}
 	q := r.pool.Get().(*qpkt)
 	q.seq, q.ts, q.marker, q.layer = pkt.Header.SequenceNumber, pkt.Header.Timestamp, pkt.Header.Marker, l
 	q.n = copy(q.buf[:], pkt.Payload)
@@ -454,8 +465,8 @@ func (r *roomTrack) run() {
 		select {
 		case q := <-r.q:
 			r.packet(q)
-			r.pool.Put(q)
 		case <-tick.C:
+			r.ord.Expire(time.Now(), r.process)
 			// A track that stops sending (muted, DTX) leaves its last frames
 			// in memory; after a few seconds they go to disk.
 			if len(r.q) == 0 && r.held != nil && time.Since(r.clk.lastWall) > 3*time.Second {
@@ -466,8 +477,8 @@ func (r *roomTrack) run() {
 				select {
 				case q := <-r.q:
 					r.packet(q)
-					r.pool.Put(q)
 				default:
+					r.ord.Flush(r.process)
 					return
 				}
 			}
@@ -475,7 +486,20 @@ func (r *roomTrack) run() {
 	}
 }
 
+// packet puts q in sequence order; each packet of another simulcast layer
+// (another sequence) first releases what the last one left held.
 func (r *roomTrack) packet(q *qpkt) {
+	if q.layer != r.curLayer {
+		r.ord.Flush(r.process)
+	}
+	r.ord.Push(q, q.seq, time.Now(), r.process, r.release)
+}
+
+func (r *roomTrack) release(q *qpkt) { r.pool.Put(q) }
+
+// process takes the packets in sequence order and builds frames.
+func (r *roomTrack) process(q *qpkt) {
+	defer r.release(q)
 	if q.layer != r.curLayer && r.haveSeq {
 		// Another simulcast layer: another SSRC, clock and picture size, so
 		// a new segment from its first keyframe.
@@ -486,12 +510,15 @@ func (r *roomTrack) packet(q *qpkt) {
 	}
 	r.curLayer = q.layer
 	if r.haveSeq && q.seq != r.lastSeq+1 && !r.asm.audio() {
-		// Lost or reordered: the frame in progress is damaged and the ones
-		// after it reference it; wait for the next keyframe.
+		// Lost (waited for in vain): the frame in progress is damaged and
+		// the ones after it reference it; wait for the next keyframe.
 		r.broke, r.waitKey = true, true
 		r.requestKey()
 	}
 	r.lastSeq, r.haveSeq = q.seq, true
+	if q.n == 0 {
+		return // padding
+	}
 	if r.haveFrame && q.ts != r.curTS {
 		r.endFrame() // a marker bit was lost
 	}

@@ -208,3 +208,82 @@ func TestRoomTrackLayerChoice(t *testing.T) {
 		}
 	}
 }
+
+// Packets lost on the way in come again after the server's NACK, behind the
+// ones that followed, and a browser probing for bandwidth sends padding with
+// sequence numbers of their own: the recording puts packets back in order,
+// counts the padding as part of the sequence and keeps every frame, instead
+// of dropping to the next keyframe at each repair or probe.
+func TestRoomRecordingReordersRepairs(t *testing.T) {
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Skip("ffmpeg/ffprobe not installed (make deps)")
+	}
+	vp8 := ivfFrames(t, "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-g", "60", "-b:v", "300k")
+	mgr := sfu.NewManager(config.Default(), nil, testLog())
+	rec, err := New(mgr, config.Recording{Dir: t.TempDir(), Segment: time.Second}, testLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "repairs", Identity: "v", Grants: auth.Grants{Publish: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, err := p.PublishLocal(sfu.LocalTrackOptions{Info: protocol.TrackInfo{Kind: "video"}, Codec: sfu.Codec{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, PayloadType: 96}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.StartRoom("repairs", "test"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// Every third frame loses its first packet, repaired after the next frame.
+	pay := &codecs.VP8Payloader{}
+	seq, ts := uint16(65000), uint32(5000)
+	var late *rtp.Packet
+	for i, fr := range vp8 {
+		ps := pay.Payload(300, fr)
+		for j, b := range ps {
+			pkt := &rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 9, Marker: j == len(ps)-1}, Payload: b}
+			seq++
+			if j == 0 && i%3 == 1 && len(ps) > 1 {
+				late = pkt
+				continue
+			}
+			_ = lt.WritePacket(pkt)
+		}
+		if late != nil && i%3 == 2 {
+			_ = lt.WritePacket(late)
+			late = nil
+		}
+		for range i % 4 {
+			_ = lt.WritePacket(&rtp.Packet{Header: rtp.Header{Version: 2, Padding: true, PaddingSize: 200, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 9}})
+			seq++
+		}
+		ts += 3000
+		time.Sleep(time.Second / 30)
+	}
+	time.Sleep(100 * time.Millisecond)
+	r, err := rec.StopRoom("repairs", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rec.ExportRoom(r.ID, &buf); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "x.mp4")
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=nb_read_packets", "-count_packets", "-of", "csv=p=0", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffprobe: %v\n%s", err, out)
+	}
+	if n := atoi(strings.TrimSpace(string(out))); n < len(vp8)-1 {
+		t.Fatalf("recorded %d of %d frames", n, len(vp8))
+	}
+	if b, err := exec.Command("ffmpeg", "-hide_banner", "-v", "error", "-i", file, "-f", "null", "-").CombinedOutput(); err != nil || len(bytes.TrimSpace(b)) > 0 {
+		t.Fatalf("ffmpeg decoding the export: %v\n%s", err, b)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/petrel-sfu/petrel/sfu"
+	"github.com/petrel-sfu/petrel/sfu/order"
 )
 
 // trackRec records one H.264 publication. Its sink copies packets into a bounded
@@ -30,6 +31,7 @@ type trackRec struct {
 	stopped chan struct{}
 
 	// Owned by the run goroutine.
+	ord        order.Buffer[qpkt]
 	asm        assembler
 	curTS      uint32
 	haveAU     bool
@@ -136,11 +138,11 @@ func (r *trackRec) run() {
 		select {
 		case q := <-r.q:
 			r.packet(q)
-			r.pool.Put(q)
 		case q := <-r.aq:
 			r.audioPacket(q)
 			r.pool.Put(q)
 		case <-tick.C:
+			r.ord.Expire(r.now(), r.process)
 			// A publisher that stops sending leaves its last GOP in memory; after a
 			// few seconds of silence it goes to disk.
 			if len(r.q) == 0 && r.held != nil && r.now().Sub(r.clk.lastWall) > 3*time.Second {
@@ -152,6 +154,7 @@ func (r *trackRec) run() {
 				case q := <-r.q:
 					r.packet(q)
 				default:
+					r.ord.Flush(r.process)
 					return
 				}
 			}
@@ -159,15 +162,27 @@ func (r *trackRec) run() {
 	}
 }
 
+// packet puts q in sequence order (order.Buffer).
 func (r *trackRec) packet(q *qpkt) {
+	r.ord.Push(q, q.seq, r.now(), r.process, r.release)
+}
+
+func (r *trackRec) release(q *qpkt) { r.pool.Put(q) }
+
+// process takes the packets in sequence order and builds access units.
+func (r *trackRec) process(q *qpkt) {
+	defer r.release(q)
 	if r.haveSeq && q.seq != r.lastSeq+1 {
-		// Lost or reordered: the access unit in progress is damaged, and the
-		// frames after it reference it. Wait for the next keyframe.
+		// Lost (waited for in vain): the access unit in progress is damaged,
+		// and the frames after it reference it. Wait for the next keyframe.
 		r.asm.broke = true
 		r.waitKey = true
 		r.requestKey()
 	}
 	r.lastSeq, r.haveSeq = q.seq, true
+	if q.n == 0 {
+		return // padding
+	}
 	if r.haveAU && q.ts != r.curTS {
 		r.endAU() // a marker bit was lost
 	}
