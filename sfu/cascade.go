@@ -22,7 +22,7 @@ func (lt *LocalTrack) AddLayer(rid string, ssrc uint32) (*LocalTrack, error) {
 	if rid == "" {
 		return nil, errors.New("a simulcast layer needs a rid")
 	}
-	nl := &LocalTrack{pub: t, ssrc: ssrc, rid: rid, q: make(chan []byte, cap(lt.q)), wake: make(chan struct{}, 1),
+	nl := &LocalTrack{pub: t, ssrc: ssrc, rid: rid, q: make(chan *[]byte, cap(lt.q)), wake: make(chan struct{}, 1),
 		done: make(chan struct{}), rtcpQ: make(chan []byte, 8)}
 	nl.pool.New = func() any { b := make([]byte, maxPacket); return &b }
 	l := t.addLayer(nl)

@@ -37,7 +37,7 @@ func (w *syncWriter) sent() []uint16 {
 // much more for a camera that pauses): transportReady wakes the layer's
 // reader, which replays the GOP, and the stream continues from there.
 func TestGOPReplayWhenTransportComesUp(t *testing.T) {
-	lt := &LocalTrack{q: make(chan []byte, 64), done: make(chan struct{}), rtcpQ: make(chan []byte, 1), wake: make(chan struct{}, 1)}
+	lt := &LocalTrack{q: make(chan *[]byte, 64), done: make(chan struct{}), rtcpQ: make(chan []byte, 1), wake: make(chan struct{}, 1)}
 	lt.pool.New = func() any { b := make([]byte, maxPacket); return &b }
 	pub := &Publication{sid: "TR_cam", kind: Video, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_cam"}}
 	empty := []*DownTrack{}

@@ -97,8 +97,8 @@ type LocalTrackOptions struct {
 type LocalTrack struct {
 	pub   *Publication
 	ssrc  uint32
-	rid   string // "" for the base layer; AddLayer (cascade.go) adds others
-	q     chan []byte
+	rid   string       // "" for the base layer; AddLayer (cascade.go) adds others
+	q     chan *[]byte // pooled buffers, so that a packet costs no allocation
 	pool  sync.Pool
 	done  chan struct{}
 	once  sync.Once
@@ -131,7 +131,7 @@ func (p *Participant) PublishLocal(opt LocalTrackOptions) (*LocalTrack, error) {
 		opt.Queue = 512
 	}
 	lt := &LocalTrack{
-		q:     make(chan []byte, opt.Queue),
+		q:     make(chan *[]byte, opt.Queue),
 		done:  make(chan struct{}),
 		rtcpQ: make(chan []byte, 8),
 		wake:  make(chan struct{}, 1),
@@ -190,9 +190,9 @@ func (lt *LocalTrack) WriteRTP(raw []byte) error {
 	default:
 	}
 	bp := lt.pool.Get().(*[]byte)
-	b := append((*bp)[:0], raw...)
+	*bp = append((*bp)[:0], raw...)
 	select {
-	case lt.q <- b:
+	case lt.q <- bp:
 	default:
 		lt.pool.Put(bp)
 		lt.dropped.Add(1)
@@ -237,10 +237,9 @@ func (lt *LocalTrack) Close() {
 
 func (lt *LocalTrack) ReadRTP(buf []byte) (int, error) {
 	select {
-	case b := <-lt.q:
-		n := copy(buf, b)
-		b = b[:cap(b)]
-		lt.pool.Put(&b)
+	case bp := <-lt.q:
+		n := copy(buf, *bp)
+		lt.pool.Put(bp)
 		return n, nil
 	case <-lt.wake:
 		return 0, nil
