@@ -83,10 +83,13 @@ const inQueue = 1024
 const maxStreams = 32
 
 type ingestSide struct {
-	cfg    Ingest
-	h      IngestHandler
+	cfg Ingest
+	h   IngestHandler
+	// The interceptors (and their timer goroutines) come with the first
+	// stream: most room participants never publish. Under mu; rtcpIn is read
+	// by the rtcp goroutine.
 	chain  interceptor.Interceptor
-	rtcpIn interceptor.RTCPReader
+	rtcpIn atomic.Pointer[interceptor.RTCPReader]
 
 	mu      sync.Mutex
 	secs    []*inSection // media sections, in offer order
@@ -159,31 +162,19 @@ func (s *Server) NewPublisher(offerSDP string, cfg Ingest, maxMessage uint32, h 
 		return nil, "", err
 	}
 	mid, _ := dataSection(o, "") // a publisher may send media alone
-	chain, err := cfg.Interceptors()
-	if err != nil {
-		return nil, "", err
-	}
-	in := &ingestSide{cfg: cfg, h: h, chain: chain, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
+	in := &ingestSide{cfg: cfg, h: h, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
 	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
 		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
 	v.setClient(o.ufrag, o.pwd)
-	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
-		return 0, v.WriteRTCP(in.withRRTR(pkts))
-	}))
-	in.rtcpIn = chain.BindRTCPReader(interceptor.RTCPReaderFunc(func(_ []byte, a interceptor.Attributes) (int, interceptor.Attributes, error) {
-		return in.rtcN, a, nil
-	}))
 	if err := in.update(o); err != nil {
-		_ = chain.Close()
 		return nil, "", err
 	}
 	c := newCreds(nil)
 	v.creds.Store(c)
 	answer, err := v.dataAnswer(o, c)
 	if err != nil {
-		_ = chain.Close()
 		return nil, "", err
 	}
 	s.serve(v, dataQueue)
@@ -316,8 +307,31 @@ func (in *ingestSide) close() {
 		s.tracks = nil
 	}
 	in.drop(all)
+	chain := in.chain
 	in.mu.Unlock()
-	_ = in.chain.Close()
+	if chain != nil {
+		_ = chain.Close()
+	}
+}
+
+// feedback builds the interceptor chain at the first stream. Under mu.
+func (in *ingestSide) feedback(v *Session) (interceptor.Interceptor, error) {
+	if in.chain != nil {
+		return in.chain, nil
+	}
+	chain, err := in.cfg.Interceptors()
+	if err != nil {
+		return nil, err
+	}
+	chain.BindRTCPWriter(interceptor.RTCPWriterFunc(func(pkts []rtcp.Packet, _ interceptor.Attributes) (int, error) {
+		return 0, v.WriteRTCP(in.withRRTR(pkts))
+	}))
+	r := chain.BindRTCPReader(interceptor.RTCPReaderFunc(func(_ []byte, a interceptor.Attributes) (int, interceptor.Attributes, error) {
+		return in.rtcN, a, nil
+	}))
+	in.rtcpIn.Store(&r)
+	in.chain = chain
+	return chain, nil
 }
 
 // onRTP decrypts one SRTP packet, routes it by SSRC, lets the interceptors
@@ -418,7 +432,12 @@ func (in *ingestSide) bind(v *Session, h *rtp.Header) *InTrack {
 		typ, param, _ := strings.Cut(fb, " ")
 		t.info.RTCPFeedback = append(t.info.RTCPFeedback, interceptor.RTCPFeedback{Type: typ, Parameter: param})
 	}
-	t.reader = in.chain.BindRemoteStream(t.info, interceptor.RTPReaderFunc(func(_ []byte, a interceptor.Attributes) (int, interceptor.Attributes, error) {
+	chain, err := in.feedback(v)
+	if err != nil {
+		v.s.log.Error("publisher session: interceptors", "err", err)
+		return nil
+	}
+	t.reader = chain.BindRemoteStream(t.info, interceptor.RTPReaderFunc(func(_ []byte, a interceptor.Attributes) (int, interceptor.Attributes, error) {
 		return in.n, a, nil
 	}))
 	sec.tracks = append(sec.tracks, t)
@@ -486,8 +505,10 @@ func extIn(exts []extmap, uri string) uint8 {
 // report interceptor reads its sender reports, and each track gets those
 // of its SSRC.
 func (in *ingestSide) onRTCP(raw []byte, pkts []rtcp.Packet) {
-	in.rtcN = len(raw)
-	_, _, _ = in.rtcpIn.Read(raw, nil)
+	if r := in.rtcpIn.Load(); r != nil {
+		in.rtcN = len(raw)
+		_, _, _ = (*r).Read(raw, nil)
+	}
 	streams := *in.streams.Load()
 	for _, p := range pkts {
 		switch p := p.(type) {

@@ -3,9 +3,11 @@ package session
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
@@ -84,9 +86,15 @@ func TestIngestWithPion(t *testing.T) {
 	}()
 
 	offer := offerWith(t, pc, nil)
-	v, answer, err := s.NewPublisher(offer, testIngest(), 65536, ev)
+	cfg := testIngest()
+	var built atomic.Int32
+	cfg.Interceptors = func() (interceptor.Interceptor, error) { built.Add(1); return rtc.NewPublisherInterceptor() }
+	v, answer, err := s.NewPublisher(offer, cfg, 65536, ev)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if built.Load() != 0 {
+		t.Fatal("the interceptors (and their timers) were built before any stream came")
 	}
 	for _, want := range []string{"a=ice-lite", "a=setup:passive", "a=recvonly", "VP8/90000", "opus/48000/2",
 		"m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "a=extmap:", "nack pli"} {
@@ -121,6 +129,9 @@ func TestIngestWithPion(t *testing.T) {
 		}
 	}()
 	vt := wait(t, ev.tracks, "the video stream")
+	if n := built.Load(); n != 1 {
+		t.Fatalf("interceptor chains built: %d", n)
+	}
 	if vt.Kind != "video" || vt.ID != "cam" || vt.StreamID != "PA_me" || vt.MimeType != "video/VP8" || vt.RID() != "" || vt.SSRC() == 0 {
 		t.Fatalf("video stream %+v", vt)
 	}
