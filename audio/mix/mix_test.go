@@ -10,6 +10,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/audio/opus"
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -120,10 +121,11 @@ func benchRoom(b testing.TB, n, talking int) (*roomMix, func(frame int)) {
 		in := &input{owner: id, dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover, remove: func() {}}
 		rm.inputs[&sfu.Publication{}] = in
 		ins = append(ins, in)
-		o, err := newOutput(mgr, "bench", id)
+		o, err := newOutput(mgr, "bench", auth.MixPrefix+id, id)
 		if err != nil {
 			b.Fatal(err)
 		}
+		o.pub.AddSink(discard{}) // a listener: unheard mixes are not encoded
 		rm.outputs[id] = o
 	}
 	return rm, func(f int) {
@@ -185,5 +187,39 @@ func TestGarbageInputKeepsMixing(t *testing.T) {
 		if sent := o.hdr.SequenceNumber - start[id]; sent != 50 {
 			t.Errorf("%s's mix: %d frames sent of 50", id, sent)
 		}
+	}
+}
+
+// discard is a listener that drops what it hears.
+type discard struct{}
+
+func (discard) WriteRTP(*sfu.Packet) {}
+
+// A mix nobody receives (a WHIP caller's, until a WHEP viewer of the same
+// identity plays it) costs no encoding and sends nothing; once heard, it does.
+func TestUnheardMixNotEncoded(t *testing.T) {
+	rm, feed := benchRoom(t, 3, 3)
+	o, err := newOutput(rm.mgr, "bench", auth.MixPrefix+"p0", "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.outputs["p0"].close()
+	rm.outputs["p0"] = o // p0 talks, and nobody hears its minus-one
+	start := o.hdr.SequenceNumber
+	f := 0
+	for ; f < 20; f++ {
+		feed(f)
+		rm.frame()
+	}
+	if o.enc != nil || o.hdr.SequenceNumber != start {
+		t.Fatalf("unheard: encoder made %v, %d frames sent", o.enc != nil, o.hdr.SequenceNumber-start)
+	}
+	o.pub.AddSink(discard{})
+	for ; f < 40; f++ {
+		feed(f)
+		rm.frame()
+	}
+	if o.enc == nil || o.hdr.SequenceNumber-start != 20 {
+		t.Fatalf("heard: encoder made %v, %d frames sent of 20", o.enc != nil, o.hdr.SequenceNumber-start)
 	}
 }
