@@ -203,7 +203,7 @@ func (rm *roomMix) members() {
 				rm.log.Error("audio mix: decoder", "err", err)
 				continue
 			}
-			in := &input{owner: p.Identity(), dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover}
+			in := newInput(p.Identity(), dec)
 			in.remove = pub.AddSink(in)
 			rm.inputs[pub] = in
 		}
@@ -247,24 +247,12 @@ func (rm *roomMix) frame() {
 		o.own, o.talking = o.own[:0], false
 	}
 	for _, in := range rm.inputs {
-		n, play := in.take()
-		if !play {
+		if !in.frame() {
 			in.quiet = hangover
 			continue
 		}
-		var pkt []byte
-		if n > 0 {
-			pkt = in.pkt[:n]
-		}
-		got, err := in.dec.Decode(pkt, in.pcm)
-		if err != nil && n > 0 {
-			got, err = in.dec.Decode(nil, in.pcm) // a corrupt packet: conceal it
-		}
-		if err != nil || got < opus.FrameSamples {
-			continue
-		}
 		var energy int64
-		for _, s := range in.pcm[:opus.FrameSamples] {
+		for _, s := range in.pcm {
 			energy += int64(s) * int64(s)
 		}
 		o := rm.outputs[in.owner]
@@ -276,7 +264,7 @@ func (rm *roomMix) frame() {
 			continue // silent: nothing to add
 		}
 		in.quiet = 0
-		for i, s := range in.pcm[:opus.FrameSamples] {
+		for i, s := range in.pcm {
 			rm.full[i] += int32(s)
 		}
 		if o != nil {
