@@ -123,3 +123,26 @@ test('audio-mixed room: each of three pages receives one stream, plays the other
       for (const f of FREQS.filter((f) => f !== p.freq)) assert.ok(h[f] > h[p.freq] + 30, `its own tone comes back: ${detail}`);
     }
   }));
+
+// The server decodes a mixed room's audio: a page with an end-to-end
+// encryption passphrase would send it noise, so it is told why it cannot
+// join, and leaves nothing behind in the room.
+test('audio-mixed room: a page with an end-to-end encryption passphrase is refused with a clear error', { timeout: 60_000 }, () =>
+  scenario('audiomix-e2ee', async ({ server, own, watch }) => {
+    await server.admin('/v1/admin/rooms', { method: 'POST', body: { name: 'mixed', audioMix: true } });
+    const chromium = own(await launchChromium());
+    const p = watch(new Participant('encrypted', await chromium.newPage()));
+    // As Participant.join opens the app, with the passphrase in the fragment.
+    const q = new URLSearchParams({ token: await server.token('mixed', 'encrypted'), name: 'encrypted', autojoin: '1', p2p: '0' });
+    await p.page.goto(`${server.base}/?${q}#${new URLSearchParams({ e2ee: 'correct horse' })}`);
+    const shown = await waitFor(p.page, 'the join error', () => document.getElementById('join-error')?.textContent);
+    assert.match(shown, /mixes this room's audio/);
+    assert.equal(await p.page.evaluate(() => window.petrel?.room?.state ?? 'none'), 'none', 'the app holds a room after the refusal');
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const room = (await server.admin('/v1/admin/rooms')).find((r) => r.name === 'mixed');
+      if (!room || room.numParticipants === 0) break;
+      if (Date.now() > deadline) throw new Error(`the refused page is still in the room: ${JSON.stringify(room)}`);
+      await sleep(250);
+    }
+  }));
