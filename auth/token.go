@@ -88,13 +88,15 @@ var (
 // Identities of the server's own participants: a camera in its room
 // (CameraIdentity), the camera wall's copy of camera <id> (WallPrefix+id) and
 // a recording played back to one viewer (PlaybackPrefix+viewer), the audio
-// mixer's track for one listener (MixPrefix+listener). No token
+// mixer's track for one listener (MixPrefix+listener) and its mix of
+// everyone for WHEP viewers (MixRoomIdentity). No token
 // may name them, except a WebRTC camera's own (Grants.Camera).
 const (
-	CameraIdentity = "camera"
-	WallPrefix     = "camera-"
-	PlaybackPrefix = "playback-"
-	MixPrefix      = "audiomix-"
+	CameraIdentity  = "camera"
+	WallPrefix      = "camera-"
+	PlaybackPrefix  = "playback-"
+	MixPrefix       = "audiomix-"
+	MixRoomIdentity = "audiomix"
 	// cameraRoomPrefix names the rooms a camera token is good for.
 	cameraRoomPrefix = "camera/"
 )
@@ -103,7 +105,7 @@ const (
 // is ignored, so that no look-alike of the camera shows in a room's list.
 func Reserved(identity string) bool {
 	id := strings.ToLower(identity)
-	return id == CameraIdentity || strings.HasPrefix(id, WallPrefix) || strings.HasPrefix(id, PlaybackPrefix) || strings.HasPrefix(id, MixPrefix)
+	return id == CameraIdentity || strings.HasPrefix(id, WallPrefix) || strings.HasPrefix(id, PlaybackPrefix) || strings.HasPrefix(id, MixPrefix) || id == MixRoomIdentity
 }
 
 // checkIdentity refuses a reserved identity unless the claims are a WebRTC

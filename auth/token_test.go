@@ -113,6 +113,7 @@ func TestReservedIdentities(t *testing.T) {
 		{"playback-alice", "camera/door", false, false},
 		{"AudioMix-alice", "townhall", false, false},
 		{"audiomixer", "townhall", false, true},
+		{"AUDIOMIX", "townhall", false, false}, // the mix of everyone for WHEP viewers
 		{"camera", "camera/door", true, true},
 		{"camera", "lobby", true, false},
 		{"camera-door", "camera/door", true, false},

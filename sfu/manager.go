@@ -326,6 +326,9 @@ func (m *Manager) PlayWHEP(c *auth.Claims, offer, identity string, trackSids []s
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "room %q has no publisher", c.Room)
 	}
 	tracks := selectTracks(room, identity, trackSids, offerCodecs(offer))
+	if room.AudioMix() {
+		tracks = room.withMix(tracks, c.Identity())
+	}
 	if len(tracks) == 0 {
 		return nil, "", protocol.Errorf(protocol.CodeNotFound, "no published track matches")
 	}

@@ -1,5 +1,11 @@
 package sfu
 
+import (
+	"slices"
+
+	"github.com/petrel-sfu/petrel/auth"
+)
+
 // An audio-mixed room (like Janus's AudioBridge): the server's mixer (package
 // audio/mix) hears every visible participant's audio through sinks and sends
 // each participant one mixed track from a hidden participant whose audience is
@@ -36,3 +42,50 @@ func (r *Room) mixed(owner *Participant, t *Publication) bool {
 // Local reports whether p is a participant inside the server (no peer
 // connection: it receives through sinks, not DownTracks).
 func (p *Participant) Local() bool { return p.local }
+
+// withMix gives a WHEP viewer of a mixed room the mix instead of the mixed
+// audio tracks it selected (which are never forwarded): the minus-one of the
+// viewer's identity when that participant is in the mix (a SIP gateway's
+// WHIP caller listening over WHEP), else the mix of everyone.
+func (r *Room) withMix(tracks []*Publication, viewer string) []*Publication {
+	wanted := false
+	tracks = slices.DeleteFunc(tracks, func(t *Publication) bool {
+		m := r.mixed(t.owner, t)
+		wanted = wanted || m
+		return m
+	})
+	if !wanted {
+		return tracks
+	}
+	var own, all *Publication
+	for _, p := range r.all() {
+		if !p.local || !p.hidden || p.origin != Server {
+			continue
+		}
+		switch p.identity {
+		case auth.MixPrefix + viewer:
+			own = p.audioTrack()
+		case auth.MixRoomIdentity:
+			all = p.audioTrack()
+		}
+	}
+	if own != nil {
+		return append(tracks, own)
+	}
+	if all != nil {
+		return append(tracks, all)
+	}
+	return tracks
+}
+
+// audioTrack is one of p's audio tracks, nil if none.
+func (p *Participant) audioTrack() *Publication {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, t := range p.published {
+		if t.kind == Audio {
+			return t
+		}
+	}
+	return nil
+}

@@ -110,9 +110,12 @@ type roomMix struct {
 	// The loop's alone.
 	inputs  map[*sfu.Publication]*input
 	outputs map[string]*output // by listener identity
-	full    []int32            // everyone's sum
-	pcm     []int16            // a clipped frame to encode
-	shared  *opus.Encoder      // the mix of everyone, for those not in it
+	// all is the mix of everyone for WHEP viewers who are not in the room
+	// (sfu.Manager.PlayWHEP picks it); nil if it could not be published.
+	all     *output
+	full    []int32       // everyone's sum
+	pcm     []int16       // a clipped frame to encode
+	shared  *opus.Encoder // the mix of everyone, for those not in it
 	sharedN int
 	sharedP [opus.MaxPacket]byte
 	joinErr lograte.Limit
@@ -144,6 +147,9 @@ func (rm *roomMix) run() {
 	if rm.shared, err = opus.NewEncoder(bitrate); err != nil {
 		rm.log.Error("audio mix: encoder", "err", err)
 		return
+	}
+	if rm.all, err = newOutput(rm.mgr, rm.room.Name(), auth.MixRoomIdentity, ""); err != nil {
+		rm.log.Warn("audio mix: no mix for WHEP viewers", "err", err)
 	}
 	// A deadline clock rather than a ticker: a loop delayed by a busy host
 	// catches up (its frames are due), up to maxBehind, then drops the rest.
@@ -197,16 +203,19 @@ func (rm *roomMix) members() {
 				rm.log.Error("audio mix: decoder", "err", err)
 				continue
 			}
-			in := &input{owner: p.Identity(), dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover}
+			in := newInput(p.Identity(), dec)
 			in.remove = pub.AddSink(in)
 			rm.inputs[pub] = in
 		}
-		if p.Local() || !p.Grants().Subscribe {
-			continue // no connection to send a mix on, or no right to hear it
+		if p.Local() {
+			continue // no connection to send a mix on
 		}
+		// Also for a publisher without the subscribe grant (a WHIP caller):
+		// a WHEP viewer of the same identity hears it; while nobody receives
+		// the track it is not encoded.
 		seenID[p.Identity()] = true
 		if rm.outputs[p.Identity()] == nil {
-			o, err := newOutput(rm.mgr, rm.room.Name(), p.Identity())
+			o, err := newOutput(rm.mgr, rm.room.Name(), auth.MixPrefix+p.Identity(), p.Identity())
 			if err != nil {
 				if _, ok := rm.joinErr.Allow(10 * time.Second); ok {
 					rm.log.Warn("audio mix: no mixed track for a participant", "identity", p.Identity(), "err", err)
@@ -238,24 +247,12 @@ func (rm *roomMix) frame() {
 		o.own, o.talking = o.own[:0], false
 	}
 	for _, in := range rm.inputs {
-		n, play := in.take()
-		if !play {
+		if !in.frame() {
 			in.quiet = hangover
 			continue
 		}
-		var pkt []byte
-		if n > 0 {
-			pkt = in.pkt[:n]
-		}
-		got, err := in.dec.Decode(pkt, in.pcm)
-		if err != nil && n > 0 {
-			got, err = in.dec.Decode(nil, in.pcm) // a corrupt packet: conceal it
-		}
-		if err != nil || got < opus.FrameSamples {
-			continue
-		}
 		var energy int64
-		for _, s := range in.pcm[:opus.FrameSamples] {
+		for _, s := range in.pcm {
 			energy += int64(s) * int64(s)
 		}
 		o := rm.outputs[in.owner]
@@ -267,7 +264,7 @@ func (rm *roomMix) frame() {
 			continue // silent: nothing to add
 		}
 		in.quiet = 0
-		for i, s := range in.pcm[:opus.FrameSamples] {
+		for i, s := range in.pcm {
 			rm.full[i] += int32(s)
 		}
 		if o != nil {
@@ -275,9 +272,9 @@ func (rm *roomMix) frame() {
 		}
 	}
 	// Those whose own voice is not in the mix hear the shared mix, encoded once.
-	needShared := false
+	needShared := rm.all != nil && rm.all.heard()
 	for _, o := range rm.outputs {
-		if !o.ownMix() {
+		if !o.ownMix() && o.heard() {
 			needShared = true
 			break
 		}
@@ -289,7 +286,13 @@ func (rm *roomMix) frame() {
 			rm.sharedN = n
 		}
 	}
+	if rm.sharedN > 0 && rm.all != nil && rm.all.heard() {
+		rm.all.send(rm.sharedP[:rm.sharedN])
+	}
 	for _, o := range rm.outputs {
+		if !o.heard() {
+			continue
+		}
 		if !o.ownMix() {
 			if rm.sharedN > 0 {
 				o.send(rm.sharedP[:rm.sharedN])
@@ -324,17 +327,23 @@ func (rm *roomMix) teardown() {
 		o.close()
 		delete(rm.outputs, id)
 	}
+	if rm.all != nil {
+		rm.all.close()
+		rm.all = nil
+	}
 	if rm.shared != nil {
 		rm.shared.Close()
 	}
 }
 
 // output is one listener's mixed track, published by a hidden participant
-// whose audience is the listener alone.
+// whose audience is the listener alone (or, for the room's mix, no one: only
+// WHEP viewers get it).
 type output struct {
 	identity string
 	part     *sfu.Participant
 	track    *sfu.LocalTrack
+	pub      *sfu.Publication
 	enc      *opus.Encoder // made when the listener first speaks
 	own      []*input      // the listener's tracks in this frame's mix
 	talking  bool          // one of them was, within the hangover
@@ -343,9 +352,15 @@ type output struct {
 	pkt      [opus.MaxPacket]byte
 }
 
-func newOutput(mgr *sfu.Manager, room, identity string) (*output, error) {
-	part, err := mgr.JoinLocal(sfu.LocalOptions{Room: room, Identity: auth.MixPrefix + identity, Name: "audio mix",
-		Audience: []string{identity}, Grants: auth.Grants{Publish: true}, Origin: sfu.Server})
+// newOutput publishes a mixed track as participant name, seen by listener
+// alone ("": by no one).
+func newOutput(mgr *sfu.Manager, room, name, listener string) (*output, error) {
+	opt := sfu.LocalOptions{Room: room, Identity: name, Name: "audio mix", Hidden: true,
+		Grants: auth.Grants{Publish: true}, Origin: sfu.Server}
+	if listener != "" {
+		opt.Audience = []string{listener}
+	}
+	part, err := mgr.JoinLocal(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +372,7 @@ func newOutput(mgr *sfu.Manager, room, identity string) (*output, error) {
 		part.Close("left")
 		return nil, err
 	}
-	return &output{identity: identity, part: part, track: track,
+	return &output{identity: listener, part: part, track: track, pub: track.Publication(),
 		hdr: rtp.Header{Version: 2, PayloadType: payloadType, SSRC: ssrc, SequenceNumber: uint16(rand.Uint32()), Timestamp: rand.Uint32(), Marker: true}}, nil
 }
 
@@ -367,6 +382,10 @@ func newOutput(mgr *sfu.Manager, room, identity string) (*output, error) {
 func (o *output) ownMix() bool {
 	return len(o.own) > 0 || (o.talking && o.enc != nil)
 }
+
+// heard: someone receives the track (a WebRTC client, a WHEP viewer, a sink
+// inside the server).
+func (o *output) heard() bool { return len(o.pub.Subscribers()) > 0 || o.pub.HasSinks() }
 
 func (o *output) encode(pcm []int16) (int, error) {
 	if o.enc == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/pion/rtp"
 
 	"github.com/petrel-sfu/petrel/audio/opus"
+	"github.com/petrel-sfu/petrel/auth"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/sfu"
 )
@@ -23,34 +24,35 @@ func packet(seq uint16, payload ...byte) *sfu.Packet {
 // when nothing comes.
 func TestJitterBuffer(t *testing.T) {
 	in := &input{}
-	if _, play := in.take(); play {
+	if _, play := in.take(opus.FrameSamples); play {
 		t.Fatal("played before any packet")
 	}
 	in.WriteRTP(packet(10, 10))
 	in.WriteRTP(packet(12, 12))
 	in.WriteRTP(packet(11, 11))
 	for range playoutDelay {
-		if _, play := in.take(); play {
+		if _, play := in.take(opus.FrameSamples); play {
 			t.Fatal("played within the playout delay")
 		}
 	}
 	for want := byte(10); want <= 12; want++ {
-		n, play := in.take()
+		n, play := in.take(opus.FrameSamples)
 		if !play || n != 1 || in.pkt[0] != want {
 			t.Fatalf("want packet %d, got n=%d play=%v first byte %d", want, n, play, in.pkt[0])
 		}
 	}
 	in.WriteRTP(packet(9, 9)) // late: 9 was played long ago
 	in.WriteRTP(packet(14, 14))
-	if n, play := in.take(); !play || n != 0 {
+	if n, play := in.take(opus.FrameSamples); !play || n != 0 {
 		t.Fatalf("13 is lost (14 waits): want concealment, got n=%d play=%v", n, play)
 	}
-	if n, play := in.take(); n != 1 || !play || in.pkt[0] != 14 {
+	if n, play := in.take(opus.FrameSamples); n != 1 || !play || in.pkt[0] != 14 {
 		t.Fatalf("want 14, got n=%d play=%v", n, play)
 	}
 	plc := 0
+	const idleFrames = idleSamples / opus.FrameSamples
 	for range 2 * idleFrames {
-		if n, play := in.take(); play && n == 0 {
+		if n, play := in.take(opus.FrameSamples); play && n == 0 {
 			plc++
 		}
 	}
@@ -59,9 +61,9 @@ func TestJitterBuffer(t *testing.T) {
 	}
 	in.WriteRTP(packet(40000, 1)) // a far jump restarts the input
 	for range playoutDelay {
-		in.take()
+		in.take(opus.FrameSamples)
 	}
-	if n, play := in.take(); n != 1 || !play {
+	if n, play := in.take(opus.FrameSamples); n != 1 || !play {
 		t.Fatalf("after a jump: n=%d play=%v", n, play)
 	}
 }
@@ -117,13 +119,15 @@ func benchRoom(b testing.TB, n, talking int) (*roomMix, func(frame int)) {
 	for i := range n {
 		id := "p" + strconv.Itoa(i)
 		dec, _ := opus.NewDecoder()
-		in := &input{owner: id, dec: dec, pcm: make([]int16, 6*opus.FrameSamples), quiet: hangover, remove: func() {}}
+		in := newInput(id, dec)
+		in.remove = func() {}
 		rm.inputs[&sfu.Publication{}] = in
 		ins = append(ins, in)
-		o, err := newOutput(mgr, "bench", id)
+		o, err := newOutput(mgr, "bench", auth.MixPrefix+id, id)
 		if err != nil {
 			b.Fatal(err)
 		}
+		o.pub.AddSink(discard{}) // a listener: unheard mixes are not encoded
 		rm.outputs[id] = o
 	}
 	return rm, func(f int) {
@@ -185,5 +189,69 @@ func TestGarbageInputKeepsMixing(t *testing.T) {
 		if sent := o.hdr.SequenceNumber - start[id]; sent != 50 {
 			t.Errorf("%s's mix: %d frames sent of 50", id, sent)
 		}
+	}
+}
+
+// discard is a listener that drops what it hears.
+type discard struct{}
+
+func (discard) WriteRTP(*sfu.Packet) {}
+
+// A mix nobody receives (a WHIP caller's, until a WHEP viewer of the same
+// identity plays it) costs no encoding and sends nothing; once heard, it does.
+func TestUnheardMixNotEncoded(t *testing.T) {
+	rm, feed := benchRoom(t, 3, 3)
+	o, err := newOutput(rm.mgr, "bench", auth.MixPrefix+"p0", "p0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.outputs["p0"].close()
+	rm.outputs["p0"] = o // p0 talks, and nobody hears its minus-one
+	start := o.hdr.SequenceNumber
+	f := 0
+	for ; f < 20; f++ {
+		feed(f)
+		rm.frame()
+	}
+	if o.enc != nil || o.hdr.SequenceNumber != start {
+		t.Fatalf("unheard: encoder made %v, %d frames sent", o.enc != nil, o.hdr.SequenceNumber-start)
+	}
+	o.pub.AddSink(discard{})
+	for ; f < 40; f++ {
+		feed(f)
+		rm.frame()
+	}
+	if o.enc == nil || o.hdr.SequenceNumber-start != 20 {
+		t.Fatalf("heard: encoder made %v, %d frames sent of 20", o.enc != nil, o.hdr.SequenceNumber-start)
+	}
+}
+
+// A sender whose packets hold more audio than time passes (60 ms packets
+// every 20 ms) fills the input's buffers to their bound and no further: its
+// jitter buffer overflows and restarts (a short pause), the rest plays.
+func TestInputTooMuchAudio(t *testing.T) {
+	enc, _ := opus.NewEncoder(bitrate)
+	defer enc.Close()
+	dec, _ := opus.NewDecoder()
+	in := newInput("x", dec)
+	defer dec.Close()
+	pcm := make([]int16, 3*opus.FrameSamples)
+	buf := make([]byte, opus.MaxPacket)
+	n, err := enc.EncodePacket(pcm, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	played := 0
+	for f := range 200 {
+		in.WriteRTP(packet(uint16(f), buf[:n]...))
+		if in.frame() {
+			played++
+		}
+		if in.have >= 3*opus.FrameSamples {
+			t.Fatalf("frame %d: %d samples buffered", f, in.have)
+		}
+	}
+	if played < 180 {
+		t.Fatalf("%d frames of 200 played", played)
 	}
 }

@@ -1,5 +1,6 @@
 // Package opus wraps the system libopus (cgo) for the audio mixer: mono
-// 48 kHz, 20 ms frames, decoding with loss concealment and encoding.
+// 48 kHz, decoding packets of any length with loss concealment, encoding
+// 20 ms frames (EncodePacket: other lengths).
 package opus
 
 /*
@@ -23,10 +24,16 @@ const (
 	FrameSamples = Rate / 50
 	// MaxPacket bounds an encoded frame (RFC 6716 allows up to 1275 bytes).
 	MaxPacket = 1275
+	// MaxPacketSamples is the longest packet's audio: 120 ms (RFC 6716).
+	MaxPacketSamples = 6 * FrameSamples
 )
 
-// ErrFrame is returned for a buffer shorter than one frame.
-var ErrFrame = errors.New("opus: pcm buffer shorter than one 20 ms frame")
+// ErrFrame is returned for a buffer shorter than one frame; ErrLength for a
+// length no Opus packet has.
+var (
+	ErrFrame  = errors.New("opus: pcm buffer shorter than one 20 ms frame")
+	ErrLength = errors.New("opus: pcm length is not a whole number of 2.5 ms up to the packet's limit")
+)
 
 func opusErr(op string, code C.int) error {
 	return fmt.Errorf("opus %s: %s", op, C.GoString(C.opus_strerror(code)))
@@ -65,6 +72,25 @@ func (d *Decoder) Decode(packet []byte, pcm []int16) (int, error) {
 		return 0, opusErr("decode", n)
 	}
 	return int(n), nil
+}
+
+// Conceal fills pcm with the concealment (PLC) of one lost packet of
+// len(pcm) samples: a multiple of 2.5 ms up to MaxPacketSamples, the length
+// of the packet that was lost.
+func (d *Decoder) Conceal(pcm []int16) (int, error) {
+	if !validLength(len(pcm), MaxPacketSamples) {
+		return 0, ErrLength
+	}
+	n := C.opus_decode(d.d, nil, 0, (*C.opus_int16)(unsafe.Pointer(&pcm[0])), C.int(len(pcm)), 0)
+	if n < 0 {
+		return 0, opusErr("conceal", n)
+	}
+	return int(n), nil
+}
+
+// validLength: n samples are a whole number of 2.5 ms steps, at most max.
+func validLength(n, max int) bool {
+	return n > 0 && n <= max && n%(Rate/400) == 0
 }
 
 // Close frees the decoder.
@@ -107,6 +133,25 @@ func (e *Encoder) Encode(pcm []int16, out []byte) (int, error) {
 		return 0, errors.New("opus: empty output buffer")
 	}
 	n := C.opus_encode(e.e, (*C.opus_int16)(unsafe.Pointer(&pcm[0])), FrameSamples,
+		(*C.uchar)(unsafe.Pointer(&out[0])), C.opus_int32(len(out)))
+	if n < 0 {
+		return 0, opusErr("encode", n)
+	}
+	return int(n), nil
+}
+
+// EncodePacket encodes all of pcm as one packet: 2.5, 5, 10, 20, 40 or
+// 60 ms of samples, the frame sizes libopus encodes.
+func (e *Encoder) EncodePacket(pcm []int16, out []byte) (int, error) {
+	switch len(pcm) {
+	case Rate / 400, Rate / 200, Rate / 100, Rate / 50, Rate / 25, 3 * Rate / 50:
+	default:
+		return 0, ErrLength
+	}
+	if len(out) == 0 {
+		return 0, errors.New("opus: empty output buffer")
+	}
+	n := C.opus_encode(e.e, (*C.opus_int16)(unsafe.Pointer(&pcm[0])), C.int(len(pcm)),
 		(*C.uchar)(unsafe.Pointer(&out[0])), C.opus_int32(len(out)))
 	if n < 0 {
 		return 0, opusErr("encode", n)

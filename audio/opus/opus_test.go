@@ -63,3 +63,45 @@ func power(x []int16, freq float64) float64 {
 	}
 	return s1*s1 + s2*s2 - c*s1*s2
 }
+
+// Packets of 10, 40 and 60 ms decode to their own length, a lost one is
+// concealed with the length given, and lengths no packet has are refused.
+func TestPacketLengths(t *testing.T) {
+	enc, err := NewEncoder(32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	dec, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	pkt := make([]byte, MaxPacket)
+	out := make([]int16, MaxPacketSamples)
+	for _, ms := range []int{10, 40, 60} {
+		pcm := make([]int16, Rate*ms/1000)
+		for i := range pcm {
+			pcm[i] = int16(8000 * math.Sin(2*math.Pi*440*float64(i)/Rate))
+		}
+		n, err := enc.EncodePacket(pcm, pkt)
+		if err != nil {
+			t.Fatalf("%d ms: encode: %v", ms, err)
+		}
+		if m, err := dec.Decode(pkt[:n], out); err != nil || m != len(pcm) {
+			t.Fatalf("%d ms: decoded %d samples (%v), want %d", ms, m, err, len(pcm))
+		}
+		if m, err := dec.Conceal(out[:len(pcm)]); err != nil || m != len(pcm) {
+			t.Fatalf("%d ms: concealed %d samples (%v), want %d", ms, m, err, len(pcm))
+		}
+	}
+	if _, err := enc.EncodePacket(make([]int16, 1000), pkt); err != ErrLength {
+		t.Fatalf("1000 samples encoded: %v", err)
+	}
+	if _, err := dec.Conceal(out[:100]); err != ErrLength {
+		t.Fatalf("100 samples concealed: %v", err)
+	}
+	if _, err := dec.Conceal(make([]int16, MaxPacketSamples+120)); err != ErrLength {
+		t.Fatalf("more than 120 ms concealed: %v", err)
+	}
+}

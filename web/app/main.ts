@@ -188,6 +188,11 @@ function wireRoom(r: Room): void {
   r.on('participantJoined', (p) => {
     // A recording played back to us: the timeline shows it in the camera's tile.
     if (p.identity.startsWith('playback-')) return;
+    // An audio-mixed room's mixer is the room's sound, not a person: no tile.
+    if (p.audioMix) {
+      $('mix-badge').hidden = false;
+      return;
+    }
     const tile = addTile(p.sid, p.name, false);
     // In a camera room the camera gets PTZ, talk-back and picture tools (ptzui.ts).
     if (p.identity === 'camera' && /^camera\//.test(r.room?.name ?? '')) mountCameraControls(r, tile.querySelector('video') as HTMLVideoElement, tile);
@@ -219,6 +224,7 @@ function wireRoom(r: Room): void {
     }
   });
   r.on('participantLeft', (p) => {
+    if (p.audioMix) $('mix-badge').hidden = true;
     tileOf(p.sid)?.remove();
     if (pinned.delete(p.sid)) void sendPins();
   });
@@ -227,6 +233,11 @@ function wireRoom(r: Room): void {
       // A camera's recording: the timeline shows it in the camera's tile. A
       // room recording's: one tile per recorded participant (the track's name).
       if (/^recording\//.test(r.room?.name ?? '')) showRecorded(pub.info.name || pub.sid, track, pub.sid);
+      return;
+    }
+    if (p?.audioMix) {
+      // The mix of everyone else: played outside the tiles.
+      playAudio($('room-audio'), track, pub.sid);
       return;
     }
     const tile = tileOf(pub.participantSid) ?? addTile(pub.participantSid, p?.name ?? '', false);
@@ -238,15 +249,7 @@ function wireRoom(r: Room): void {
       // Adaptive subscription: the layer that fits the tile, nothing while unseen.
       r.observeVideo(pub.sid, video);
     } else {
-      // Moving between the SFU and the direct path brings another track for the same publication.
-      tile.querySelectorAll(`audio[data-track-sid="${CSS.escape(pub.sid)}"]`).forEach((a) => a.remove());
-      const audio = document.createElement('audio');
-      audio.autoplay = true;
-      audio.dataset.trackSid = pub.sid;
-      audio.srcObject = new MediaStream([track]);
-      tile.append(audio);
-      // Autoplay rules can block sound until the user clicks something.
-      audio.play().catch(() => ($('audio-unlock').hidden = false));
+      playAudio(tile, track, pub.sid);
     }
     if (p) updateLabel(p);
   });
@@ -330,6 +333,8 @@ function wireRoom(r: Room): void {
   r.on('disconnected', (reason) => {
     clearInterval(statsTimer);
     tiles.replaceChildren();
+    $('room-audio').replaceChildren();
+    $('mix-badge').hidden = true;
     call.hidden = true;
     joinForm.hidden = false;
     room = null;
@@ -434,11 +439,19 @@ function showRecorded(identity: string, track: MediaStreamTrack, trackSid: strin
     showVideo(tile.querySelector('video') as HTMLVideoElement, track, trackSid);
     return;
   }
+  playAudio(tile, track, trackSid);
+}
+
+// Plays a remote audio track in an audio element of `parent`.
+function playAudio(parent: HTMLElement, track: MediaStreamTrack, sid: string): void {
+  // Moving between the SFU and the direct path brings another track for the same publication.
+  parent.querySelectorAll(`audio[data-track-sid="${CSS.escape(sid)}"]`).forEach((a) => a.remove());
   const audio = document.createElement('audio');
   audio.autoplay = true;
-  audio.dataset.trackSid = trackSid;
+  audio.dataset.trackSid = sid;
   audio.srcObject = new MediaStream([track]);
-  tile.append(audio);
+  parent.append(audio);
+  // Autoplay rules can block sound until the user clicks something.
   audio.play().catch(() => ($('audio-unlock').hidden = false));
 }
 

@@ -6,7 +6,7 @@
 // and reconnect.ts (ICE restarts, resuming).
 import { svcMime, SVC_MODE, type SvcCodec } from './svc.js';
 import { encodeData } from './data.js';
-import { type ClientMessage, type RoomRecording, type ServerMessage, FATAL_CODES } from './protocol.js';
+import { type ClientMessage, type RoomRecording, type ServerMessage, FATAL_CODES, PetrelError } from './protocol.js';
 import { clusterNodes, placeParticipant, tokenRoom } from './cluster.js';
 import type { StatsSummary } from './stats.js';
 import { E2EE } from './e2ee.js';
@@ -106,6 +106,12 @@ export class Room extends RoomConnection {
         await this.crypto.start();
       }
       const joined = await this.session.join(this.url, this.joinMessage());
+      // The server decodes a mixed room's audio: encrypted audio would be
+      // noise in everyone's mix.
+      if (this.crypto && joined.room.audioMix) {
+        this.session.leave();
+        throw new PetrelError('e2ee_unavailable', "the server mixes this room's audio, so it cannot be end-to-end encrypted: join without a passphrase");
+      }
       await this.startSession(joined);
     } catch (err) {
       this.closeCrypto();

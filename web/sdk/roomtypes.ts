@@ -172,6 +172,14 @@ export class RemoteParticipant {
   get name(): string {
     return this.info.name || this.info.identity;
   }
+  /**
+   * The server's audio mixer in an audio-mixed room, not a person: its one
+   * audio track is everything this client hears of the others (minus its own
+   * voice), to be played and not shown as a participant.
+   */
+  get audioMix(): boolean {
+    return this.info.identity.startsWith('audiomix-');
+  }
 }
 
 export interface RoomEvents {
