@@ -194,10 +194,16 @@ func (lt *LocalTrack) WriteRTP(raw []byte) error {
 	select {
 	case lt.q <- bp:
 	default:
-		lt.pool.Put(bp)
+		lt.put(bp)
 		lt.dropped.Add(1)
 	}
 	return nil
+}
+
+// put returns a buffer to the pool whole: WritePacket marshals into one.
+func (lt *LocalTrack) put(bp *[]byte) {
+	*bp = (*bp)[:cap(*bp)]
+	lt.pool.Put(bp)
 }
 
 // WritePacket marshals pkt and queues it (see WriteRTP).
@@ -239,7 +245,7 @@ func (lt *LocalTrack) ReadRTP(buf []byte) (int, error) {
 	select {
 	case bp := <-lt.q:
 		n := copy(buf, *bp)
-		lt.pool.Put(bp)
+		lt.put(bp)
 		return n, nil
 	case <-lt.wake:
 		return 0, nil

@@ -16,8 +16,8 @@ import (
 )
 
 // A packet a Go component writes into a local track (the audio mixer, the
-// camera gateway, ingest) reaches a subscriber without a heap allocation: the
-// mixer writes one per participant every 20 ms.
+// camera gateway, ingest) reaches a subscriber without a heap allocation (the
+// mixer writes one per participant every 20 ms), whatever the packets' sizes.
 func TestLocalTrackForwardsWithoutAllocating(t *testing.T) {
 	m := NewManager(config.Default(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	listener, err := m.JoinLocal(LocalOptions{Room: "a", Identity: "l", Grants: auth.Grants{Subscribe: true}})
@@ -42,7 +42,13 @@ func TestLocalTrackForwardsWithoutAllocating(t *testing.T) {
 	if err := pkt.Header.SetExtension(1, []byte{50}); err != nil {
 		t.Fatal(err)
 	}
+	small, large := pkt.Payload, make([]byte, 1000)
 	send := func(f int) {
+		// Sizes alternate: a pooled buffer that held a small packet takes a large one.
+		pkt.Payload = small
+		if f%2 == 1 {
+			pkt.Payload = large
+		}
 		pkt.Header.SequenceNumber, pkt.Header.Timestamp = uint16(f), uint32(f*960)
 		if err := lt.WritePacket(pkt); err != nil {
 			t.Fatal(err)
