@@ -1,0 +1,317 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/petrel-sfu/petrel/config"
+	"github.com/petrel-sfu/petrel/protocol"
+	"github.com/petrel-sfu/petrel/serverapi"
+	"github.com/petrel-sfu/petrel/webhook"
+)
+
+// verifyingReceiver keeps the egress events whose signature webhook.Receive
+// verifies with the API key and secret.
+type verifyingReceiver struct {
+	t  *testing.T
+	mu sync.Mutex
+	ev []webhook.Event
+}
+
+func (v *verifyingReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ev, err := webhook.Receive(r, map[string]string{apiKey: apiSecret})
+	if err != nil {
+		v.t.Errorf("webhook refused: %v", err)
+		w.WriteHeader(401)
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if strings.HasPrefix(ev.Event, "egress_") {
+		v.ev = append(v.ev, *ev)
+	}
+}
+
+// egressEvents lists "event state error" of egress id's events.
+func (v *verifyingReceiver) egressEvents(id string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, ev := range v.ev {
+		b, _ := json.Marshal(ev.EgressInfo)
+		var in protocol.EgressInfo
+		_ = json.Unmarshal(b, &in)
+		if in.ID != id {
+			continue
+		}
+		if in.URL != "" || ev.Room == nil || ev.Room.Name != in.Room {
+			v.t.Errorf("%s carries the URL %q or the wrong room %+v", ev.Event, in.URL, ev.Room)
+		}
+		out = append(out, strings.TrimSpace(ev.Event+" "+in.State+" "+in.Error))
+	}
+	return out
+}
+
+// rtmpListener runs ffmpeg as an RTMP server that copies what it receives
+// into out, and waits until it listens.
+func rtmpListener(t *testing.T, out string) (url string, exited <-chan error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	url = fmt.Sprintf("rtmp://127.0.0.1:%d/live/test", port)
+	cmd := exec.Command("ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-listen", "1", "-i", url, "-c", "copy", out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	ch := make(chan error, 1)
+	go func() { ch <- cmd.Wait() }()
+	// Dialing would take its one connection: read the kernel's listen table.
+	want := fmt.Sprintf("0100007F:%04X", port)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile("/proc/net/tcp")
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 3 && f[1] == want && f[3] == "0A" {
+				return url, ch
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ffmpeg RTMP listener does not listen")
+		}
+	}
+}
+
+func waitEgress(t *testing.T, api *serverapi.Client, id string, within time.Duration, states ...string) protocol.EgressInfo {
+	t.Helper()
+	var last protocol.EgressInfo
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		list, err := api.ListEgress(ctxT(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range list {
+			if in.ID == id {
+				last = in
+				for _, s := range states {
+					if in.State == s {
+						return in
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("egress %s is %+v, not %v, after %v", id, last, states, within)
+	return last
+}
+
+// A participant's H.264 camera and Opus microphone pushed over RTMP to an
+// ffmpeg listener: the received file has H.264 and AAC of the time it ran;
+// DELETE ends it; a signature-checking receiver sees started, active,
+// ending, complete. A target that refuses the connection fails the egress
+// with the reason, in the list and in egress_ended. Hostile requests get
+// clear 4xx answers.
+func TestRTMPEgressOfAParticipant(t *testing.T) {
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Skip("ffmpeg/ffprobe not installed (make deps)")
+	}
+	cl := makeClips(t)
+	recv := &verifyingReceiver{t: t}
+	hooks := httptest.NewServer(recv)
+	t.Cleanup(hooks.Close)
+	e := start(t, func(c *config.Config) {
+		c.Webhook.URLs = []string{hooks.URL}
+		c.Webhook.Backoff = 50 * time.Millisecond
+	})
+	api := serverapi.New(e.url, apiKey, apiSecret)
+	ctx := ctxT(t, 50*time.Second)
+
+	bob := e.join("stage", "bob")
+	var sids []string
+	for _, tr := range []struct {
+		cap    webrtc.RTPCodecCapability
+		source string
+		clip   string
+	}{
+		{webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264, ClockRate: 90000,
+			SDPFmtpLine: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"}, "camera", cl.h264},
+		{webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2}, "microphone", cl.opus},
+	} {
+		lt, err := webrtc.NewTrackLocalStaticSample(tr.cap, tr.source, "bob-"+tr.source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid, _, err := bob.Publish(ctxT(t, 10*time.Second), lt, tr.source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sids = append(sids, sid)
+		play(t, lt, clipSamples(t, tr.clip))
+	}
+	// Carol publishes nothing.
+	_ = e.join("stage", "carol")
+
+	// Hostile requests: each a 4xx with a code, and nothing started.
+	for _, c := range []struct {
+		req    protocol.CreateEgress
+		status int
+		code   string
+	}{
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", URL: "file:///tmp/x.flv"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", URL: "http://127.0.0.1:1/live/x"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", URL: "rtmp://127.0.0.1:1"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", URL: "rtmp://127.0.0.1:1/live/x -y /tmp/owned"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "hls", Room: "stage", Identity: "bob", URL: "rtmp://127.0.0.1:1/live/x"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "nowhere", Identity: "bob", URL: "rtmp://127.0.0.1:1/live/x"}, 404, "not_found"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "dave", URL: "rtmp://127.0.0.1:1/live/x"}, 404, "not_found"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "carol", URL: "rtmp://127.0.0.1:1/live/x"}, 404, "not_found"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{"TR_nope"}, URL: "rtmp://127.0.0.1:1/live/x"}, 404, "not_found"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", Tracks: sids, URL: "rtmp://127.0.0.1:1/live/x"}, 400, "bad_request"},
+		{protocol.CreateEgress{Kind: "rtmp", Room: "stage", URL: "rtmp://127.0.0.1:1/live/x"}, 400, "bad_request"},
+	} {
+		var ae *serverapi.Error
+		if _, err := api.StartEgress(ctx, c.req); !errors.As(err, &ae) || ae.Status != c.status || ae.Code != c.code || ae.Message == "" {
+			t.Errorf("start %+v: %v, want %d %s", c.req, err, c.status, c.code)
+		}
+	}
+	var ae *serverapi.Error
+	if _, err := api.StopEgress(ctx, "EG_nope"); !errors.As(err, &ae) || ae.Status != 404 || ae.Code != "not_found" {
+		t.Errorf("stop of no egress: %v", err)
+	}
+	if list, err := api.ListEgress(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("list after refusals: %+v %v", list, err)
+	}
+
+	out := filepath.Join(t.TempDir(), "out.flv")
+	target, listenerDone := rtmpListener(t, out)
+	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Identity: "bob", URL: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eg.ID == "" || eg.State != protocol.EgressStarting || eg.Identity != "bob" || strings.Join(eg.Tracks, ",") != strings.Join(sids, ",") || eg.URL != target {
+		t.Fatalf("started %+v (tracks %v)", eg, sids)
+	}
+	requested := time.Now()
+	active := waitEgress(t, api, eg.ID, 20*time.Second, protocol.EgressActive)
+	t.Logf("active %d ms after the request", active.Since-eg.StartedAt)
+	activeAt := time.Now()
+	time.Sleep(4 * time.Second)
+	stopped, err := api.StopEgress(ctx, eg.ID)
+	if err != nil || stopped.State != protocol.EgressEnding && stopped.State != protocol.EgressComplete {
+		t.Fatalf("stop: %+v %v", stopped, err)
+	}
+	ran, since := time.Since(activeAt).Seconds(), time.Since(requested).Seconds()
+	select {
+	case <-listenerDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the RTMP listener still receives after the egress was stopped")
+	}
+	if done := waitEgress(t, api, eg.ID, 10*time.Second, protocol.EgressComplete, protocol.EgressFailed); done.State != protocol.EgressComplete || done.Error != "" || done.Reason != "stopped through the API" {
+		t.Fatalf("ended %+v", done)
+	}
+
+	probe, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_name,start_time:format=duration", "-of", "default=nw=1", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffprobe: %v\n%s", err, probe)
+	}
+	// The file holds what came since the egress was asked for (ffmpeg keeps
+	// what it read while probing the tracks), at least all since it was active.
+	p := string(probe)
+	t.Logf("received:\n%s", p)
+	d, _ := strconv.ParseFloat(strings.TrimSpace(p[strings.Index(p, "duration=")+len("duration="):]), 64)
+	if !strings.Contains(p, "codec_name=h264") || !strings.Contains(p, "codec_name=aac") || d < ran-1 || d > since+0.5 {
+		t.Fatalf("received file (the egress ran %.1f s, active for %.1f s):\n%s", since, ran, p)
+	}
+
+	// A target that refuses: failed, with the reason.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := fmt.Sprintf("rtmp://%s/live/sk_secret", l.Addr())
+	l.Close()
+	bad, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: sids[:1], URL: closed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := waitEgress(t, api, bad.ID, 20*time.Second, protocol.EgressFailed, protocol.EgressComplete)
+	if failed.State != protocol.EgressFailed || !strings.Contains(failed.Error, "Connection refused") || strings.Contains(failed.Error, "sk_secret") {
+		t.Fatalf("refused target: %+v", failed)
+	}
+
+	want := map[string]string{
+		eg.ID:  "egress_started starting,egress_updated active,egress_updated ending,egress_ended complete",
+		bad.ID: "egress_started starting,egress_ended failed " + failed.Error,
+	}
+	for id, w := range want {
+		var got []string
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if got = recv.egressEvents(id); strings.Join(got, ",") == w {
+				break
+			}
+		}
+		if strings.Join(got, ",") != w {
+			t.Errorf("webhooks of %s:\n%s\nwant\n%s", id, strings.Join(got, "\n"), strings.ReplaceAll(w, ",", "\n"))
+		}
+	}
+}
+
+// A VP8 track becomes H.264 on its way out (ffmpeg transcodes it), picked by
+// sid; when its publisher leaves, the egress ends by itself, complete, with
+// the reason.
+func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Skip("ffmpeg/ffprobe not installed (make deps)")
+	}
+	cl := makeClips(t)
+	e := start(t)
+	api := serverapi.New(e.url, apiKey, apiSecret)
+	ctx := ctxT(t, 40*time.Second)
+	carol := e.join("stage", "carol")
+	lt, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, "cv", "carol-cv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, _, err := carol.Publish(ctxT(t, 10*time.Second), lt, "camera")
+	if err != nil {
+		t.Fatal(err)
+	}
+	play(t, lt, clipSamples(t, cl.vp8))
+
+	out := filepath.Join(t.TempDir(), "out.flv")
+	target, listenerDone := rtmpListener(t, out)
+	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{sid}, URL: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEgress(t, api, eg.ID, 20*time.Second, protocol.EgressActive)
+	time.Sleep(2 * time.Second)
+	carol.Close()
+	done := waitEgress(t, api, eg.ID, 10*time.Second, protocol.EgressComplete, protocol.EgressFailed)
+	if done.State != protocol.EgressComplete || !strings.Contains(done.Reason, "participant left") {
+		t.Fatalf("after its publisher left: %+v", done)
+	}
+	select {
+	case <-listenerDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the RTMP listener still receives after the egress ended")
+	}
+	probe, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "default=nw=1", out).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(probe)) != "codec_name=h264\nwidth=160\nheight=120" {
+		t.Fatalf("received file: %v\n%s", err, probe)
+	}
+}
