@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -341,6 +342,7 @@ func (p *push) start(bin string, video, audio *sfu.Publication) error {
 		return err
 	}
 	cmd.Stderr = &tailWriter{max: 4 << 10}
+	dieWithServer(cmd)
 	if err := cmd.Start(); err != nil {
 		p.closeOuts()
 		return fmt.Errorf("ffmpeg: %w", err)
@@ -447,6 +449,11 @@ func (p *push) stop(why string) {
 func (p *push) ffmpegError(err error) string {
 	tail := strings.TrimSpace(p.cmd.Stderr.(*tailWriter).String())
 	tail = strings.ReplaceAll(tail, p.info.URL, redact(p.info.URL))
+	if u, err := url.Parse(p.info.URL); err == nil {
+		if key := path.Base(u.Path); len(key) >= 4 {
+			tail = strings.ReplaceAll(tail, key, "…")
+		}
+	}
 	lines := strings.Split(tail, "\n")
 	var keep []string
 	for i := len(lines) - 1; i >= 0 && len(keep) < 2; i-- {

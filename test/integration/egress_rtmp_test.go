@@ -249,6 +249,7 @@ func TestRTMPEgressOfAParticipant(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := waitEgress(t, api, bad.ID, 20*time.Second, protocol.EgressFailed, protocol.EgressComplete)
+	t.Logf("refused target: %s", failed.Error)
 	if failed.State != protocol.EgressFailed || !strings.Contains(failed.Error, "Connection refused") || strings.Contains(failed.Error, "sk_secret") {
 		t.Fatalf("refused target: %+v", failed)
 	}

@@ -1,0 +1,32 @@
+package egress
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheckTarget(t *testing.T) {
+	for _, u := range []string{"rtmp://live.example.com/app/key", "rtmps://a.example.com:443/live2/sk_1?x=1", "rtmp://127.0.0.1:1935/live/test"} {
+		if err := checkTarget(u); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+	for _, u := range []string{"", "file:///etc/passwd", "http://a/b/c", "https://a/b", "srt://a:1/x", "rtmp:/a/b", "rtmp://a", "rtmp://a/",
+		"rtmp:opaque/x", "rtmp://a/b c", "rtmp://a/b\n-y", "RTMPX://a/b", "rtmp://a/" + strings.Repeat("k", maxURL)} {
+		if err := checkTarget(u); err == nil {
+			t.Errorf("%q accepted", u)
+		}
+	}
+}
+
+func TestRedactHidesTheStreamKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"rtmp://a.example.com/app/sk_secret":             "rtmp://a.example.com/app/…",
+		"rtmps://u:pw@a.example.com:443/app/k?token=sec": "rtmps://a.example.com:443/app/…",
+		"rtmp://a/app":                                   "rtmp://a/app",
+	} {
+		if got := redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
