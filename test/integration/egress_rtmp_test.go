@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +24,7 @@ import (
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/serverapi"
 	"github.com/petrel-sfu/petrel/webhook"
+	"github.com/petrel-sfu/petrel/webtransport"
 )
 
 // verifyingReceiver keeps the egress events whose signature webhook.Receive
@@ -271,9 +274,42 @@ func TestRTMPEgressOfAParticipant(t *testing.T) {
 	}
 }
 
+// tlsFront terminates TLS (crypto/tls, a throwaway certificate) for the
+// one plain RTMP server at url and answers the rtmps:// URL that leads there:
+// the ffmpeg listener cannot take RTMPS itself.
+func tlsFront(t *testing.T, url string) string {
+	t.Helper()
+	cert, _, _, err := webtransport.DevCertificate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	hostPort := strings.TrimPrefix(url, "rtmp://")
+	back := hostPort[:strings.IndexByte(hostPort, '/')]
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, err := net.Dial("tcp", back)
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		go func() { _, _ = io.Copy(b, c); b.Close() }()
+		_, _ = io.Copy(c, b)
+	}()
+	return "rtmps://" + l.Addr().String() + hostPort[len(back):]
+}
+
 // A VP8 track becomes H.264 on its way out (ffmpeg transcodes it), picked by
-// sid; when its publisher leaves, the egress ends by itself, complete, with
-// the reason.
+// sid, over RTMPS; when its publisher leaves, the egress ends by itself,
+// complete, with the reason.
 func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
 	if _, err := exec.LookPath("ffprobe"); err != nil {
 		t.Skip("ffmpeg/ffprobe not installed (make deps)")
@@ -294,8 +330,8 @@ func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
 	play(t, lt, clipSamples(t, cl.vp8))
 
 	out := filepath.Join(t.TempDir(), "out.flv")
-	target, listenerDone := rtmpListener(t, out)
-	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{sid}, URL: target})
+	plain, listenerDone := rtmpListener(t, out)
+	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{sid}, URL: tlsFront(t, plain)})
 	if err != nil {
 		t.Fatal(err)
 	}
