@@ -60,7 +60,10 @@ type PushOptions struct {
 	Manager *sfu.Manager
 	Max     int    // egresses running at once
 	FFmpeg  string // the binary ("" is ffmpeg from PATH)
-	Log     *slog.Logger
+	// CAFile holds the authorities an rtmps target's certificate must chain
+	// to ("" is the system's).
+	CAFile string
+	Log    *slog.Logger
 }
 
 // Pushes runs the RTMP egresses.
@@ -333,6 +336,13 @@ func (p *push) start(bin string, video, audio *sfu.Publication) error {
 		}
 		p.outs = append(p.outs, o)
 	}
+	if strings.HasPrefix(p.info.URL, "rtmps:") {
+		// ffmpeg trusts any certificate unless told to verify.
+		args = append(args, "-tls_verify", "1")
+		if p.ps.o.CAFile != "" {
+			args = append(args, "-ca_file", p.ps.o.CAFile)
+		}
+	}
 	args = append(args, "-f", "flv", "-flvflags", "no_duration_filesize", "-progress", "pipe:1", "-stats_period", "0.5", p.info.URL)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin = strings.NewReader(sdp.String())
@@ -456,7 +466,7 @@ func (p *push) ffmpegError(err error) string {
 	}
 	lines := strings.Split(tail, "\n")
 	var keep []string
-	for i := len(lines) - 1; i >= 0 && len(keep) < 2; i-- {
+	for i := len(lines) - 1; i >= 0 && len(keep) < 3; i-- {
 		l := strings.TrimSpace(lines[i])
 		if l == "" || strings.HasPrefix(l, "Exiting normally") {
 			continue

@@ -23,7 +23,7 @@ func TestRedactHidesTheStreamKey(t *testing.T) {
 	for in, want := range map[string]string{
 		"rtmp://a.example.com/app/sk_secret":             "rtmp://a.example.com/app/…",
 		"rtmps://u:pw@a.example.com:443/app/k?token=sec": "rtmps://a.example.com:443/app/…",
-		"rtmp://a/app":                                   "rtmp://a/app",
+		"rtmp://a/app": "rtmp://a/app",
 	} {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)

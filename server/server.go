@@ -180,7 +180,8 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	// HLS egress: rooms' tracks and cameras for passive viewers (docs/egress.md).
 	s.HLS = egress.New(egress.Options{Config: cfg.HLS, Manager: s.Manager, Cameras: s.Cameras, Keys: keys, Log: log})
 	// RTMP push egress: started and stopped through the admin API.
-	s.Pushes = egress.NewPushes(egress.PushOptions{Manager: s.Manager, Max: cfg.Egress.MaxRTMP, FFmpeg: cfg.Egress.FFmpeg, Log: log})
+	s.Pushes = egress.NewPushes(egress.PushOptions{Manager: s.Manager, Max: cfg.Egress.MaxRTMP, FFmpeg: cfg.Egress.FFmpeg,
+		CAFile: cfg.Egress.CAFile, Log: log})
 	recAdmin := adminRoutes
 	adminRoutes = func(mux *http.ServeMux, admin func(http.Handler) http.Handler) {
 		if recAdmin != nil {

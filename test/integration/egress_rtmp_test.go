@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/tls"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -251,10 +252,23 @@ func TestRTMPEgressOfAParticipant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// RTMPS to a certificate no authority of this server vouches for: failed.
+	cert, _ := devCert(t)
+	untrusted, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: sids[1:], URL: tlsFront(t, cert, "rtmp://127.0.0.1:1/live/x")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	failed := waitEgress(t, api, bad.ID, 20*time.Second, protocol.EgressFailed, protocol.EgressComplete)
 	t.Logf("refused target: %s", failed.Error)
 	if failed.State != protocol.EgressFailed || !strings.Contains(failed.Error, "Connection refused") || strings.Contains(failed.Error, "sk_secret") {
 		t.Fatalf("refused target: %+v", failed)
+	}
+
+	if f := waitEgress(t, api, untrusted.ID, 20*time.Second, protocol.EgressFailed, protocol.EgressComplete); f.State != protocol.EgressFailed ||
+		!strings.Contains(f.Error, "certificate") {
+		t.Fatalf("untrusted RTMPS target: %+v", f)
+	} else {
+		t.Logf("untrusted RTMPS target: %s", f.Error)
 	}
 
 	want := map[string]string{
@@ -274,15 +288,26 @@ func TestRTMPEgressOfAParticipant(t *testing.T) {
 	}
 }
 
-// tlsFront terminates TLS (crypto/tls, a throwaway certificate) for the
-// one plain RTMP server at url and answers the rtmps:// URL that leads there:
-// the ffmpeg listener cannot take RTMPS itself.
-func tlsFront(t *testing.T, url string) string {
+// devCert makes a certificate for 127.0.0.1 and writes it as the PEM file
+// a server trusts with egress.ca_file.
+func devCert(t *testing.T) (tls.Certificate, string) {
 	t.Helper()
-	cert, _, _, err := webtransport.DevCertificate(time.Hour)
+	cert, _, _, err := webtransport.DevCertificate(24 * time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, file
+}
+
+// tlsFront terminates TLS with cert for the one plain RTMP server at url and
+// answers the rtmps:// URL that leads there: the ffmpeg listener cannot take
+// RTMPS itself.
+func tlsFront(t *testing.T, cert tls.Certificate, url string) string {
+	t.Helper()
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +321,9 @@ func tlsFront(t *testing.T, url string) string {
 			return
 		}
 		defer c.Close()
+		if err := c.(*tls.Conn).Handshake(); err != nil {
+			return
+		}
 		b, err := net.Dial("tcp", back)
 		if err != nil {
 			return
@@ -308,14 +336,16 @@ func tlsFront(t *testing.T, url string) string {
 }
 
 // A VP8 track becomes H.264 on its way out (ffmpeg transcodes it), picked by
-// sid, over RTMPS; when its publisher leaves, the egress ends by itself,
+// sid, over RTMPS to a target whose certificate egress.ca_file trusts; when
+// its publisher leaves, the egress ends by itself,
 // complete, with the reason.
 func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
 	if _, err := exec.LookPath("ffprobe"); err != nil {
 		t.Skip("ffmpeg/ffprobe not installed (make deps)")
 	}
 	cl := makeClips(t)
-	e := start(t)
+	cert, ca := devCert(t)
+	e := start(t, func(c *config.Config) { c.Egress.CAFile = ca })
 	api := serverapi.New(e.url, apiKey, apiSecret)
 	ctx := ctxT(t, 40*time.Second)
 	carol := e.join("stage", "carol")
@@ -331,7 +361,7 @@ func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "out.flv")
 	plain, listenerDone := rtmpListener(t, out)
-	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{sid}, URL: tlsFront(t, plain)})
+	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Tracks: []string{sid}, URL: tlsFront(t, cert, plain)})
 	if err != nil {
 		t.Fatal(err)
 	}
