@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os/exec"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ const (
 	// stopGrace is how long ffmpeg may take to end the stream cleanly after
 	// SIGINT before it is killed.
 	stopGrace = 5 * time.Second
+	// compositeW, compositeH and compositeFPS are the composite's picture
+	// (720p: what streaming services take at a modest bitrate).
+	compositeW, compositeH, compositeFPS = 1280, 720, 30
 	// keptEnded is how many ended egresses the list keeps.
 	keptEnded = 64
 	// maxURL bounds the target URL.
@@ -88,17 +92,22 @@ func NewPushes(o PushOptions) *Pushes {
 }
 
 type push struct {
-	ps    *Pushes
-	info  protocol.EgressInfo // under ps.mu
-	owner *sfu.Participant
-	pubs  []*sfu.Publication
-	outs  []*rtpOut
-	rm    []func()
-	cmd   *exec.Cmd
-	log   *slog.Logger
-	quit  chan struct{} // closed by Stop
-	once  sync.Once
-	done  chan struct{} // closed when ended
+	ps        *Pushes
+	info      protocol.EgressInfo // under ps.mu
+	bin       string
+	composite bool
+	owner     *sfu.Participant // nil for a composite
+	// videos and audios are sent; owned by the egress's goroutine once it runs.
+	videos, audios []*sfu.Publication
+	// Of the ffmpeg running: its senders, their sinks' removers, and the
+	// channel that stops the senders.
+	outs     []*rtpOut
+	rm       []func()
+	outsDone chan struct{}
+	cmd      *exec.Cmd
+	log      *slog.Logger
+	quit     chan struct{} // closed by Stop
+	once     sync.Once
 	// activeC is closed when ffmpeg has sent its first bytes to the target.
 	activeC chan struct{}
 	// why is the reason of the stop (under ps.mu).
@@ -120,9 +129,27 @@ func (ps *Pushes) Start(req protocol.CreateEgress) (protocol.EgressInfo, error) 
 	if room == nil || req.Room == "" {
 		return protocol.EgressInfo{}, protocol.Errorf(protocol.CodeNotFound, "no room %q", truncate(req.Room, 128))
 	}
-	owner, video, audio, err := pickTracks(room, req)
-	if err != nil {
-		return protocol.EgressInfo{}, err
+	var owner *sfu.Participant
+	var videos, audios []*sfu.Publication
+	if req.Composite {
+		if req.Identity != "" || len(req.Tracks) > 0 {
+			return protocol.EgressInfo{}, protocol.Errorf(protocol.CodeBadRequest, "a composite takes the whole room: no identity or tracks")
+		}
+		if videos, audios = pickComposite(room); len(videos)+len(audios) == 0 {
+			return protocol.EgressInfo{}, protocol.Errorf(protocol.CodeNotFound, "room %q has no track to composite", room.Name())
+		}
+	} else {
+		o, video, audio, err := pickTracks(room, req)
+		if err != nil {
+			return protocol.EgressInfo{}, err
+		}
+		owner = o
+		if video != nil {
+			videos = []*sfu.Publication{video}
+		}
+		if audio != nil {
+			audios = []*sfu.Publication{audio}
+		}
 	}
 	bin, err := exec.LookPath(ps.o.FFmpeg)
 	if err != nil {
@@ -140,21 +167,19 @@ func (ps *Pushes) Start(req protocol.CreateEgress) (protocol.EgressInfo, error) 
 		return protocol.EgressInfo{}, protocol.Errorf(protocol.CodeServerBusy, "%d egresses are running, the most this server allows (egress.max_rtmp)", running)
 	}
 	now := time.Now().UnixMilli()
-	p := &push{ps: ps, owner: owner, quit: make(chan struct{}), done: make(chan struct{}),
-		info: protocol.EgressInfo{ID: newEgressID(), Kind: "rtmp", Room: req.Room, Identity: owner.Identity(), Tracks: []string{},
+	p := &push{ps: ps, bin: bin, composite: req.Composite, owner: owner, quit: make(chan struct{}),
+		info: protocol.EgressInfo{ID: newEgressID(), Kind: "rtmp", Room: req.Room, Composite: req.Composite,
 			URL: req.URL, State: protocol.EgressStarting, Since: now, StartedAt: now}}
-	for _, pub := range []*sfu.Publication{video, audio} {
-		if pub != nil {
-			p.pubs = append(p.pubs, pub)
-			p.info.Tracks = append(p.info.Tracks, pub.Sid())
-		}
+	p.videos, p.audios, p.info.Tracks = videos, audios, sids(videos, audios)
+	if owner != nil {
+		p.info.Identity = owner.Identity()
 	}
-	p.log = ps.o.Log.With("egress", p.info.ID, "room", req.Room, "identity", owner.Identity(), "target", redact(req.URL))
+	p.log = ps.o.Log.With("egress", p.info.ID, "room", req.Room, "identity", p.info.Identity, "target", redact(req.URL))
 	ps.all = append(ps.all, p)
 	ps.wg.Add(1)
 	ps.mu.Unlock()
 
-	if err := p.start(bin, video, audio); err != nil {
+	if err := p.start(); err != nil {
 		p.log.Warn("rtmp egress did not start", "err", err)
 		ps.finish(p, protocol.EgressFailed, err.Error())
 		ps.wg.Done()
@@ -219,7 +244,7 @@ func pickTracks(room *sfu.Room, req protocol.CreateEgress) (owner *sfu.Participa
 			owner = pub.Owner()
 		}
 	default:
-		return nil, nil, nil, protocol.Errorf(protocol.CodeBadRequest, "name the participant (identity) or up to two tracks (tracks: one video, one audio)")
+		return nil, nil, nil, protocol.Errorf(protocol.CodeBadRequest, "name the participant (identity), up to two tracks (tracks: one video, one audio), or ask for the composite (composite: true)")
 	}
 	if video != nil && videoEncoding(video.Codec().MimeType) == "" {
 		return nil, nil, nil, protocol.Errorf(protocol.CodeBadRequest, "RTMP egress takes H.264, VP8 or VP9 video; track %s is %s", video.Sid(), video.Codec().MimeType)
@@ -228,6 +253,56 @@ func pickTracks(room *sfu.Room, req protocol.CreateEgress) (owner *sfu.Participa
 		return nil, nil, nil, protocol.Errorf(protocol.CodeBadRequest, "RTMP egress takes Opus or G.711 audio; track %s is %s", audio.Sid(), audio.Codec().MimeType)
 	}
 	return owner, video, audio, nil
+}
+
+// maxCells and maxMixed bound a composite: the grid's cells (3x3) and the
+// audio tracks mixed.
+const (
+	maxCells = 9
+	maxMixed = 16
+)
+
+// pickComposite takes, of each visible participant in identity order, its
+// camera (else first video) and microphone (else first audio) of a codec
+// the egress takes, up to maxCells videos and maxMixed audios.
+func pickComposite(room *sfu.Room) (videos, audios []*sfu.Publication) {
+	ps := room.Participants()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Identity() < ps[j].Identity() })
+	for _, p := range ps {
+		if p.Hidden() {
+			continue
+		}
+		pubs := p.Publications()
+		sort.Slice(pubs, func(i, j int) bool { return pubs[i].Sid() < pubs[j].Sid() })
+		var video, audio *sfu.Publication
+		for _, pub := range pubs {
+			src := pub.Info().Source
+			switch {
+			case pub.Kind() == sfu.Video && videoEncoding(pub.Codec().MimeType) != "" &&
+				(video == nil || src == string(protocol.SourceCamera) && video.Info().Source != src):
+				video = pub
+			case pub.Kind() == sfu.Audio && audioEncoding(pub.Codec()) != "" &&
+				(audio == nil || src == string(protocol.SourceMicrophone) && audio.Info().Source != src):
+				audio = pub
+			}
+		}
+		if video != nil && len(videos) < maxCells {
+			videos = append(videos, video)
+		}
+		if audio != nil && len(audios) < maxMixed {
+			audios = append(audios, audio)
+		}
+	}
+	return videos, audios
+}
+
+// sids lists the publications' sids, videos first.
+func sids(videos, audios []*sfu.Publication) []string {
+	out := []string{}
+	for _, p := range append(append([]*sfu.Publication{}, videos...), audios...) {
+		out = append(out, p.Sid())
+	}
+	return out
 }
 
 // checkTarget accepts rtmp:// and rtmps:// URLs with a host and an application.
@@ -292,49 +367,76 @@ func audioEncoding(c sfu.Codec) string {
 }
 
 // start attaches the sinks and starts ffmpeg on them.
-func (p *push) start(bin string, video, audio *sfu.Publication) error {
+func (p *push) start() error {
 	var sdp strings.Builder
 	sdp.WriteString("v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=petrel egress\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n")
 	args := []string{"-hide_banner", "-nostdin", "-loglevel", "error", "-protocol_whitelist", "pipe,udp,rtp",
 		"-f", "sdp", "-analyzeduration", "2000000", "-i", "pipe:0"}
 	keyEvery := passKeyEvery
-	if video != nil {
+	p.outsDone = make(chan struct{})
+	add := func(pub *sfu.Publication, video bool, pt uint8, rtpmap, fmtp string) error {
 		port, err := freePortPair()
 		if err != nil {
 			return err
 		}
-		enc := videoEncoding(video.Codec().MimeType)
-		fmt.Fprintf(&sdp, "m=video %d RTP/AVP 96\r\na=rtpmap:96 %s/90000\r\n", port, enc)
-		if f := video.Codec().SDPFmtpLine; enc == "H264" && f != "" {
-			fmt.Fprintf(&sdp, "a=fmtp:96 %s\r\n", f)
+		kind := "audio"
+		if video {
+			kind = "video"
 		}
-		if enc == "H264" {
-			args = append(args, "-c:v", "copy")
-		} else {
-			keyEvery = transcodeKeyEvery
-			args = append(args, "-c:v", "libx264", "-preset", "veryfast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
-				"-force_key_frames", "expr:gte(t,n_forced*2)")
+		fmt.Fprintf(&sdp, "m=%s %d RTP/AVP %d\r\na=rtpmap:%d %s\r\n", kind, port, pt, pt, rtpmap)
+		if fmtp != "" {
+			fmt.Fprintf(&sdp, "a=fmtp:%d %s\r\n", pt, fmtp)
 		}
-		o, err := newRTPOut(video, true, 96, 0x5e0001, port)
+		o, err := newRTPOut(pub, video, pt, 0x5e0000+uint32(len(p.outs)), port)
 		if err != nil {
 			return err
 		}
 		p.outs = append(p.outs, o)
+		return nil
 	}
-	if audio != nil {
-		port, err := freePortPair()
-		if err != nil {
-			p.closeOuts()
+	for _, v := range p.videos {
+		enc, fmtp := videoEncoding(v.Codec().MimeType), ""
+		if enc == "H264" {
+			fmtp = v.Codec().SDPFmtpLine
+		}
+		if err := add(v, true, 96, enc+"/90000", fmtp); err != nil {
+			p.detach()
 			return err
 		}
-		fmt.Fprintf(&sdp, "m=audio %d RTP/AVP 97\r\na=rtpmap:97 %s\r\n", port, audioEncoding(audio.Codec()))
-		args = append(args, "-c:a", "aac", "-b:a", "128k", "-ar", "48000")
-		o, err := newRTPOut(audio, false, 97, 0x5e0002, port)
-		if err != nil {
-			p.closeOuts()
+	}
+	for _, a := range p.audios {
+		if err := add(a, false, 97, audioEncoding(a.Codec()), ""); err != nil {
+			p.detach()
 			return err
 		}
-		p.outs = append(p.outs, o)
+	}
+	x264 := []string{"-c:v", "libx264", "-preset", "veryfast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
+		"-force_key_frames", "expr:gte(t,n_forced*2)"}
+	aac := []string{"-c:a", "aac", "-b:a", "128k", "-ar", "48000"}
+	switch {
+	case p.composite:
+		keyEvery = transcodeKeyEvery
+		graph, maps := compositeGraph(len(p.videos), len(p.audios))
+		if graph != "" {
+			args = append(args, "-filter_complex", graph)
+		}
+		args = append(args, maps...)
+		if len(p.videos) > 0 {
+			args = append(args, x264...)
+		}
+		if len(p.audios) > 0 {
+			args = append(args, aac...)
+		}
+	default:
+		if len(p.videos) > 0 && videoEncoding(p.videos[0].Codec().MimeType) == "H264" {
+			args = append(args, "-c:v", "copy")
+		} else if len(p.videos) > 0 {
+			keyEvery = transcodeKeyEvery
+			args = append(args, x264...)
+		}
+		if len(p.audios) > 0 {
+			args = append(args, aac...)
+		}
 	}
 	if strings.HasPrefix(p.info.URL, "rtmps:") {
 		// ffmpeg trusts any certificate unless told to verify.
@@ -344,17 +446,17 @@ func (p *push) start(bin string, video, audio *sfu.Publication) error {
 		}
 	}
 	args = append(args, "-f", "flv", "-flvflags", "no_duration_filesize", "-progress", "pipe:1", "-stats_period", "0.5", p.info.URL)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdin = strings.NewReader(sdp.String())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		p.closeOuts()
+		p.detach()
 		return err
 	}
 	cmd.Stderr = &tailWriter{max: 4 << 10}
 	dieWithServer(cmd)
 	if err := cmd.Start(); err != nil {
-		p.closeOuts()
+		p.detach()
 		return fmt.Errorf("ffmpeg: %w", err)
 	}
 	p.cmd = cmd
@@ -364,14 +466,87 @@ func (p *push) start(bin string, video, audio *sfu.Publication) error {
 	// ffmpeg binds its ports while it reads the SDP: the packets before are
 	// lost, and the sinks' keyframe requests repeat until one gets through.
 	for _, o := range p.outs {
-		go o.run(p.done, keyEvery)
+		go o.run(p.outsDone, keyEvery)
 		p.rm = append(p.rm, o.pub.AddSink(o))
 	}
 	return nil
 }
 
-// run watches ffmpeg and the tracks until the egress ends.
+// compositeGraph is the filter graph of a composite of n videos and m
+// audios: each video fitted (letterboxed) into its cell of a grid of
+// compositeW x compositeH, the audios mixed; and the -map arguments of its
+// outputs.
+func compositeGraph(n, m int) (string, []string) {
+	var g strings.Builder
+	var maps []string
+	if n > 0 {
+		cols := 1
+		for cols*cols < n {
+			cols++
+		}
+		rows := (n + cols - 1) / cols
+		w, h := compositeW/cols&^1, compositeH/rows&^1
+		var layout []string
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&g, "[0:v:%d]scale=%d:%d:force_original_aspect_ratio=decrease,pad=%d:%d:(ow-iw)/2:(oh-ih)/2,setsar=1,fps=%d[v%d];",
+				i, w, h, w, h, compositeFPS, i)
+			layout = append(layout, fmt.Sprintf("%d_%d", i%cols*w, i/cols*h))
+		}
+		if n == 1 {
+			fmt.Fprintf(&g, "[v0]pad=%d:%d:(ow-iw)/2:(oh-ih)/2[v];", compositeW, compositeH)
+		} else {
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(&g, "[v%d]", i)
+			}
+			fmt.Fprintf(&g, "xstack=inputs=%d:layout=%s:fill=black,pad=%d:%d[v];", n, strings.Join(layout, "|"), compositeW, compositeH)
+		}
+		maps = append(maps, "-map", "[v]")
+	}
+	if m == 1 {
+		maps = append(maps, "-map", "0:a:0")
+	} else if m > 1 {
+		for i := 0; i < m; i++ {
+			fmt.Fprintf(&g, "[0:a:%d]", i)
+		}
+		fmt.Fprintf(&g, "amix=inputs=%d:normalize=0[a];", m)
+		maps = append(maps, "-map", "[a]")
+	}
+	return strings.TrimSuffix(g.String(), ";"), maps
+}
+
+// run runs ffmpeg until the egress ends; a composite whose room's tracks
+// changed starts a new ffmpeg with them (the target sees a new stream).
 func (p *push) run() {
+	for {
+		state, msg, restart := p.watch()
+		p.detach()
+		if !restart {
+			p.ps.finish(p, state, msg)
+			return
+		}
+		room := p.ps.o.Manager.Room(p.info.Room)
+		if room != nil {
+			p.videos, p.audios = pickComposite(room)
+		}
+		if room == nil || len(p.videos)+len(p.audios) == 0 {
+			p.setWhy("the room has no track left")
+			p.ps.finish(p, protocol.EgressComplete, "")
+			return
+		}
+		p.ps.mu.Lock()
+		p.info.Tracks = sids(p.videos, p.audios)
+		p.ps.mu.Unlock()
+		p.ps.setState(p, protocol.EgressStarting, "")
+		if err := p.start(); err != nil {
+			p.ps.finish(p, protocol.EgressFailed, err.Error())
+			return
+		}
+		p.log.Info("rtmp composite restarted with the room's tracks", "tracks", p.snapshot().Tracks)
+	}
+}
+
+// watch follows one ffmpeg to its end: how the egress ended, or restart.
+func (p *push) watch() (state, msg string, restart bool) {
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
 	startBy := time.NewTimer(startTimeout)
@@ -379,9 +554,14 @@ func (p *push) run() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	active, quit := p.activeC, p.quit
-	stopping := false
+	stopping, restarting, changed := false, false, 0
 	var grace <-chan time.Time
 	fail := ""
+	end := func() {
+		// SIGINT: ffmpeg ends the stream (FLV trailer, RTMP deleteStream).
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		grace = time.After(stopGrace)
+	}
 	for {
 		select {
 		case <-active:
@@ -390,12 +570,23 @@ func (p *push) run() {
 			p.ps.setState(p, protocol.EgressActive, "")
 			p.log.Info("rtmp egress active")
 		case <-startBy.C:
-			if active != nil && !stopping {
+			if active != nil && !stopping && !restarting {
 				fail = fmt.Sprintf("no media reached the target within %s (the tracks sent no keyframe, or the target did not answer)", startTimeout)
 				_ = p.cmd.Process.Kill()
 			}
 		case <-tick.C:
-			if !stopping && !p.tracksThere() {
+			switch {
+			case stopping || restarting:
+			case p.composite:
+				// Twice in a row: a participant's tracks come one by one.
+				if changed++; !p.layoutChanged() {
+					changed = 0
+				}
+				if changed >= 2 {
+					restarting = true
+					end()
+				}
+			case !p.tracksThere():
 				p.stop("the tracks were unpublished or their participant left")
 			}
 		case <-quit:
@@ -403,54 +594,80 @@ func (p *push) run() {
 				stopping = true
 				quit = nil
 				p.ps.setState(p, protocol.EgressEnding, "")
-				// SIGINT: ffmpeg ends the stream (FLV trailer, RTMP deleteStream).
-				_ = p.cmd.Process.Signal(syscall.SIGINT)
-				grace = time.After(stopGrace)
+				if grace == nil {
+					end()
+				}
 			}
 		case <-grace:
 			_ = p.cmd.Process.Kill()
 		case err := <-exited:
-			state, msg := protocol.EgressComplete, ""
 			switch {
 			case fail != "":
-				state, msg = protocol.EgressFailed, fail
+				return protocol.EgressFailed, fail, false
+			case restarting && !stopping:
+				return "", "", true
 			case err != nil && !stopping:
-				state, msg = protocol.EgressFailed, p.ffmpegError(err)
+				return protocol.EgressFailed, p.ffmpegError(err), false
 			}
-			p.ps.finish(p, state, msg)
-			return
+			return protocol.EgressComplete, "", false
 		}
 	}
+}
+
+// layoutChanged says whether the room's tracks a composite would take now
+// differ from those it sends.
+func (p *push) layoutChanged() bool {
+	room := p.ps.o.Manager.Room(p.info.Room)
+	if room == nil {
+		return true
+	}
+	v, a := pickComposite(room)
+	return !slices.Equal(v, p.videos) || !slices.Equal(a, p.audios)
+}
+
+// detach removes the sinks and stops the senders of the ffmpeg that ran.
+func (p *push) detach() {
+	for _, rm := range p.rm {
+		rm()
+	}
+	if p.outsDone != nil {
+		close(p.outsDone)
+		p.outsDone = nil
+	}
+	for _, o := range p.outs {
+		o.close()
+	}
+	p.rm, p.outs = nil, nil
 }
 
 // tracksThere says whether the egress's participant is in its room and
 // still publishes its tracks.
 func (p *push) tracksThere() bool {
 	room := p.ps.o.Manager.Room(p.info.Room)
-	if room == nil || room.ByIdentity(p.owner.Identity()) != p.owner {
+	if room == nil || p.owner == nil || room.ByIdentity(p.owner.Identity()) != p.owner {
 		return false
 	}
 	pubs := p.owner.Publications()
-	for _, want := range p.pubs {
-		found := false
-		for _, x := range pubs {
-			if x == want {
-				found = true
-			}
-		}
-		if !found {
+	for _, want := range append(append([]*sfu.Publication{}, p.videos...), p.audios...) {
+		if !slices.Contains(pubs, want) {
 			return false
 		}
 	}
 	return true
 }
 
+func (p *push) setWhy(why string) {
+	p.ps.mu.Lock()
+	if p.why == "" {
+		p.why = why
+	}
+	p.ps.mu.Unlock()
+}
+
 // stop asks the egress to end, for why; it is ending until ffmpeg has.
 func (p *push) stop(why string) {
 	p.once.Do(func() {
-		p.ps.mu.Lock()
-		p.why = why
-		p.ps.mu.Unlock()
+		p.setWhy(why)
 		close(p.quit)
 	})
 }
@@ -485,12 +702,6 @@ func (p *push) ffmpegError(err error) string {
 	return "ffmpeg: " + strings.Join(keep, "; ")
 }
 
-func (p *push) closeOuts() {
-	for _, o := range p.outs {
-		o.close()
-	}
-}
-
 func (p *push) snapshot() protocol.EgressInfo {
 	p.ps.mu.Lock()
 	defer p.ps.mu.Unlock()
@@ -523,11 +734,6 @@ func (ps *Pushes) setState(p *push, state, msg string) {
 // finish detaches the egress from its tracks, records its end, and reports
 // egress_ended; the list keeps the last keptEnded ended egresses.
 func (ps *Pushes) finish(p *push, state, msg string) {
-	for _, rm := range p.rm {
-		rm()
-	}
-	close(p.done)
-	p.closeOuts()
 	ps.mu.Lock()
 	p.info.State, p.info.Error, p.info.Since = state, msg, time.Now().UnixMilli()
 	if state == protocol.EgressComplete {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
@@ -380,5 +381,150 @@ func TestRTMPEgressTranscodesVP8AndEndsWithItsTrack(t *testing.T) {
 	probe, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "default=nw=1", out).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(probe)) != "codec_name=h264\nwidth=160\nheight=120" {
 		t.Fatalf("received file: %v\n%s", err, probe)
+	}
+}
+
+// probeStreams lists a file's streams as "codec WxH" (video) or "codec"
+// (audio), and its duration.
+func probeStreams(t *testing.T, file string) ([]string, float64) {
+	t.Helper()
+	b, err := exec.Command("ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name,width,height:format=duration",
+		"-of", "json", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffprobe %s: %v\n%s", file, err, b)
+	}
+	var out struct {
+		Streams []struct {
+			CodecType     string `json:"codec_type"`
+			CodecName     string `json:"codec_name"`
+			Width, Height int
+		}
+		Format struct{ Duration string }
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	var ss []string
+	for _, s := range out.Streams {
+		if s.CodecType == "video" {
+			ss = append(ss, fmt.Sprintf("%s %dx%d", s.CodecName, s.Width, s.Height))
+		} else {
+			ss = append(ss, s.CodecName)
+		}
+	}
+	d, _ := strconv.ParseFloat(out.Format.Duration, 64)
+	return ss, d
+}
+
+// The room's composite: bob's H.264 and carol's VP8 side by side in a 720p
+// grid, their Opus tracks mixed, as H.264 and AAC. When carol leaves, the
+// composite starts a new stream with bob alone (the listener, which takes
+// one stream, is started again to take it); DELETE ends it.
+func TestRTMPEgressComposite(t *testing.T) {
+	if _, err := exec.LookPath("ffprobe"); err != nil {
+		t.Skip("ffmpeg/ffprobe not installed (make deps)")
+	}
+	cl := makeClips(t)
+	e := start(t)
+	api := serverapi.New(e.url, apiKey, apiSecret)
+	ctx := ctxT(t, 50*time.Second)
+	publish := func(c interface {
+		Publish(context.Context, webrtc.TrackLocal, string) (string, *webrtc.RTPSender, error)
+	}, mime, source, clip string) string {
+		cp := webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 90000}
+		switch mime {
+		case webrtc.MimeTypeOpus:
+			cp = webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 48000, Channels: 2}
+		case webrtc.MimeTypeH264:
+			cp.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+		}
+		lt, err := webrtc.NewTrackLocalStaticSample(cp, source, "s-"+source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid, _, err := c.Publish(ctxT(t, 10*time.Second), lt, source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		play(t, lt, clipSamples(t, clip))
+		return sid
+	}
+	bob, carol := e.join("stage", "bob"), e.join("stage", "carol")
+	bv, ba := publish(bob, webrtc.MimeTypeH264, "camera", cl.h264), publish(bob, webrtc.MimeTypeOpus, "microphone", cl.opus)
+	cv, ca := publish(carol, webrtc.MimeTypeVP8, "camera", cl.vp8), publish(carol, webrtc.MimeTypeOpus, "microphone", cl.opus)
+
+	var ae *serverapi.Error
+	if _, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Composite: true, Identity: "bob",
+		URL: "rtmp://127.0.0.1:1/live/x"}); !errors.As(err, &ae) || ae.Status != 400 {
+		t.Fatalf("a composite naming a participant: %v", err)
+	}
+	dir := t.TempDir()
+	first := filepath.Join(dir, "first.flv")
+	target, firstDone := rtmpListener(t, first)
+	eg, err := api.StartEgress(ctx, protocol.CreateEgress{Kind: "rtmp", Room: "stage", Composite: true, URL: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eg.Composite || eg.Identity != "" || strings.Join(eg.Tracks, ",") != strings.Join([]string{bv, cv, ba, ca}, ",") {
+		t.Fatalf("composite %+v", eg)
+	}
+	waitEgress(t, api, eg.ID, 20*time.Second, protocol.EgressActive)
+	time.Sleep(2 * time.Second)
+
+	carol.Close()
+	select {
+	case <-firstDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the composite did not end its stream when carol left")
+	}
+	second := filepath.Join(dir, "second.flv")
+	cmd := exec.Command("ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-listen", "1", "-i", target, "-c", "copy", second)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- cmd.Wait() }()
+	// The new stream: starting (with bob's tracks alone), then active.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		list, err := api.ListEgress(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		if strings.Join(list[0].Tracks, ",") == bv+","+ba && list[0].State == protocol.EgressActive {
+			break
+		}
+		if time.Now().After(deadline) || protocol.EgressFailed == list[0].State {
+			t.Fatalf("after carol left: %+v", list[0])
+		}
+	}
+	time.Sleep(time.Second)
+	if _, err := api.StopEgress(ctx, eg.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-secondDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second stream did not end")
+	}
+	if done := waitEgress(t, api, eg.ID, 10*time.Second, protocol.EgressComplete, protocol.EgressFailed); done.State != protocol.EgressComplete {
+		t.Fatalf("ended %+v", done)
+	}
+	// The layouts: two 4:3 cells side by side leave bands above and below
+	// (a row 50 pixels down is black); one 4:3 picture fills the height.
+	for _, c := range []struct {
+		file string
+		band bool
+	}{{first, true}, {second, false}} {
+		ss, d := probeStreams(t, c.file)
+		t.Logf("%s: %v, %.1f s", filepath.Base(c.file), ss, d)
+		if strings.Join(ss, ",") != "h264 1280x720,aac" || d < 1 {
+			t.Fatalf("%s: %v, %.1f s", c.file, ss, d)
+		}
+		luma, err := exec.Command("ffmpeg", "-v", "error", "-ss", "1", "-i", c.file, "-frames:v", "1", "-vf", "crop=1280:2:0:50,scale=1:1",
+			"-f", "rawvideo", "-pix_fmt", "gray", "-").Output()
+		if err != nil || len(luma) != 1 || (luma[0] < 40) != c.band {
+			t.Fatalf("%s: the row 50 pixels down has luma %v (%v), want black %v", c.file, luma, err, c.band)
+		}
 	}
 }
