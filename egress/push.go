@@ -14,10 +14,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -856,15 +858,40 @@ func (t *tailWriter) String() string {
 	return string(bytes.Clone(t.b))
 }
 
+// Ports handed to ffmpeg stay reserved for portHold: ffmpeg binds them a
+// moment after it starts, and another egress must not take them meanwhile.
+const portHold = 30 * time.Second
+
+var (
+	portMu sync.Mutex
+	handed = map[int]time.Time{}
+)
+
 // freePortPair finds a free loopback UDP port whose next one is free too
-// (ffmpeg takes RTP on the first, RTCP on the second).
+// (ffmpeg takes RTP on the first, RTCP on the second), below the kernel's
+// ephemeral range so that no socket the system numbers itself takes it
+// before ffmpeg binds it.
 func freePortPair() (int, error) {
-	for i := 0; i < 32; i++ {
-		n, err := rand.Int(rand.Reader, big.NewInt(20000))
+	lo, hi := portRange()
+	if hi-lo < 2 {
+		return 0, errors.New("no room for ffmpeg's UDP ports outside the kernel's ephemeral range")
+	}
+	portMu.Lock()
+	defer portMu.Unlock()
+	for p, at := range handed {
+		if time.Since(at) > portHold {
+			delete(handed, p)
+		}
+	}
+	for i := 0; i < 64; i++ {
+		n, err := rand.Int(rand.Reader, big.NewInt(int64((hi-lo)/2)))
 		if err != nil {
 			return 0, err
 		}
-		port := 30000 + 2*int(n.Int64())
+		port := lo + 2*int(n.Int64())
+		if _, ok := handed[port]; ok {
+			continue
+		}
 		a, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 		if err != nil {
 			continue
@@ -875,9 +902,30 @@ func freePortPair() (int, error) {
 			continue
 		}
 		b.Close()
+		handed[port] = time.Now()
 		return port, nil
 	}
 	return 0, errors.New("no free pair of loopback UDP ports for ffmpeg")
+}
+
+// portRange is where freePortPair looks: the 20000 ports below the kernel's
+// ephemeral range (Linux's default 32768–60999), else above it.
+func portRange() (lo, hi int) {
+	eLo, eHi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if a, err := strconv.Atoi(f[0]); err == nil {
+				eLo = a
+			}
+			if a, err := strconv.Atoi(f[1]); err == nil {
+				eHi = a
+			}
+		}
+	}
+	if eLo-2 >= 1024+2000 {
+		return max(1024, eLo-20000), eLo - 2
+	}
+	return eHi + 1, 65534
 }
 
 func newEgressID() string {

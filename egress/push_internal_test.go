@@ -30,3 +30,20 @@ func TestRedactHidesTheStreamKey(t *testing.T) {
 		}
 	}
 }
+
+// The ports handed to ffmpeg are pairs outside the kernel's ephemeral range,
+// never handed twice while ffmpeg may still be binding them.
+func TestFreePortPairs(t *testing.T) {
+	lo, hi := portRange()
+	seen := map[int]bool{}
+	for i := 0; i < 50; i++ {
+		p, err := freePortPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < lo || p+1 > hi+1 || seen[p] || seen[p+1] {
+			t.Fatalf("port %d (range %d–%d, seen %v)", p, lo, hi, seen[p])
+		}
+		seen[p], seen[p+1] = true, true
+	}
+}
