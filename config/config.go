@@ -57,6 +57,8 @@ type Config struct {
 	Webhook Webhook `yaml:"webhook"`
 	// HLS serves rooms' tracks and cameras as LL-HLS (config/hls.go, docs/egress.md).
 	HLS HLS `yaml:"hls"`
+	// Egress pushes rooms' tracks to streaming services (config/egress.go, docs/egress.md).
+	Egress Egress `yaml:"egress"`
 }
 
 // RTC configures the WebRTC media plane.
@@ -164,6 +166,7 @@ func Default() Config {
 		Ingest:    Ingest{MaxConns: 64},
 		Webhook:   defaultWebhook(),
 		HLS:       defaultHLS(),
+		Egress:    defaultEgress(),
 		Limits: Limits{
 			MaxParticipantsPerRoom:  100,
 			MaxTracksPerParticipant: 16,
@@ -300,6 +303,9 @@ func (c *Config) Validate() error {
 		return errors.New("rtc.packet_cache must be a power of two >= 64")
 	}
 	if err := c.Recording.validate(); err != nil {
+		return err
+	}
+	if err := c.Egress.validate(); err != nil {
 		return err
 	}
 	if err := c.HLS.validate(); err != nil {

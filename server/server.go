@@ -64,6 +64,8 @@ type Server struct {
 	Webhooks *webhook.Notifier
 	// HLS serves rooms' tracks and cameras as LL-HLS (egress/).
 	HLS *egress.HLS
+	// Pushes runs the admin API's RTMP egresses (egress/push.go).
+	Pushes *egress.Pushes
 
 	turn *rtc.TURNServer
 	http *http.Server
@@ -177,6 +179,16 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 	}
 	// HLS egress: rooms' tracks and cameras for passive viewers (docs/egress.md).
 	s.HLS = egress.New(egress.Options{Config: cfg.HLS, Manager: s.Manager, Cameras: s.Cameras, Keys: keys, Log: log})
+	// RTMP push egress: started and stopped through the admin API.
+	s.Pushes = egress.NewPushes(egress.PushOptions{Manager: s.Manager, Max: cfg.Egress.MaxRTMP, FFmpeg: cfg.Egress.FFmpeg,
+		CAFile: cfg.Egress.CAFile, Log: log})
+	recAdmin := adminRoutes
+	adminRoutes = func(mux *http.ServeMux, admin func(http.Handler) http.Handler) {
+		if recAdmin != nil {
+			recAdmin(mux, admin)
+		}
+		s.Pushes.AdminRoutes(mux, admin)
+	}
 	recRoutes := routes
 	routes = func(mux *http.ServeMux) {
 		if recRoutes != nil {
@@ -276,6 +288,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.Cluster.Close()
 	}
 	s.closeIngest()
+	// The egresses end (egress_ended) while the rooms and webhooks are there.
+	s.Pushes.Close()
 	s.Cameras.Close()
 	s.Mixer.Close()
 	if s.Recorder != nil {

@@ -182,3 +182,23 @@ func (c *Client) ListIngress(ctx context.Context) ([]protocol.IngressInfo, error
 func (c *Client) DeleteIngress(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/admin/ingress/"+url.PathEscape(id), nil, nil)
 }
+
+// StartEgress pushes a participant's camera and microphone, or the tracks
+// named, to an RTMP URL; the answer is the egress, starting.
+func (c *Client) StartEgress(ctx context.Context, in protocol.CreateEgress) (protocol.EgressInfo, error) {
+	var out protocol.EgressInfo
+	return out, c.call(ctx, "POST", "/v1/admin/egress", in, &out)
+}
+
+// ListEgress lists the egresses with their state, the ended ones included
+// for a while.
+func (c *Client) ListEgress(ctx context.Context) ([]protocol.EgressInfo, error) {
+	var out []protocol.EgressInfo
+	return out, c.call(ctx, "GET", "/v1/admin/egress", nil, &out)
+}
+
+// StopEgress stops an egress; the answer is the egress, ending.
+func (c *Client) StopEgress(ctx context.Context, id string) (protocol.EgressInfo, error) {
+	var out protocol.EgressInfo
+	return out, c.call(ctx, "DELETE", "/v1/admin/egress/"+url.PathEscape(id), nil, &out)
+}
