@@ -17,18 +17,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/Eyevinn/mp4ff/avc"
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/webrtc/v4"
-	"github.com/pion/webrtc/v4/pkg/media/oggreader"
 
 	"github.com/petrel-sfu/petrel/auth"
+	"github.com/petrel-sfu/petrel/bench/internal/benchkit"
 	"github.com/petrel-sfu/petrel/config"
 	"github.com/petrel-sfu/petrel/protocol"
 	"github.com/petrel-sfu/petrel/record"
@@ -45,61 +43,16 @@ func main() {
 	}
 }
 
-func ffmpeg(args ...string) error {
-	out, err := exec.Command("ffmpeg", append([]string{"-y", "-hide_banner", "-v", "error"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ffmpeg: %v: %s", err, out)
-	}
-	return nil
-}
-
 func run(pairs int, dur time.Duration) error {
 	tmp, err := os.MkdirTemp("", "roomrec-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	h264, ogg := filepath.Join(tmp, "v.h264"), filepath.Join(tmp, "a.ogg")
-	if err := ffmpeg("-f", "lavfi", "-i", "testsrc2=s=640x360:r=30", "-frames:v", "300", "-c:v", "libx264", "-profile:v", "baseline",
-		"-g", "60", "-bf", "0", "-b:v", "600k", "-x264-params", "repeat-headers=1", "-f", "h264", h264); err != nil {
-		return err
-	}
-	if err := ffmpeg("-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=10", "-c:a", "libopus", "-b:a", "32k",
-		"-page_duration", "20000", ogg); err != nil {
-		return err
-	}
-	raw, err := os.ReadFile(h264)
+	frames, opus, err := benchkit.Clip(tmp, "640x360", 600)
 	if err != nil {
 		return err
 	}
-	var frames [][]byte
-	var cur []byte
-	for _, n := range avc.ExtractNalusFromByteStream(raw) {
-		cur = append(cur, 0, 0, 0, 1)
-		cur = append(cur, n...)
-		if t := n[0] & 0x1f; t == 1 || t == 5 {
-			frames, cur = append(frames, cur), nil
-		}
-	}
-	f, err := os.Open(ogg)
-	if err != nil {
-		return err
-	}
-	r, _, err := oggreader.NewWith(f)
-	if err != nil {
-		return err
-	}
-	var opus [][]byte
-	for {
-		p, h, err := r.ParseNextPage()
-		if err != nil {
-			break
-		}
-		if h.GranulePosition > 0 && len(p) > 0 {
-			opus = append(opus, p)
-		}
-	}
-	f.Close()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	measure := func(recordIt bool) (cpu time.Duration, written int64, err error) {
