@@ -44,12 +44,10 @@ type rtpOut struct {
 	rtp   *net.UDPConn
 	rtcp  *net.UDPConn
 
-	q    chan *outPkt
-	pool sync.Pool
-	// The sink's layer choice, as the HLS muxer's (stream.go).
-	layer     atomic.Int32
-	layerSeen atomic.Int64
-	sent      atomic.Int64 // packets sent to ffmpeg
+	q      chan *outPkt
+	pool   sync.Pool
+	choice sfu.LayerChoice
+	sent   atomic.Int64 // packets sent to ffmpeg
 
 	// Owned by run.
 	cur        int8
@@ -81,37 +79,17 @@ func newRTPOut(pub *sfu.Publication, video bool, pt uint8, ssrc uint32, port int
 		o.rate = 90000
 	}
 	o.pool.New = func() any { return new(outPkt) }
-	o.layer.Store(-1)
 	return o, nil
 }
 
 // WriteRTP runs on the forwarding goroutine: pick the layer, copy, queue,
 // never block.
 func (o *rtpOut) WriteRTP(p *sfu.Packet) {
-	if len(p.Payload) > 1500 {
+	if len(p.Payload) > 1500 || o.video && !o.choice.Take(p) {
 		return
 	}
-	if len(p.Payload) == 0 {
-		// Padding (bandwidth probes) holds a sequence number and nothing
-		// ffmpeg can use: it goes in to be numbered out, so ffmpeg sees no hole.
-		if !o.video || int32(p.Layer) == o.layer.Load() {
-			o.queue(p)
-		}
-		return
-	}
-	if o.video {
-		l := int32(p.Layer)
-		if cur := o.layer.Load(); l != cur {
-			// Up at once; down only when the chosen layer went quiet.
-			if l < cur && p.Arrival-o.layerSeen.Load() < int64(layerStale) {
-				return
-			}
-			if !o.layer.CompareAndSwap(cur, l) {
-				return
-			}
-		}
-		o.layerSeen.Store(p.Arrival)
-	}
+	// Padding (bandwidth probes) holds a sequence number and nothing ffmpeg
+	// can use: it goes in to be numbered out, so ffmpeg sees no hole.
 	o.queue(p)
 }
 

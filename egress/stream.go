@@ -31,10 +31,6 @@ const streamQueue = 1024
 // (blocking playlist reloads, the first segment).
 const maxWaiting = 256
 
-// layerStale is how long the muxed simulcast layer may be silent, while a
-// lower one flows, before the muxer moves down to that one.
-const layerStale = 2 * time.Second
-
 // pkt is one copied packet; buf is pooled.
 type pkt struct {
 	audio   bool
@@ -57,17 +53,16 @@ type stream struct {
 	video *sfu.Publication
 	audio *sfu.Publication
 
-	q         chan *pkt
-	pool      sync.Pool
-	removes   []func()
-	lastUse   atomic.Int64
-	waiting   atomic.Int32
-	errLog    atomic.Int64 // last error logged (Unix ns): the muxer and requests log
-	layer     atomic.Int32 // the simulcast layer muxed
-	layerSeen atomic.Int64 // arrival (sfu clock) of its last packet
-	done      chan struct{}
-	stopped   chan struct{}
-	once      sync.Once
+	q       chan *pkt
+	pool    sync.Pool
+	removes []func()
+	lastUse atomic.Int64
+	waiting atomic.Int32
+	errLog  atomic.Int64    // last error logged (Unix ns): the muxer and requests log
+	choice  sfu.LayerChoice // the simulcast layer muxed
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
 
 	// Owned by run.
 	vord       order.Buffer[pkt]
@@ -106,7 +101,6 @@ func startStream(cfg config.HLS, video, audio *sfu.Publication, log *slog.Logger
 	s := &stream{cfg: cfg, log: log, video: video, audio: audio, q: make(chan *pkt, streamQueue),
 		done: make(chan struct{}), stopped: make(chan struct{}), start: time.Now(), waitKey: true}
 	s.pool.New = func() any { return new(pkt) }
-	s.layer.Store(-1)
 	var tracks []*gohlslib.Track
 	if video != nil {
 		s.vt = &gohlslib.Track{Codec: &codecs.H264{}, ClockRate: 90000}
@@ -182,28 +176,9 @@ type audioSink struct{ s *stream }
 // WriteRTP runs on the forwarding goroutine: pick the layer, copy, queue,
 // never block.
 func (v videoSink) WriteRTP(p *sfu.Packet) {
-	s := v.s
-	l := int32(p.Layer)
-	if len(p.Payload) == 0 {
-		// Padding (Chromium's bandwidth probes) holds a sequence number and
-		// nothing else: it goes in, so that the sequence has no hole, but says
-		// nothing of which layers are sent.
-		if l == s.layer.Load() {
-			s.queue(p, false)
-		}
-		return
+	if v.s.choice.Take(p) {
+		v.s.queue(p, false)
 	}
-	if cur := s.layer.Load(); l != cur {
-		// Up at once; down only when the muxed layer went quiet.
-		if l < cur && p.Arrival-s.layerSeen.Load() < int64(layerStale) {
-			return
-		}
-		if !s.layer.CompareAndSwap(cur, l) {
-			return
-		}
-	}
-	s.layerSeen.Store(p.Arrival)
-	s.queue(p, false)
 }
 
 func (a audioSink) WriteRTP(p *sfu.Packet) { a.s.queue(p, true) }

@@ -354,10 +354,6 @@ func (h *h264Asm) setup(init *mp4.InitSegment) error {
 	return init.Moov.Trak.SetAVCDescriptor("avc1", [][]byte{h.a.sps}, [][]byte{h.a.pps}, true)
 }
 
-// layerStale is how long the recorded simulcast layer may be silent, while a
-// lower one flows, before the recording moves down to that one.
-const layerStale = 2 * time.Second
-
 // roomTrack records one publication of a recorded room. Its sink copies
 // packets into a bounded queue on the forwarding goroutine; one goroutine
 // reassembles frames, maps RTP time to wall-clock time and writes segments.
@@ -373,12 +369,11 @@ type roomTrack struct {
 	pool    sync.Pool
 	ord     order.Buffer[qpkt] // owned by the run goroutine
 	dropped atomic.Uint64
-	// layer is the simulcast layer recorded: the highest one seen, so that the
-	// recording is the best the publisher sends (a sink keeps every layer on).
-	layer     atomic.Int32
-	layerSeen atomic.Int64 // arrival (sfu clock) of its last packet
-	done      chan struct{}
-	stopped   chan struct{}
+	// choice is the simulcast layer recorded: the highest one sent, so that
+	// the recording is the best the publisher sends (a sink keeps every layer on).
+	choice  sfu.LayerChoice
+	done    chan struct{}
+	stopped chan struct{}
 
 	// Owned by the run goroutine.
 	curLayer   int32
@@ -404,7 +399,6 @@ func newRoomTrack(cam *camStore, pub *sfu.Publication, asm frameAsm, segDur time
 	r := &roomTrack{cam: cam, pub: pub, asm: asm, segDur: uint64(segDur.Seconds() * clock), log: log, rate: rate,
 		q: make(chan *qpkt, recQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 		waitKey: !asm.audio(), clk: wallClock{rate: rate}}
-	r.layer.Store(-1)
 	r.pool.New = func() any { return new(qpkt) }
 	return r
 }
@@ -415,27 +409,12 @@ func (r *roomTrack) WriteRTP(pkt *sfu.Packet) {
 	if len(pkt.Payload) > 1500 {
 		return
 	}
+	// Padding (a browser's bandwidth probes) goes in too: it holds sequence
+	// numbers, so that the sequence has no hole.
+	if !r.choice.Take(pkt) {
+		return
+	}
 	l := int32(pkt.Layer)
-	if len(pkt.Payload) == 0 {
-		// Padding (Chromium's bandwidth probes) holds a sequence number and
-		// nothing else: it goes in, so that the sequence has no hole, but says
-		// nothing of which layers are sent.
-		if l != r.layer.Load() {
-			return
-		}
-	} else if cur := r.layer.Load(); l != cur {
-		// Up at once; down only when the recorded layer went quiet (the
-		// publisher dropped it), so the recording stays the best one sent.
-		if l < cur && pkt.Arrival-r.layerSeen.Load() < int64(layerStale) {
-			return
-		}
-		if !r.layer.CompareAndSwap(cur, l) {
-			return
-		}
-	}
-	if len(pkt.Payload) > 0 {
-		r.layerSeen.Store(pkt.Arrival)
-	}
 	q := r.pool.Get().(*qpkt)
 	q.seq, q.ts, q.marker, q.layer = pkt.Header.SequenceNumber, pkt.Header.Timestamp, pkt.Header.Marker, l
 	q.n = copy(q.buf[:], pkt.Payload)

@@ -174,7 +174,8 @@ func atoi(s string) int {
 }
 
 // A simulcast track is recorded at its highest layer: up as soon as a higher
-// layer shows, down only after the recorded one went quiet for layerStale.
+// layer shows, down only after the recorded one went quiet for sfu.LayerStale.
+// Padding goes in on the recorded layer only, and chooses nothing.
 func TestRoomTrackLayerChoice(t *testing.T) {
 	mgr := sfu.NewManager(config.Default(), nil, testLog())
 	p, err := mgr.JoinLocal(sfu.LocalOptions{Room: "sim", Identity: "s", Grants: auth.Grants{Publish: true}})
@@ -192,18 +193,26 @@ func TestRoomTrackLayerChoice(t *testing.T) {
 		at     int64
 		want   int32
 		queued int
+		pad    bool // padding only: sequence numbers, no media
 	}{
-		{0, 1 * ms, 0, 1},
-		{2, 10 * ms, 2, 2},
-		{0, 20 * ms, 2, 2},
-		{1, 25 * ms, 2, 2},
-		{2, 30 * ms, 2, 3},
-		{1, 30*ms + int64(layerStale) - ms, 2, 3},
-		{1, 30*ms + int64(layerStale) + ms, 1, 4},
-		{2, 3000 * ms, 2, 5},
+		{1, 0, -1, 0, true},
+		{0, 1 * ms, 0, 1, false},
+		{2, 10 * ms, 2, 2, false},
+		{0, 20 * ms, 2, 2, false},
+		{1, 25 * ms, 2, 2, false},
+		{2, 30 * ms, 2, 3, false},
+		{1, 30*ms + int64(sfu.LayerStale) - ms, 2, 3, false},
+		{1, 30*ms + int64(sfu.LayerStale) + ms, 1, 4, false},
+		{2, 3000 * ms, 2, 5, false},
+		{1, 3001 * ms, 2, 5, true},
+		{2, 3002 * ms, 2, 6, true},
 	} {
-		r.WriteRTP(&sfu.Packet{Layer: c.layer, Arrival: c.at, Payload: []byte{0x10, 0, 0}})
-		if got := r.layer.Load(); got != c.want || len(r.q) != c.queued {
+		payload := []byte{0x10, 0, 0}
+		if c.pad {
+			payload = nil
+		}
+		r.WriteRTP(&sfu.Packet{Layer: c.layer, Arrival: c.at, Payload: payload})
+		if got := r.choice.Layer(); got != c.want || len(r.q) != c.queued {
 			t.Fatalf("step %d (layer %d at %d ms): recording layer %d with %d queued, want %d with %d", i, c.layer, c.at/ms, got, len(r.q), c.want, c.queued)
 		}
 	}
