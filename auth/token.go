@@ -75,6 +75,17 @@ func (c *Claims) MayWatch(room string) bool {
 	return c != nil && (c.Grants.Admin || c.Room == room && c.Grants.Subscribe)
 }
 
+// CameraWallRoom is the room every camera is also published in: the viewer
+// wall.
+const CameraWallRoom = "cameras"
+
+// MayWatchCamera reports whether the claims let their holder watch camera id
+// outside a WebRTC session (HTTP live, HLS): MayWatch of the camera's room or
+// of the wall room, which shows every camera.
+func (c *Claims) MayWatchCamera(id string) bool {
+	return c.MayWatch(cameraRoomPrefix+id) || c.MayWatch(CameraWallRoom)
+}
+
 var (
 	// ErrUnauthorized covers missing, malformed and forged tokens.
 	ErrUnauthorized = errors.New("unauthorized")

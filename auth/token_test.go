@@ -171,3 +171,28 @@ func TestTokenLifetime(t *testing.T) {
 		t.Errorf("a 50 min token with a 1 h maximum: %v", err)
 	}
 }
+
+// Watching outside a WebRTC session: a subscriber of the room, or an
+// administrator; a camera also to a subscriber of the wall room.
+func TestMayWatch(t *testing.T) {
+	sub := func(room string) *Claims { return &Claims{Room: room, Grants: Grants{Subscribe: true}} }
+	for _, c := range []struct {
+		claims *Claims
+		camera string
+		want   bool
+	}{
+		{sub("camera/door"), "door", true},
+		{sub(CameraWallRoom), "door", true},
+		{sub("camera/gate"), "door", false},
+		{&Claims{Room: "camera/door", Grants: Grants{Publish: true}}, "door", false},
+		{&Claims{Grants: Grants{Admin: true}}, "door", true},
+		{nil, "door", false},
+	} {
+		if got := c.claims.MayWatchCamera(c.camera); got != c.want {
+			t.Errorf("%+v watching camera %s: %v, want %v", c.claims, c.camera, got, c.want)
+		}
+	}
+	if sub(CameraWallRoom).MayWatch("stage") || !sub("stage").MayWatch("stage") {
+		t.Error("a room's token watches that room only")
+	}
+}

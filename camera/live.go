@@ -210,7 +210,7 @@ func (g *Gateway) serveLive(w http.ResponseWriter, r *http.Request, verify Verif
 	}
 	// A wall token sees every camera in the wall room; its HTTP tiles (browsers
 	// without H.264 for WebRTC) come from here.
-	if (claims.Room != RoomOf(id) && claims.Room != WallRoom) || !claims.Grants.Subscribe {
+	if !claims.MayWatchCamera(id) {
 		liveError(w, http.StatusForbidden, protocol.CodeForbidden, "the token does not allow watching "+RoomOf(id))
 		return
 	}

@@ -12,7 +12,7 @@ import (
 // peer connection. Each wall track is fed by a sink on the camera's own video
 // publication: one copy per packet, and the wall track has its own cache, so
 // wall viewers start from the cached GOP too. Only video goes to the wall.
-const WallRoom = "cameras"
+const WallRoom = auth.CameraWallRoom
 
 // wallFeed mirrors one camera's video into the wall room.
 type wallFeed struct {

@@ -91,14 +91,17 @@ func (h *HLS) Streams() int {
 func (h *HLS) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/rooms/{room}/hls/{file}", func(w http.ResponseWriter, r *http.Request) {
 		room := r.PathValue("room")
-		h.serve(w, r, room, func() (*sfu.Publication, *sfu.Publication, *httpError) {
+		may := func(c *auth.Claims) bool { return c.MayWatch(room) }
+		h.serve(w, r, room, may, func() (*sfu.Publication, *sfu.Publication, *httpError) {
 			return h.roomTracks(room, r.URL.Query().Get("track"))
 		})
 	})
 	if h.cams != nil {
 		mux.HandleFunc("GET /v1/cameras/{id}/hls/{file}", func(w http.ResponseWriter, r *http.Request) {
 			id := r.PathValue("id")
-			h.serve(w, r, camera.RoomOf(id), func() (*sfu.Publication, *sfu.Publication, *httpError) {
+			// A token for the camera's room or for the wall (which shows every camera).
+			may := func(c *auth.Claims) bool { return c.MayWatchCamera(id) }
+			h.serve(w, r, camera.RoomOf(id), may, func() (*sfu.Publication, *sfu.Publication, *httpError) {
 				c := h.cams.Camera(id)
 				if c == nil {
 					return nil, nil, &httpError{http.StatusNotFound, protocol.CodeNotFound, "no camera " + id}
@@ -147,7 +150,7 @@ func tokenOf(r *http.Request) string {
 	return q.Get("token")
 }
 
-func (h *HLS) serve(w http.ResponseWriter, r *http.Request, room string, resolve func() (*sfu.Publication, *sfu.Publication, *httpError)) {
+func (h *HLS) serve(w http.ResponseWriter, r *http.Request, room string, may func(*auth.Claims) bool, resolve func() (*sfu.Publication, *sfu.Publication, *httpError)) {
 	if h.cfg.Disabled {
 		writeError(w, &httpError{http.StatusNotFound, protocol.CodeNotFound, "HLS egress is disabled on this server (hls.disabled)"})
 		return
@@ -164,7 +167,7 @@ func (h *HLS) serve(w http.ResponseWriter, r *http.Request, room string, resolve
 		writeError(w, &httpError{status, code, err.Error()})
 		return
 	}
-	if !claims.MayWatch(room) {
+	if !may(claims) {
 		h.refused(r, protocol.CodeForbidden, errors.New("token for another room or without subscribe"))
 		writeError(w, &httpError{http.StatusForbidden, protocol.CodeForbidden, fmt.Sprintf("the token does not allow watching room %q (a token for it with the subscribe grant)", room)})
 		return

@@ -99,6 +99,12 @@ test('Chromium watches a room and a camera over LL-HLS with hls.js, near live', 
     await camViewer.page.goto(href);
     const c = await playing(camViewer.page, 'the camera');
     assert.ok(!c.error, c.error);
+    // The wall's token (every camera) opens the camera's playlist too; another
+    // camera's does not.
+    const playlist = async (room) =>
+      (await fetch(`${server.base}/v1/cameras/door/hls/index.m3u8?token=${await server.token(room, 'viewer', ['--subscribe'])}`)).status;
+    assert.equal(await playlist('cameras'), 200, "the wall's token");
+    assert.equal(await playlist('camera/gate'), 403, "another camera's token");
 
     // A token for another room: the page says so, no endless "Loading".
     const refused = watch(new Participant('hls-refused', await chromium.newPage()));
