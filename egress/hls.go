@@ -28,6 +28,7 @@ import (
 // Options are what the HLS egress attaches to.
 type Options struct {
 	Config  config.HLS
+	FFmpeg  string // transcodes VP8 and VP9 video to H.264 (empty: they are refused)
 	Manager *sfu.Manager
 	Cameras *camera.Gateway // nil: no camera routes
 	Keys    auth.Keys
@@ -36,11 +37,12 @@ type Options struct {
 
 // HLS runs one muxer per watched track, on demand.
 type HLS struct {
-	cfg  config.HLS
-	mgr  *sfu.Manager
-	cams *camera.Gateway
-	keys auth.Keys
-	log  *slog.Logger
+	cfg    config.HLS
+	ffmpeg string
+	mgr    *sfu.Manager
+	cams   *camera.Gateway
+	keys   auth.Keys
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	streams map[string]*stream
@@ -52,7 +54,7 @@ type HLS struct {
 
 // New starts the idle reaper; Close stops every muxer.
 func New(o Options) *HLS {
-	h := &HLS{cfg: o.Config, mgr: o.Manager, cams: o.Cameras, keys: o.Keys, log: o.Log,
+	h := &HLS{cfg: o.Config, ffmpeg: o.FFmpeg, mgr: o.Manager, cams: o.Cameras, keys: o.Keys, log: o.Log,
 		streams: map[string]*stream{}, done: make(chan struct{})}
 	go h.reap()
 	return h
@@ -248,9 +250,9 @@ func (h *HLS) roomTracks(name, track string) (*sfu.Publication, *sfu.Publication
 
 // stream finds or starts the muxer of these tracks.
 func (h *HLS) stream(room string, video, audio *sfu.Publication) (*stream, *httpError) {
-	if video != nil && !strings.EqualFold(video.Codec().MimeType, webrtc.MimeTypeH264) {
+	if video != nil && !strings.EqualFold(video.Codec().MimeType, webrtc.MimeTypeH264) && (h.ffmpeg == "" || !transcodable(video.Codec().MimeType)) {
 		return nil, &httpError{http.StatusUnsupportedMediaType, protocol.CodeBadRequest,
-			"HLS egress carries H.264 video; the track is " + video.Codec().MimeType + " (watch it over WebRTC or WHEP)"}
+			"HLS egress carries H.264 video, and transcodes VP8 and VP9; the track is " + video.Codec().MimeType + " (watch it over WebRTC or WHEP)"}
 	}
 	if audio != nil && !strings.EqualFold(audio.Codec().MimeType, webrtc.MimeTypeOpus) {
 		if video == nil {
@@ -279,7 +281,7 @@ func (h *HLS) stream(room string, video, audio *sfu.Publication) (*stream, *http
 		return nil, &httpError{http.StatusServiceUnavailable, protocol.CodeServerBusy,
 			fmt.Sprintf("%d HLS streams are running, the most this server allows (hls.max_streams)", h.cfg.MaxStreams)}
 	}
-	s, err := startStream(h.cfg, video, audio, h.log.With("hls", key))
+	s, err := startStream(h.cfg, h.ffmpeg, video, audio, h.log.With("hls", key))
 	if err != nil {
 		h.log.Error("hls: muxer", "stream", key, "err", err)
 		return nil, &httpError{http.StatusInternalServerError, protocol.CodeInternal, "the HLS muxer did not start"}
@@ -303,7 +305,9 @@ func (h *HLS) reap() {
 		var idle []*stream
 		h.mu.Lock()
 		for k, s := range h.streams {
-			if s.lastUse.Load() < cut {
+			// A request still waiting (the first segment, a blocking
+			// reload) is a viewer too.
+			if s.lastUse.Load() < cut && s.waiting.Load() == 0 {
 				delete(h.streams, k)
 				idle = append(idle, s)
 				h.log.Info("hls stream stopped: no viewer", "stream", k)

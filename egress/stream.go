@@ -97,7 +97,8 @@ func (c *clock) at(ts uint32, arrival, start time.Time, rate int64) int64 {
 	return c.pts
 }
 
-func startStream(cfg config.HLS, video, audio *sfu.Publication, log *slog.Logger) (*stream, error) {
+// ffmpeg is the transcoder's binary, for video that is not H.264.
+func startStream(cfg config.HLS, ffmpeg string, video, audio *sfu.Publication, log *slog.Logger) (*stream, error) {
 	s := &stream{cfg: cfg, log: log, video: video, audio: audio, q: make(chan *pkt, streamQueue),
 		done: make(chan struct{}), stopped: make(chan struct{}), start: time.Now(), waitKey: true}
 	s.pool.New = func() any { return new(pkt) }
@@ -134,7 +135,15 @@ func startStream(cfg config.HLS, video, audio *sfu.Publication, log *slog.Logger
 	go s.run()
 	// The sinks go on last: the run goroutine is there to drain them. A
 	// video sink asks the publisher for a keyframe, where the first segment starts.
-	if video != nil {
+	switch {
+	case video != nil && transcodable(video.Codec().MimeType):
+		tc, err := startTranscoder(ffmpeg, cfg.Segment, video, func(h *rtp.Header, payload []byte) { s.enqueue(false, 0, h, payload) }, s.encodeError)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.removes = append(s.removes, tc.close)
+	case video != nil:
 		s.removes = append(s.removes, video.AddSink(videoSink{s}))
 	}
 	if audio != nil {
@@ -184,13 +193,21 @@ func (v videoSink) WriteRTP(p *sfu.Packet) {
 func (a audioSink) WriteRTP(p *sfu.Packet) { a.s.queue(p, true) }
 
 func (s *stream) queue(p *sfu.Packet, audio bool) {
-	if (audio && len(p.Payload) == 0) || len(p.Payload) > 1500 {
+	if audio && len(p.Payload) == 0 {
+		return
+	}
+	s.enqueue(audio, p.Layer, &p.Header, p.Payload)
+}
+
+// enqueue copies a packet for the run goroutine; a full queue drops it.
+func (s *stream) enqueue(audio bool, layer int8, h *rtp.Header, payload []byte) {
+	if len(payload) > 1500 {
 		return
 	}
 	q := s.pool.Get().(*pkt)
-	q.audio, q.layer, q.seq, q.ts, q.marker = audio, p.Layer, p.Header.SequenceNumber, p.Header.Timestamp, p.Header.Marker
+	q.audio, q.layer, q.seq, q.ts, q.marker = audio, layer, h.SequenceNumber, h.Timestamp, h.Marker
 	q.arrival = time.Now()
-	q.n = copy(q.buf[:], p.Payload)
+	q.n = copy(q.buf[:], payload)
 	select {
 	case s.q <- q:
 	default:

@@ -178,7 +178,7 @@ func Start(cfg config.Config, keys auth.Keys, apiKey string, dev bool, log *slog
 		s.Manager.SetRecordControl(rec.Control)
 	}
 	// HLS egress: rooms' tracks and cameras for passive viewers (docs/egress.md).
-	s.HLS = egress.New(egress.Options{Config: cfg.HLS, Manager: s.Manager, Cameras: s.Cameras, Keys: keys, Log: log})
+	s.HLS = egress.New(egress.Options{Config: cfg.HLS, FFmpeg: cfg.Egress.FFmpeg, Manager: s.Manager, Cameras: s.Cameras, Keys: keys, Log: log})
 	// RTMP push egress: started and stopped through the admin API.
 	s.Pushes = egress.NewPushes(egress.PushOptions{Manager: s.Manager, Max: cfg.Egress.MaxRTMP, FFmpeg: cfg.Egress.FFmpeg,
 		CAFile: cfg.Egress.CAFile, Log: log})
