@@ -18,10 +18,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/webrtc/v4"
 
@@ -79,8 +77,8 @@ func run(pairs int, dur time.Duration) error {
 			if err != nil {
 				return 0, 0, err
 			}
-			go send(v, frames, time.Second/30, 3000, &codecs.H264Payloader{}, stop, done)
-			go send(a, opus, 20*time.Millisecond, 960, nil, stop, done)
+			go benchkit.Send(v, frames, time.Second/30, 3000, &codecs.H264Payloader{}, stop, done)
+			go benchkit.Send(a, opus, 20*time.Millisecond, 960, nil, stop, done)
 		}
 		if recordIt {
 			if _, err := rec.StartRoom("bench", "bench"); err != nil {
@@ -88,9 +86,9 @@ func run(pairs int, dur time.Duration) error {
 			}
 		}
 		time.Sleep(time.Second) // settle: the recorder attached, the first GOP in
-		before := rusage()
+		before := benchkit.CPU()
 		time.Sleep(dur)
-		cpu = rusage() - before
+		cpu = benchkit.CPU() - before
 		close(stop)
 		for i := 0; i < 2*pairs; i++ {
 			<-done
@@ -126,33 +124,3 @@ func run(pairs int, dur time.Duration) error {
 	return nil
 }
 
-// send writes the samples in a loop, every d, as RTP (cut by pay, or one
-// payload each without), until stop.
-func send(lt *sfu.LocalTrack, samples [][]byte, d time.Duration, ticks uint32, pay rtp.Payloader, stop <-chan struct{}, done chan<- struct{}) {
-	defer func() { done <- struct{}{} }()
-	seq, ts := uint16(1), uint32(1)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		ps := [][]byte{samples[i%len(samples)]}
-		if pay != nil {
-			ps = pay.Payload(1200, samples[i%len(samples)])
-		}
-		for j, p := range ps {
-			_ = lt.WritePacket(&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 1, Marker: j == len(ps)-1}, Payload: p})
-			seq++
-		}
-		ts += ticks
-	}
-}
-
-func rusage() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}

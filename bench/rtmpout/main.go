@@ -21,10 +21,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/webrtc/v4"
 
@@ -74,14 +72,14 @@ func run(dur time.Duration) error {
 		return err
 	}
 	stop, done := make(chan struct{}), make(chan struct{}, 2)
-	go send(v, frames, time.Second/30, 3000, &codecs.H264Payloader{}, stop, done)
-	go send(a, opus, 20*time.Millisecond, 960, nil, stop, done)
+	go benchkit.Send(v, frames, time.Second/30, 3000, &codecs.H264Payloader{}, stop, done)
+	go benchkit.Send(a, opus, 20*time.Millisecond, 960, nil, stop, done)
 	defer func() { close(stop); <-done; <-done }()
 
 	time.Sleep(time.Second)
-	before := rusage()
+	before := benchkit.CPU()
 	time.Sleep(dur)
-	base := rusage() - before
+	base := benchkit.CPU() - before
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -115,9 +113,9 @@ func run(dur time.Duration) error {
 		return fmt.Errorf("the egress's ffmpeg is not found")
 	}
 	time.Sleep(time.Second)
-	before, fb := rusage(), procCPU(pid)
+	before, fb := benchkit.CPU(), procCPU(pid)
 	time.Sleep(dur)
-	with, ff := rusage()-before, procCPU(pid)-fb
+	with, ff := benchkit.CPU()-before, procCPU(pid)-fb
 	secs := dur.Seconds()
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("| 1280x720 H.264 2.5 Mbit/s + Opus | %.1f%% | %.1f%% | %.1f%% | %s |\n",
@@ -159,33 +157,3 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(u+s) * time.Second / 100 // USER_HZ
 }
 
-// send writes the samples in a loop, every d, as RTP (cut by pay, or one
-// payload each without), until stop.
-func send(lt *sfu.LocalTrack, samples [][]byte, d time.Duration, ticks uint32, pay rtp.Payloader, stop <-chan struct{}, done chan<- struct{}) {
-	defer func() { done <- struct{}{} }()
-	seq, ts := uint16(1), uint32(1)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		ps := [][]byte{samples[i%len(samples)]}
-		if pay != nil {
-			ps = pay.Payload(1200, samples[i%len(samples)])
-		}
-		for j, p := range ps {
-			_ = lt.WritePacket(&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 1, Marker: j == len(ps)-1}, Payload: p})
-			seq++
-		}
-		ts += ticks
-	}
-}
-
-func rusage() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}

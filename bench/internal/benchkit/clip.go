@@ -5,9 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/Eyevinn/mp4ff/avc"
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4/pkg/media/oggreader"
+
+	"github.com/petrel-sfu/petrel/sfu"
 )
 
 // Clip encodes ten seconds of test pattern (H.264 baseline, size WxH at kbps,
@@ -62,4 +67,36 @@ func ffmpeg(args ...string) error {
 		return fmt.Errorf("ffmpeg: %v: %s", err, out)
 	}
 	return nil
+}
+
+// Send writes samples into lt in a loop, one every d (the RTP clock moving
+// ticks), cut by pay (or one payload each without), until stop; then done.
+func Send(lt *sfu.LocalTrack, samples [][]byte, d time.Duration, ticks uint32, pay rtp.Payloader, stop <-chan struct{}, done chan<- struct{}) {
+	defer func() { done <- struct{}{} }()
+	seq, ts := uint16(1), uint32(1)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ps := [][]byte{samples[i%len(samples)]}
+		if pay != nil {
+			ps = pay.Payload(1200, samples[i%len(samples)])
+		}
+		for j, p := range ps {
+			_ = lt.WritePacket(&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts, SSRC: 1, Marker: j == len(ps)-1}, Payload: p})
+			seq++
+		}
+		ts += ticks
+	}
+}
+
+// CPU is this process's user and system time so far.
+func CPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
