@@ -123,4 +123,3 @@ func run(pairs int, dur time.Duration) error {
 		tracks, pairs, pairs, base.Seconds()/secs*100, with.Seconds()/secs*100, perTrack, rate, rate/float64(pairs), bytes.Fields(load)[0])
 	return nil
 }
-

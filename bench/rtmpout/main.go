@@ -156,4 +156,3 @@ func procCPU(pid int) time.Duration {
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+s) * time.Second / 100 // USER_HZ
 }
-
