@@ -20,6 +20,8 @@ declare global {
       at?: { pcCreated?: number; offerSent?: number; answerArrived?: number; iceConnected?: number; dtlsConnected?: number; gatheringComplete?: number };
       /** Remote tracks that arrived before the page took the session over. */
       tracks?: MediaStreamTrack[];
+      /** Local ICE candidates gathered before the page took the session over. */
+      candidates?: RTCIceCandidate[];
     };
   }
 }
@@ -42,7 +44,9 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   pc.addTransceiver('video', { direction: 'recvonly' });
   pc.addTransceiver('audio', { direction: 'recvonly' });
   const tracks: MediaStreamTrack[] = [];
+  const candidates: RTCIceCandidate[] = [];
   pc.ontrack = (ev) => tracks.push(ev.track);
+  pc.onicecandidate = (ev) => ev.candidate && candidates.push(ev.candidate);
   // Until the page takes over (it replaces these handlers).
   pc.oniceconnectionstatechange = () => ['connected', 'completed'].includes(pc.iceConnectionState) && (at.iceConnected ??= performance.now());
   pc.onconnectionstatechange = () => pc.connectionState === 'connected' && (at.dtlsConnected ??= performance.now());
@@ -50,7 +54,7 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   performance.mark?.('petrel:early:pc');
   const offer = pc.createOffer();
   offer.then(() => performance.mark?.('petrel:early:offer')).catch(() => {});
-  window.petrelEarly = { pc, offer, at, tracks };
+  window.petrelEarly = { pc, offer, at, tracks, candidates };
   if (token) {
     const url = `/whep/${encodeURIComponent(`camera/${id}`)}`;
     const auth = { Authorization: `Bearer ${token}` };
@@ -84,7 +88,7 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
       }
     });
     answered.catch(() => {});
-    window.petrelEarly = { pc, offer, options, answered, at, tracks };
+    window.petrelEarly = { pc, offer, options, answered, at, tracks, candidates };
   }
 }
 

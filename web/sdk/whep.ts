@@ -48,6 +48,8 @@ export interface WhepOptions {
     at?: { pcCreated?: number; offerSent?: number; answerArrived?: number; iceConnected?: number; dtlsConnected?: number; gatheringComplete?: number };
     /** Remote tracks that arrived before whepPlay took the connection over. */
     tracks?: MediaStreamTrack[];
+    /** Local ICE candidates gathered before whepPlay took the connection over (a full-ICE server gets them). */
+    candidates?: RTCIceCandidate[];
   };
   /** The connection failed after the answer (ICE or DTLS). */
   onFailed?: (why: string) => void;
@@ -211,6 +213,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   pc.onicegatheringstatechange = () => {
     if (pc.iceGatheringState === 'complete') mark('gatheringComplete');
   };
+  for (const candidate of early?.candidates?.splice(0) ?? []) pc.onicecandidate({ candidate } as RTCPeerConnectionIceEvent);
   let res: Response;
   let gatheringAtOffer: RTCIceGatheringState;
   // The offer is applied once the STUN/TURN servers are known (they must be
