@@ -9,7 +9,9 @@
 //
 // A VIEWER is chromium or firefox, with page parameters after '&':
 // 'chromium&trickle=0' has the offer wait for ICE gathering (as before);
-// 'chromium-bare' runs the same WHEP steps in a page without the app.
+// 'chromium-bare' runs the same WHEP steps in a page without the app;
+// 'chromium-idle' runs the SDK's whepPlay in the app's page once it has loaded
+// and stood idle for a second (the app's code, without a page load beside it).
 //
 // Needs bin/petrel (node build.mjs, or go build -o bin/petrel ./cmd/petrel).
 import { spawn, execFileSync } from 'node:child_process';
@@ -80,13 +82,44 @@ try {
         return r;
       }, token),
     );
+  // 'chromium-idle': the app's room page (no camera: early.js starts nothing),
+  // loaded and idle 1 s, then the SDK's whepPlay with a connection and offer
+  // made first, as early.js makes them; from 0 when whepPlay is called.
+  const idleLoad = (page) =>
+    page.goto(`${server.base}/`).then(async () => {
+      await new Promise((r) => setTimeout(r, 1000));
+      return page.evaluate(async (token) => {
+        const { whepPlay } = await import('/petrel-sdk.js');
+        const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+        pc.addTransceiver('video', { direction: 'recvonly' });
+        pc.addTransceiver('audio', { direction: 'recvonly' });
+        const offer = pc.createOffer();
+        await offer;
+        const t0 = performance.now();
+        const video = document.createElement('video');
+        video.muted = video.autoplay = true;
+        document.body.append(video);
+        const first = new Promise((resolve) => {
+          const onTrack = (track) => {
+            if (track.kind !== 'video') return;
+            video.srcObject = new MediaStream([track]);
+            video.requestVideoFrameCallback(() => resolve(Math.round((performance.now() - t0) * 10) / 10));
+          };
+          window.idleSession = whepPlay('/whep/camera%2Fdoor', { token, prepared: { pc, offer }, onTrack });
+        });
+        const s = await window.idleSession;
+        const r = { mode: 'webrtc', ...s.steps, firstFrame: await first };
+        s.close();
+        return r;
+      }, token);
+    });
   const launched = {};
   const browsers = [];
   for (const name of which) {
     const [viewer, ...q] = name.split('&');
-    const kind = viewer.replace(/-bare$/, '');
+    const kind = viewer.replace(/-(bare|idle)$/, '');
     launched[kind] ??= kind === 'firefox' ? await launchFirefox() : await launchChromium();
-    browsers.push({ name, bare: viewer.endsWith('-bare'), q: q.length ? `&${q.join('&')}` : '', newPage: () => launched[kind].newPage() });
+    browsers.push({ name, bare: viewer.endsWith('-bare'), idle: viewer.endsWith('-idle'), q: q.length ? `&${q.join('&')}` : '', newPage: () => launched[kind].newPage() });
   }
   const runs = Object.fromEntries(which.map((n) => [n, []]));
   const probeRuns = [];
@@ -94,6 +127,7 @@ try {
     const page = await browser.newPage();
     try {
       if (browser.bare) return await bareLoad(page);
+      if (browser.idle) return await idleLoad(page);
       await page.goto(`${server.base}/?camera=door&token=${token}${browser.q}`);
       const r = await waitFor(page, 'the first frame', () => {
         const c = window.petrelCamera;

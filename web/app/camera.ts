@@ -351,7 +351,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   say();
   const room = `camera/${id}`;
   const token = params.get('token') || (await devToken(room, 'viewer'));
-  const start = performance.now();
+  // The viewer's start; an early WebRTC start (early.ts) counts from its offer, as whepPlay's steps do.
+  let start = performance.now();
   performance.mark?.('petrel:camera:start');
   const draw = () => {
     const rows: [string, number | undefined][] =
@@ -482,6 +483,7 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     return;
   }
   const early = window.petrelEarly;
+  if (early?.answered && early.at?.offerSent !== undefined) start = early.at.offerSent;
   const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
@@ -501,7 +503,7 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     // &trickle=0: the offer waits for gathering, as the page did before (for comparison).
     trickle: params.get('trickle') !== '0',
     prepared: early,
-    onStep: (s) => s !== 'firstTrack' && mark(s),
+    onStep: (s, ms) => s !== 'firstTrack' && mark(s, early?.answered ? ms : undefined),
     onTrack: (track) => {
       if (track.kind !== 'video') return;
       video.srcObject = new MediaStream([track]);

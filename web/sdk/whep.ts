@@ -35,7 +35,22 @@ export interface WhepOptions {
    * audio transceivers, no ICE servers yet), for a page that starts it before
    * its script has loaded; whepPlay takes it over.
    */
-  prepared?: { pc?: RTCPeerConnection; offer?: Promise<RTCSessionDescriptionInit> };
+  prepared?: {
+    pc?: RTCPeerConnection;
+    offer?: Promise<RTCSessionDescriptionInit>;
+    /**
+     * The offer already POSTed (to this url, ICE servers and local description
+     * set) and, when 201, the answer applied or refused: whepPlay takes the
+     * session as it stands. Needs pc.
+     */
+    answered?: Promise<{ res: Response; answer?: string; refused?: unknown }>;
+    /** performance.now() of steps already taken; steps count from offerSent then (the session's start). */
+    at?: { pcCreated?: number; offerSent?: number; answerArrived?: number; iceConnected?: number; dtlsConnected?: number; gatheringComplete?: number };
+    /** Remote tracks that arrived before whepPlay took the connection over. */
+    tracks?: MediaStreamTrack[];
+    /** Local ICE candidates gathered before whepPlay took the connection over (a full-ICE server gets them). */
+    candidates?: RTCIceCandidate[];
+  };
   /** The connection failed after the answer (ICE or DTLS). */
   onFailed?: (why: string) => void;
 }
@@ -138,11 +153,12 @@ export async function whepIceServers(url: string, token: string, options?: Promi
  * when the server refuses the offer.
  */
 export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSession> {
-  const start = performance.now();
+  const early = opts.prepared?.answered && opts.prepared.pc ? opts.prepared : undefined;
+  const start = early?.at?.offerSent ?? performance.now();
   const steps: Partial<Record<WhepStep, number>> = {};
-  const mark = (s: WhepStep) => {
+  const mark = (s: WhepStep, when = performance.now()) => {
     if (steps[s] !== undefined) return;
-    steps[s] = Math.round((performance.now() - start) * 10) / 10;
+    steps[s] = Math.round((when - start) * 10) / 10;
     trace(s);
     opts.onStep?.(s, steps[s] as number);
   };
@@ -152,7 +168,10 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   const servers = iceServers instanceof Promise ? undefined : iceServers;
   let pc: RTCPeerConnection;
   let offered: Promise<RTCSessionDescriptionInit>;
-  if (opts.prepared?.pc && opts.prepared.offer && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
+  if (early?.pc) {
+    pc = early.pc;
+    offered = Promise.resolve({ type: 'offer' });
+  } else if (opts.prepared?.pc && opts.prepared.offer && opts.prepared.pc.signalingState === 'stable' && policy === 'all') {
     ({ pc, offer: offered } = opts.prepared);
     if (servers?.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: servers });
   } else {
@@ -162,7 +181,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
     pc.addTransceiver('audio', { direction: 'recvonly' });
     offered = pc.createOffer();
   }
-  mark('pcCreated');
+  mark('pcCreated', early?.at?.pcCreated);
   let failed = false;
   pc.oniceconnectionstatechange = () => {
     if (pc.iceConnectionState === 'connected' || pc.iceConnectionState === 'completed') mark('iceConnected');
@@ -174,10 +193,11 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
       opts.onFailed?.(`connection failed (ICE ${pc.iceConnectionState})`);
     }
   };
-  pc.ontrack = (ev) => {
-    if (ev.track.kind === 'video') mark('firstTrack');
-    opts.onTrack?.(ev.track);
+  const onTrack = (track: MediaStreamTrack) => {
+    if (track.kind === 'video') mark('firstTrack');
+    opts.onTrack?.(track);
   };
+  pc.ontrack = (ev) => onTrack(ev.track);
   // Candidates gathered before the answer wait; whether they go at all
   // depends on the answer (ICE-lite needs none).
   const pending: string[] = [];
@@ -193,6 +213,7 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
   pc.onicegatheringstatechange = () => {
     if (pc.iceGatheringState === 'complete') mark('gatheringComplete');
   };
+  for (const candidate of early?.candidates?.splice(0) ?? []) pc.onicecandidate({ candidate } as RTCPeerConnectionIceEvent);
   let res: Response;
   let gatheringAtOffer: RTCIceGatheringState;
   // The offer is applied once the STUN/TURN servers are known (they must be
@@ -206,10 +227,27 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
     trace('localSet');
   };
   const post = (sdp: string | undefined) => fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/sdp', ...auth }, body: sdp });
+  let early201: { answer?: string; refused?: unknown } | undefined;
   try {
     const offer = await offered;
     trace('offerCreated');
-    if (opts.trickle === false) {
+    if (early?.answered) {
+      // Started before the page's script: the steps happened, at their own times.
+      gatheringAtOffer = 'new';
+      mark('offerSent', early.at?.offerSent);
+      const got = await early.answered;
+      res = got.res;
+      early201 = got;
+      if (res.status === 201) mark('answerArrived', early.at?.answerArrived);
+      // Tracks and states that came before this takeover.
+      for (const track of early.tracks?.splice(0) ?? []) onTrack(track);
+      if (early.at?.iceConnected) mark('iceConnected', early.at.iceConnected);
+      if (early.at?.dtlsConnected) mark('dtlsConnected', early.at.dtlsConnected);
+      if (early.at?.gatheringComplete) mark('gatheringComplete', early.at.gatheringComplete);
+      pc.oniceconnectionstatechange?.(new Event('iceconnectionstatechange'));
+      pc.onconnectionstatechange?.(new Event('connectionstatechange'));
+      pc.onicegatheringstatechange?.(new Event('icegatheringstatechange'));
+    } else if (opts.trickle === false) {
       await applyLocal(offer);
       await gathered(pc, 2000);
       gatheringAtOffer = pc.iceGatheringState;
@@ -235,12 +273,13 @@ export async function whepPlay(url: string, opts: WhepOptions): Promise<WhepSess
     throw new WhepError(e.code, e.message, res.status, codec);
   }
   mark('answerArrived');
-  const answer = await res.text();
+  const answer = early201 ? (early201.answer ?? '') : await res.text();
   const location = res.headers.get('Location') ?? undefined;
   const target = location ? new URL(location, new URL(url, globalThis.location?.href)).toString() : undefined;
   const iceLite = /^a=ice-lite/m.test(answer);
   try {
-    await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+    if (early201?.refused) throw early201.refused;
+    if (!early201) await pc.setRemoteDescription({ type: 'answer', sdp: answer });
     trace('remoteSet');
   } catch (err) {
     pc.close();

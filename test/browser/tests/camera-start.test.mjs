@@ -57,9 +57,13 @@ test('Chromium: the camera page offers before ICE gathering completes, plays ove
     assert.notEqual(s.gatheringAtOffer, 'complete', 'the offer waited for ICE gathering');
     const gathered = await waitFor(viewer.page, 'ICE gathering to complete', () => window.petrelCamera.timings.gatheringComplete);
     assert.ok(s.timings.offerSent < gathered, `offer sent at ${s.timings.offerSent} ms, gathering complete at ${gathered} ms`);
-    // The POST does not wait for setLocalDescription (nor for the TURN servers it waits for).
+    // The page's head script (early.js) POSTs the offer as soon as it is made,
+    // without waiting for app.js, and the page takes that session over. The POST
+    // does not wait for setLocalDescription (nor for the TURN servers it waits for).
     const marks = await viewer.page.evaluate(() => Object.fromEntries(performance.getEntriesByType('mark').map((m) => [m.name, m.startTime])));
-    assert.ok(marks['petrel:whep:offerSent'] < marks['petrel:whep:localSet'], `offer sent at ${marks['petrel:whep:offerSent']}, local description set at ${marks['petrel:whep:localSet']}`);
+    assert.ok(marks['petrel:early:offerSent'] < marks['petrel:early:localSet'], `offer sent at ${marks['petrel:early:offerSent']}, local description set at ${marks['petrel:early:localSet']}`);
+    assert.equal(s.timings.offerSent, 0, 'the camera page did not take over the session early.js started');
+    assert.equal(marks['petrel:whep:localSet'], undefined, 'the camera page made a second session');
     assert.ok(s.timings.firstFrame < FIRST_FRAME_BOUND_MS, `first frame at ${s.timings.firstFrame} ms`);
     assert.match(s.overlay, /offer sent\s+[\d.]+ ms/);
     assert.match(s.overlay, /first frame\s+[\d.]+ ms/);
