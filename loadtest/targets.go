@@ -139,6 +139,21 @@ func (t *Petrel) join(ctx context.Context, room string, p *Peer, publishOnly, au
 	p.Watch(c.Sub, !publishOnly)
 	// client.Join already set OnTrack into c.Tracks; drain it into receivers.
 	c.Sub.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) { p.Receive(tr, c.Sub) })
+	// With automatic subscription the first tracks and the subscriber
+	// connection may have come during client.Join, before these handlers.
+	for drained := false; !drained; {
+		select {
+		case tr := <-c.Tracks:
+			p.Receive(tr.Remote, c.Sub)
+		default:
+			drained = true
+		}
+	}
+	if !publishOnly && c.Sub.ConnectionState() == webrtc.PeerConnectionStateConnected {
+		p.mark(&p.iceAt)
+		p.mark(&p.dtlsAt)
+		p.up.Store(true)
+	}
 	return &Participant{Client: c, Peer: p}, nil
 }
 

@@ -211,7 +211,7 @@ func mixRuns(bin, sizes string, talkers int, duration, warmup time.Duration, rat
 	}
 	defer ns.Close()
 	var b strings.Builder
-	b.WriteString("| participants (talking) | server | CPU, % of a core | CPU per participant, % of a core | ratio Petrel ÷ AudioBridge | RSS growth per participant | mix packets/s per participant | loss |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| participants (talking) | server | CPU, % of a core | CPU per participant, % of a core | ratio Petrel ÷ AudioBridge | RSS growth per participant | participants receiving a mix | mix packets/s per participant (50 sent) | loss |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 2 {
@@ -230,9 +230,15 @@ func mixRuns(bin, sizes string, talkers int, duration, warmup time.Duration, rat
 			if i == 1 && per[1] > 0 && per[0] > 0 {
 				ratio = fmt.Sprintf("%.2f", per[0]/per[1])
 			}
+			mixed := 0
+			for _, p := range r.res.Peers {
+				if len(p.Streams) == 1 && p.Streams[0].Kind == "audio" && p.Streams[0].Packets > 0 {
+					mixed++
+				}
+			}
 			name := map[string]string{"petrel": "Petrel", "janus": "Janus AudioBridge"}[srv]
-			fmt.Fprintf(&b, "| %d (%d) | %s | %.1f | %.3f | %s | %.0f KiB | %.1f | %.3f %% |\n", n, min(talkers, n), name, sm.TargetCPU, per[i], ratio,
-				(sm.TargetRSSMiB-sm.TargetRSSStartMiB)*1024/float64(n), sm.PPS/float64(max(sm.Receiving, 1)), sm.LossPct)
+			fmt.Fprintf(&b, "| %d (%d) | %s | %.1f | %.3f | %s | %.0f KiB | %d | %.1f | %.3f %% |\n", n, min(talkers, n), name, sm.TargetCPU, per[i], ratio,
+				(sm.TargetRSSMiB-sm.TargetRSSStartMiB)*1024/float64(n), mixed, sm.PPS/float64(n), sm.LossPct)
 		}
 	}
 	return b.String()
