@@ -223,3 +223,44 @@ func checkPlot(t *testing.T, path string, w, h int) {
 		t.Errorf("%s looks blank: %d distinct colours, %d coloured pixels", path, len(colours), coloured)
 	}
 }
+
+// checkMix asserts that each of n mix participants connected and received
+// one audio stream (its mix) with at least min packets.
+func checkMix(t *testing.T, res *Result, n int, min uint64) {
+	t.Helper()
+	got := 0
+	for _, p := range res.Peers {
+		if p.Role != "participant" {
+			continue
+		}
+		got++
+		var audio, other int
+		var pkts uint64
+		for _, s := range p.Streams {
+			if s.Kind == "audio" {
+				audio++
+				pkts += s.Packets
+			} else {
+				other++
+			}
+		}
+		if p.Error != "" || audio != 1 || other != 0 || pkts < min {
+			t.Errorf("%s: %d audio streams (%d packets), %d others, error %q: want its one mix", p.ID, audio, pkts, other, p.Error)
+		}
+	}
+	if got != n {
+		t.Errorf("%d participants, want %d", got, n)
+	}
+	if res.Summary.TargetCPU <= 0 {
+		t.Errorf("target CPU %.1f%%: want it sampled", res.Summary.TargetCPU)
+	}
+}
+
+func TestMixAgainstPetrel(t *testing.T) {
+	url := startPetrel(t)
+	res := runSmall(t, Config{Scenario: "mix", Target: "petrel", URL: url, Peers: 12, Talkers: 2, Rate: 50, Duration: 2 * time.Second, Warmup: time.Second})
+	// 2 s of 20 ms packets; the mix exists within 250 ms of the join. 12
+	// peers: a mix track offered during the join must be counted too.
+	checkMix(t, res, 12, 80)
+	t.Logf("summary: %+v", res.Summary)
+}

@@ -272,6 +272,10 @@ func answerGathered(ctx context.Context, pc *webrtc.PeerConnection, offer *webrt
 // janusPublish sends srcs on a new peer connection with an offer to handle,
 // wrapped in body (EchoTest: {audio,video}; VideoRoom: {request: publish}).
 func (r *Runner) janusSendOffer(ctx context.Context, h *JanusHandle, p *Peer, body map[string]any, recv bool) (map[string]any, error) {
+	return r.janusOffer(ctx, h, p, body, recv, r.srcs)
+}
+
+func (r *Runner) janusOffer(ctx context.Context, h *JanusHandle, p *Peer, body map[string]any, recv bool, srcs []*Source) (map[string]any, error) {
 	pc, err := r.lean.NewPCFor(p)
 	if err != nil {
 		return nil, err
@@ -282,7 +286,7 @@ func (r *Runner) janusSendOffer(ctx context.Context, h *JanusHandle, p *Peer, bo
 	if recv {
 		dir = webrtc.RTPTransceiverDirectionSendrecv
 	}
-	for i, s := range r.srcs {
+	for i, s := range srcs {
 		t, err := pc.AddTransceiverFromTrack(s.Track(fmt.Sprintf("%s-%d", p.ID, i), p.ID), webrtc.RTPTransceiverInit{Direction: dir})
 		if err != nil {
 			return nil, err
@@ -348,6 +352,8 @@ func (r *Runner) runJanus(ctx context.Context) error {
 			return p, err
 		})
 		return nil
+	case "mix":
+		return r.janusAudioBridge(ctx, attach)
 	case "stream":
 		if c.JanusStreaming {
 			return r.janusStreaming(ctx, j, attach)
@@ -430,7 +436,39 @@ func (r *Runner) runJanus(ctx context.Context) error {
 		})
 		return nil
 	}
-	return fmt.Errorf("target janus supports echo, room and stream, not %q", c.Scenario)
+	return fmt.Errorf("target janus supports echo, room, stream and mix, not %q", c.Scenario)
+}
+
+// janusAudioBridge is mix through the AudioBridge plugin: a room at 48 kHz
+// without recording; each peer joins with a sendrecv offer and receives its
+// mix (everyone but itself) on the same connection.
+func (r *Runner) janusAudioBridge(ctx context.Context, attach func(context.Context, string, *Peer) (*JanusHandle, error)) error {
+	c := r.cfg
+	admin := NewPeer("janus-admin", "admin", &r.tot)
+	r.onClose(admin.Close)
+	h, err := attach(ctx, "janus.plugin.audiobridge", admin)
+	if err != nil {
+		return err
+	}
+	room := 1000 + rand.IntN(1_000_000)
+	if _, _, err := h.Message(ctx, map[string]any{"request": "create", "room": room, "sampling_rate": 48000, "record": false,
+		"audiolevel_event": false}, nil); err != nil {
+		return fmt.Errorf("audiobridge create: %w", err)
+	}
+	r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
+		p := r.newPeer(fmt.Sprintf("mix%04d", i), "participant")
+		src, err := r.mixSource(i)
+		if err != nil {
+			return p, err
+		}
+		h, err := attach(ctx, "janus.plugin.audiobridge", p)
+		if err != nil {
+			return p, err
+		}
+		_, err = r.janusOffer(ctx, h, p, map[string]any{"request": "join", "room": room, "display": p.ID}, true, []*Source{src})
+		return p, err
+	})
+	return nil
 }
 
 // janusStreaming is stream 1→N through the Streaming plugin: the sources are

@@ -42,3 +42,10 @@ func TestJanusEchoAndVideoRoom(t *testing.T) {
 	res = runSmall(t, Config{Scenario: "stream", Target: "janus", JanusStreaming: true, URL: s.URL, Bind: ns.HostAddr, Peers: 2, Rate: 20, Duration: time.Second, Warmup: time.Second})
 	checkAllReceived(t, res, "subscriber", 2)
 }
+
+func TestJanusAudioBridgeMix(t *testing.T) {
+	ns, s := janusEnv(t, 2)
+	res := runSmall(t, Config{Scenario: "mix", Target: "janus", URL: s.URL, Bind: ns.HostAddr, Peers: 4, Talkers: 2, Rate: 20, Duration: 2 * time.Second, Warmup: time.Second, TargetPID: s.PID()})
+	checkMix(t, res, 4, 80)
+	t.Logf("summary: %+v", res.Summary)
+}

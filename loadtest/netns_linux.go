@@ -142,7 +142,7 @@ nat: {
 	ice_enforce_list = "` + ns.NSAddr + `"
 }
 plugins: {
-	disable = "libjanus_audiobridge.so,libjanus_duktape.so,libjanus_lua.so,libjanus_nosip.so,libjanus_recordplay.so,libjanus_sip.so,libjanus_textroom.so,libjanus_videocall.so,libjanus_voicemail.so"
+	disable = "libjanus_duktape.so,libjanus_lua.so,libjanus_nosip.so,libjanus_recordplay.so,libjanus_sip.so,libjanus_textroom.so,libjanus_videocall.so,libjanus_voicemail.so"
 }
 transports: {
 	disable = "libjanus_http.so,libjanus_mqtt.so,libjanus_nanomsg.so,libjanus_pfunix.so,libjanus_rabbitmq.so"
@@ -158,6 +158,7 @@ loggers: {
 		"janus.plugin.echotest.jcfg":      "general: {\n}\n",
 		"janus.plugin.videoroom.jcfg":     "general: {\n}\n",
 		"janus.plugin.streaming.jcfg":     "general: {\n}\n",
+		"janus.plugin.audiobridge.jcfg":   "general: {\n}\n",
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {

@@ -269,6 +269,17 @@ func ReadStamp(p []byte) (seq uint32, sent int64, ok bool) {
 // 20 ms stream of 80-byte packets. Each payload is a valid VP8 (or Opus TOC)
 // start followed by filler and, in its last 16 bytes, a sequence number and the
 // send time, so receivers on the same host can measure one-way delay.
+// opusSilence is a 20 ms CELT frame that decodes to digital silence: what a
+// microphone that is open but quiet sends when DTX is off (browsers' default).
+var opusSilence = []byte{0xf8, 0xff, 0xfe}
+
+// SilentAudio is an Opus source of silence frames, 20 ms each: the listeners
+// of the mix scenario, who send audio but say nothing.
+func SilentAudio() *Source {
+	frames := []Frame{{Packets: []Packet{{Payload: opusSilence, Marker: true}}, Dur: 20 * time.Millisecond, TSInc: 960}}
+	return newSource("silent-audio", webrtc.RTPCodecTypeAudio, CodecOpus, frames, true)
+}
+
 func Synthetic(audio bool, kbps, fps, keyEvery int) *Source {
 	if audio {
 		frames := make([]Frame, 50)

@@ -16,7 +16,7 @@ import (
 
 // Config describes one run.
 type Config struct {
-	Scenario string `json:"scenario"` // echo, room, stream, whip, whep
+	Scenario string `json:"scenario"` // echo, room, stream, whip, whep, mix
 	Target   string `json:"target"`   // petrel, whip (any WHIP/WHEP server), janus, livekit
 	URL      string `json:"url"`      // petrel, livekit: http://host:port; janus: ws://host:8188 or http://host:8088/janus
 	WHIPURL  string `json:"whipUrl,omitempty"`
@@ -50,6 +50,9 @@ type Config struct {
 	// JanusStreaming makes stream use Janus's Streaming plugin (an RTP
 	// mountpoint fed by the generator) instead of VideoRoom.
 	JanusStreaming bool `json:"janusStreaming,omitempty"`
+	// Talkers is how many mix peers speak (the audio source); the others
+	// publish Opus silence.
+	Talkers int `json:"talkers,omitempty"`
 
 	Progress io.Writer `json:"-"`
 }
@@ -88,6 +91,12 @@ func (c *Config) defaults() {
 	if c.Publishers <= 0 {
 		c.Publishers = 1
 	}
+	if c.Scenario == "mix" {
+		c.Video = "none" // an audio-mixed room: audio only
+		if c.Talkers <= 0 {
+			c.Talkers = 3
+		}
+	}
 	if c.Target == "livekit" && c.APIKey == "" {
 		c.APIKey, c.Secret = LiveKitDevKey, LiveKitDevSecret
 	}
@@ -119,6 +128,7 @@ type Runner struct {
 	leanRx  *LeanRx // lean WHEP viewers' shared state (Peer "lean")
 	tot     Counters
 	srcs    []*Source
+	silent  *Source // the mix scenario's listeners' audio
 	mu      sync.Mutex
 	peers   []*Peer
 	samples []Sample
@@ -174,6 +184,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if len(r.srcs) == 0 {
 		return nil, errors.New("no media source (video and audio are both none)")
+	}
+	if cfg.Scenario == "mix" {
+		r.silent = SilentAudio()
+		r.silent.Start()
+		defer r.silent.Stop()
 	}
 	defer r.closeAll()
 
@@ -348,6 +363,20 @@ func (r *Runner) video() *Source {
 	return nil
 }
 
+// mixSource is what mix peer i publishes: the audio source for the first
+// Talkers peers, silence for the others.
+func (r *Runner) mixSource(i int) (*Source, error) {
+	if i >= r.cfg.Talkers {
+		return r.silent, nil
+	}
+	for _, s := range r.srcs {
+		if s.Kind == webrtc.RTPCodecTypeAudio {
+			return s, nil
+		}
+	}
+	return nil, errors.New("mix: no audio source (-audio none)")
+}
+
 func (r *Runner) newPeer(id, role string) *Peer {
 	p := NewPeer(id, role, &r.tot)
 	r.addPeer(p)
@@ -467,6 +496,27 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 			return p, rx.Subscribe(ctx, sids)
 		})
 		return nil
+	case "mix":
+		// Every peer publishes audio and is subscribed automatically to its
+		// one mixed track (everyone but itself).
+		if err := t.MixRoom(ctx, c.Room); err != nil {
+			return err
+		}
+		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
+			p := r.newPeer(fmt.Sprintf("mix%04d", i), "participant")
+			src, err := r.mixSource(i)
+			if err != nil {
+				return p, err
+			}
+			pp, err := t.join(ctx, c.Room, p, false, true)
+			if err != nil {
+				return p, err
+			}
+			pp.CountPublisherRTCP(src)
+			_, err = pp.Publish(ctx, src)
+			return p, err
+		})
+		return nil
 	case "whip":
 		r.ramp(ctx, c.Peers, func(ctx context.Context, i int) (*Peer, error) {
 			p := r.newPeer(fmt.Sprintf("whip%04d", i), "publisher")
@@ -479,7 +529,7 @@ func (r *Runner) runPetrel(ctx context.Context) error {
 		})
 		return nil
 	}
-	return fmt.Errorf("unknown scenario %q (echo, room, stream, whip, whep)", c.Scenario)
+	return fmt.Errorf("unknown scenario %q (echo, room, stream, whip, whep, mix)", c.Scenario)
 }
 
 // whep starts a WHEP viewer of the configured kind.

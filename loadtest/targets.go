@@ -61,6 +61,37 @@ func (t *Petrel) Token(ctx context.Context, room, identity string, publish bool)
 	return v.Token, nil
 }
 
+// MixRoom creates room with its audio mixed by the server, through the admin
+// API with an admin token signed by APIKey (the dev endpoint gives none).
+func (t *Petrel) MixRoom(ctx context.Context, room string) error {
+	if t.APIKey == "" {
+		return errors.New("mix: the admin API needs -api-key and -api-secret")
+	}
+	c := auth.Claims{Grants: auth.Grants{Admin: true}}
+	c.RegisteredClaims = jwt.RegisteredClaims{Subject: "petrel-load"}
+	tok, err := auth.Keys{t.APIKey: t.APISecret}.Sign(t.APIKey, c, time.Hour)
+	if err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"name": room, "audioMix": true})
+	req, err := http.NewRequestWithContext(ctx, "POST", t.Base+"/v1/admin/rooms", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := t.client().Do(req)
+	if err != nil {
+		return fmt.Errorf("mix room: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("mix room: %s %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
 func (t *Petrel) client() *http.Client {
 	if t.HTTP != nil {
 		return t.HTTP
@@ -86,12 +117,16 @@ type Participant struct {
 // A publishOnly peer's setup times are its publisher connection's: client.Join
 // returns once that connection's data channel is open.
 func (t *Petrel) Join(ctx context.Context, room string, p *Peer, publishOnly bool) (*Participant, error) {
+	return t.join(ctx, room, p, publishOnly, false)
+}
+
+// join is Join with the server's automatic subscription on or off.
+func (t *Petrel) join(ctx context.Context, room string, p *Peer, publishOnly, autoSubscribe bool) (*Participant, error) {
 	tok, err := t.Token(ctx, room, p.ID, p.Role != "subscriber")
 	if err != nil {
 		return nil, err
 	}
-	no := false
-	c, err := client.Join(ctx, t.wsURL(), tok, client.Options{Name: p.ID, API: t.Lean.For(p), AutoSubscribe: &no})
+	c, err := client.Join(ctx, t.wsURL(), tok, client.Options{Name: p.ID, API: t.Lean.For(p), AutoSubscribe: &autoSubscribe})
 	if err != nil {
 		return nil, fmt.Errorf("join %s as %s: %w", room, p.ID, err)
 	}
@@ -104,6 +139,21 @@ func (t *Petrel) Join(ctx context.Context, room string, p *Peer, publishOnly boo
 	p.Watch(c.Sub, !publishOnly)
 	// client.Join already set OnTrack into c.Tracks; drain it into receivers.
 	c.Sub.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) { p.Receive(tr, c.Sub) })
+	// With automatic subscription the first tracks and the subscriber
+	// connection may have come during client.Join, before these handlers.
+	for drained := false; !drained; {
+		select {
+		case tr := <-c.Tracks:
+			p.Receive(tr.Remote, c.Sub)
+		default:
+			drained = true
+		}
+	}
+	if !publishOnly && c.Sub.ConnectionState() == webrtc.PeerConnectionStateConnected {
+		p.mark(&p.iceAt)
+		p.mark(&p.dtlsAt)
+		p.up.Store(true)
+	}
 	return &Participant{Client: c, Peer: p}, nil
 }
 

@@ -20,7 +20,7 @@ func init() {
 func loadMain(args []string) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	var c loadtest.Config
-	fs.StringVar(&c.Scenario, "scenario", "stream", "echo, room, stream, whip or whep")
+	fs.StringVar(&c.Scenario, "scenario", "stream", "echo, room, stream, whip, whep or mix")
 	fs.StringVar(&c.Target, "target", "petrel", "petrel, whip (any WHIP/WHEP server), janus or livekit (room and stream)")
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:7880", "petrel, livekit: the server's HTTP base; janus: its WebSocket or HTTP API")
 	fs.StringVar(&c.WHIPURL, "whip", "", "target whip: the WHIP endpoint")
@@ -32,6 +32,7 @@ func loadMain(args []string) int {
 	fs.StringVar(&c.Proto, "proto", "ws", "petrel: ws (room protocol) or whip (WHIP publisher, WHEP viewers)")
 	fs.IntVar(&c.Peers, "n", 10, "viewers, subscribers, echo peers or WHIP publishers")
 	fs.IntVar(&c.Publishers, "publishers", 1, "room: publishers")
+	fs.IntVar(&c.Talkers, "talkers", 3, "mix: participants who speak (the -audio source); the others send Opus silence")
 	fs.Float64Var(&c.Rate, "rate", 20, "new peers per second")
 	fs.IntVar(&c.Parallel, "parallel", 16, "peer setups in flight at once")
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "steady state after the ramp")
@@ -54,6 +55,7 @@ func loadMain(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: petrel load [flags]\n\nExamples:\n"+
 			"  petrel load -scenario stream -n 200 -rate 20 -pid $(pidof petrel) -json out.json -report out/\n"+
 			"  petrel load -scenario room -publishers 3 -n 30\n"+
+			"  petrel load -scenario mix -n 50 -api-key KEY -api-secret SECRET -pid $(pidof petrel)\n"+
 			"  petrel load -target livekit -url http://127.0.0.1:7880 -scenario stream -n 20 -pid $(pidof livekit-server)\n"+
 			"  petrel load -target whip -scenario whep -whip http://127.0.0.1:8889/cam/whip -whep http://127.0.0.1:8889/cam/whep -n 50\n"+
 			"  petrel load -controller 127.0.0.1:7890\n\nflags:\n")

@@ -5,7 +5,11 @@
 // The servers run, one at a time, in a network namespace this command creates
 // (Janus 1.1.2 gathers no ICE candidates on loopback; Petrel and LiveKit run
 // there too so all see the same veth path). The generator runs here and binds
-// the host end of the veth pair. Janus runs in its default mode (a thread per
+// the host end of the veth pair. -mix runs only the audio-mixed room against
+// Janus AudioBridge and prints its table (docs/benchmarks.md is not touched):
+//
+//	go run ./loadtest/bench -mix 50,20 -duration 20s Janus runs in its default mode (a thread per
+//
 // handle) and with event_loops = 2; LiveKit (livekit-server, found as
 // loadtest.LiveKitBinary says or given by -livekit) with its defaults but for
 // the addresses and ports.
@@ -62,6 +66,8 @@ func main() {
 	docs := flag.String("docs", "docs/benchmarks.md", "file whose sections are rewritten ('' to skip)")
 	hold := flag.Int("hold", 0, "also run a generator capacity run: this many audio-only receivers from Petrel")
 	repeat := flag.Int("repeat", 1, "run everything this many times; the report takes, per server and size, the cleanest run (least loss)")
+	mix := flag.String("mix", "", "only the mix scenario at these sizes (participants, e.g. 50,20): Petrel's audio-mixed room vs Janus AudioBridge; prints a table")
+	talkers := flag.Int("talkers", 3, "with -mix: participants who speak (the others send Opus silence)")
 	reportOnly := flag.Bool("report-only", false, "re-render from the JSON in -out")
 	strip := flag.Bool("strip", false, "with -report-only: rewrite the JSON in -out without per-peer records")
 	flag.Parse()
@@ -71,6 +77,11 @@ func main() {
 		log.Fatal(err)
 	}
 	ensure("gnuplot", "gnuplot-nox")
+	if *mix != "" {
+		ensure("janus", "janus")
+		fmt.Print(mixRuns(*petrelBin, *mix, *talkers, *duration, *warmup, *rate))
+		return
+	}
 	if !*reportOnly && strings.Contains(*servers, "janus") {
 		ensure("janus", "janus")
 	}
@@ -170,20 +181,72 @@ func readFloor(out, kind string) (float64, int) {
 	return v[len(v)/2], len(v)
 }
 
-func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold, repeat int) []*run {
-	if bin == "" {
-		dir, err := os.MkdirTemp("", "loadbench")
-		if err != nil {
-			log.Fatal(err)
+// buildPetrel returns bin, or builds ./cmd/petrel into a temporary directory
+// that cleanup removes.
+func buildPetrel(bin string) (string, func()) {
+	if bin != "" {
+		return bin, func() {}
+	}
+	dir, err := os.MkdirTemp("", "loadbench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	bin = filepath.Join(dir, "petrel")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/petrel")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		log.Fatalf("build petrel: %v", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }
+}
+
+// mixRuns runs the mix scenario at each size against Petrel and Janus
+// AudioBridge (default threading) and renders the comparison.
+func mixRuns(bin, sizes string, talkers int, duration, warmup time.Duration, rate float64) string {
+	bin, cleanup := buildPetrel(bin)
+	defer cleanup()
+	ns, err := loadtest.NewNetNS("petrel-load-bench", 50)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ns.Close()
+	var b strings.Builder
+	b.WriteString("| participants (talking) | server | CPU, % of a core | CPU per participant, % of a core | ratio Petrel ÷ AudioBridge | RSS growth per participant | participants receiving a mix | mix packets/s per participant (50 sent) | loss |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, f := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			continue
 		}
-		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "petrel")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/petrel")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			log.Fatalf("build petrel: %v", err)
+		var per [2]float64
+		for i, srv := range []string{"petrel", "janus"} {
+			r, err := one(bin, ns, srv, "mix", n, 0, duration, warmup, rate, loadtest.Config{Talkers: talkers})
+			if err != nil {
+				log.Printf("%s mix %d: %v", srv, n, err)
+				continue
+			}
+			sm := r.res.Summary
+			per[i] = sm.TargetCPU / float64(n)
+			ratio := ""
+			if i == 1 && per[1] > 0 && per[0] > 0 {
+				ratio = fmt.Sprintf("%.2f", per[0]/per[1])
+			}
+			mixed := 0
+			for _, p := range r.res.Peers {
+				if len(p.Streams) == 1 && p.Streams[0].Kind == "audio" && p.Streams[0].Packets > 0 {
+					mixed++
+				}
+			}
+			name := map[string]string{"petrel": "Petrel", "janus": "Janus AudioBridge"}[srv]
+			fmt.Fprintf(&b, "| %d (%d) | %s | %.1f | %.3f | %s | %.0f KiB | %d | %.1f | %.3f %% |\n", n, min(talkers, n), name, sm.TargetCPU, per[i], ratio,
+				(sm.TargetRSSMiB-sm.TargetRSSStartMiB)*1024/float64(n), mixed, sm.PPS/float64(n), sm.LossPct)
 		}
 	}
+	return b.String()
+}
+
+func measure(bin, servers, sizes, roomSpec string, duration, warmup time.Duration, rate float64, out string, hold, repeat int) []*run {
+	bin, cleanup := buildPetrel(bin)
+	defer cleanup()
 	ns, err := loadtest.NewNetNS("petrel-load-bench", 50)
 	if err != nil {
 		log.Fatal(err)
@@ -251,13 +314,17 @@ func one(bin string, ns *loadtest.NetNS, srv, scenario string, n, p int, duratio
 	var s *loadtest.Server
 	var err error
 	cfg := loadtest.Config{Scenario: scenario, Peers: n, Publishers: p, Rate: rate, Duration: duration, Warmup: warmup,
-		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Proto: extra.Proto, Parallel: 8}
+		Bind: ns.HostAddr, Video: extra.Video, Audio: extra.Audio, Proto: extra.Proto, Talkers: extra.Talkers, Parallel: 8}
 	switch srv {
 	case "petrel", "petrel-whep":
 		if srv == "petrel-whep" {
 			cfg.Proto = "whip" // WHEP viewers (the generator's lean peers)
 		}
-		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret)
+		var args []string
+		if scenario == "mix" {
+			args = append(args, "--admin-allow-remote") // the generator creates the mixed room from the host side
+		}
+		s, err = loadtest.StartPetrel(bin, ns, apiKey, apiSecret, args...)
 		cfg.Target, cfg.APIKey, cfg.Secret = "petrel", apiKey, apiSecret
 	case "livekit":
 		// Its default media path: a UDP socket per peer connection from a
