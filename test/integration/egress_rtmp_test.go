@@ -431,17 +431,7 @@ func TestRTMPEgressComposite(t *testing.T) {
 	publish := func(c interface {
 		Publish(context.Context, webrtc.TrackLocal, string) (string, *webrtc.RTPSender, error)
 	}, mime, source, clip string) string {
-		cp := webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 90000}
-		switch mime {
-		case webrtc.MimeTypeOpus:
-			cp = webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 48000, Channels: 2}
-		case webrtc.MimeTypeH264:
-			cp.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
-		}
-		lt, err := webrtc.NewTrackLocalStaticSample(cp, source, "s-"+source)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lt := sampleTrack(t, mime, source)
 		sid, _, err := c.Publish(ctxT(t, 10*time.Second), lt, source)
 		if err != nil {
 			t.Fatal(err)

@@ -107,6 +107,24 @@ type source struct {
 	forceKey atomic.Bool
 }
 
+// sampleTrack is a client track of mime (VP8, H.264 constrained baseline,
+// Opus) with id id, stream "s-"+id.
+func sampleTrack(t *testing.T, mime, id string) *webrtc.TrackLocalStaticSample {
+	t.Helper()
+	cp := webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 90000}
+	switch mime {
+	case webrtc.MimeTypeOpus:
+		cp = webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 48000, Channels: 2}
+	case webrtc.MimeTypeH264:
+		cp.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+	}
+	tr, err := webrtc.NewTrackLocalStaticSample(cp, id, "s-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 func newVideo(id string) *source {
 	tr, err := webrtc.NewTrackLocalStaticSample(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, id, "stream-"+id)
 	if err != nil {

@@ -35,22 +35,8 @@ func TestHLSRoom(t *testing.T) {
 	e := start(t, func(c *config.Config) {
 		c.HLS.Idle = 2 * time.Second
 	})
-	newTrack := func(mime, id string) *webrtc.TrackLocalStaticSample {
-		cp := webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 90000}
-		switch mime {
-		case webrtc.MimeTypeOpus:
-			cp = webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 48000, Channels: 2}
-		case webrtc.MimeTypeH264:
-			cp.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
-		}
-		tr, err := webrtc.NewTrackLocalStaticSample(cp, id, "s-"+id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
 	bob := e.join("stage", "bob")
-	bv, ba := newTrack(webrtc.MimeTypeH264, "bv"), newTrack(webrtc.MimeTypeOpus, "ba")
+	bv, ba := sampleTrack(t, webrtc.MimeTypeH264, "bv"), sampleTrack(t, webrtc.MimeTypeOpus, "ba")
 	if _, _, err := bob.Publish(ctxT(t, 10*time.Second), bv, "camera"); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +47,7 @@ func TestHLSRoom(t *testing.T) {
 	play(t, ba, clipSamples(t, cl.opus))
 	// Carol publishes VP8, which HLS carries through a transcoder.
 	carol := e.join("stage", "carol")
-	cv := newTrack(webrtc.MimeTypeVP8, "cv")
+	cv := sampleTrack(t, webrtc.MimeTypeVP8, "cv")
 	vp8Sid, _, err := carol.Publish(ctxT(t, 10*time.Second), cv, "camera")
 	if err != nil {
 		t.Fatal(err)

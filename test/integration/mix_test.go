@@ -198,17 +198,7 @@ func goertzel(x []int16, freq float64) float64 {
 // and not its own; a listener who publishes nothing hears all three.
 func TestAudioMixMinusOne(t *testing.T) {
 	e := start(t)
-	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
-	req, _ := http.NewRequest("POST", e.url+"/v1/admin/rooms", bytes.NewBufferString(`{"name":"mixroom","audioMix":true}`))
-	req.Header.Set("Authorization", "Bearer "+admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("create room: %s", resp.Status)
-	}
+	mixedRoom(t, e, "mixroom")
 	freqs := []float64{440, 660, 880}
 	var hs []*hearing
 	for i, f := range freqs {
@@ -269,17 +259,7 @@ func hearAll(t *testing.T, hs []*hearing, names []string, freqs []float64, want 
 // another identity hears both.
 func TestAudioMixWHIPAndWHEP(t *testing.T) {
 	e := start(t)
-	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
-	req, _ := http.NewRequest("POST", e.url+"/v1/admin/rooms", bytes.NewBufferString(`{"name":"sip","audioMix":true}`))
-	req.Header.Set("Authorization", "Bearer "+admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("create room: %s", resp.Status)
-	}
+	mixedRoom(t, e, "sip")
 
 	alice := e.join("sip", "alice")
 	aliceHears := listen(t, alice)
@@ -386,17 +366,7 @@ func toneWindows(pcm []int16, freq float64) (amp, phase []float64) {
 // decodes, each tone has its level and its phase has moved on by exactly 20 ms.
 func TestAudioMixPacketLengths(t *testing.T) {
 	e := start(t)
-	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
-	req, _ := http.NewRequest("POST", e.url+"/v1/admin/rooms", bytes.NewBufferString(`{"name":"lengths","audioMix":true}`))
-	req.Header.Set("Authorization", "Bearer "+admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("create room: %s", resp.Status)
-	}
+	mixedRoom(t, e, "lengths")
 	lc := e.join("lengths", "listener")
 	h := listen(t, lc)
 	type talker struct {
@@ -446,5 +416,21 @@ func TestAudioMixPacketLengths(t *testing.T) {
 		if level < 1000 || bad > (len(amp)-1)/20 {
 			t.Errorf("%g Hz in %d ms packets is not continuous in the mix: level %.0f, %d of %d windows off: %v", tk.freq, tk.ms, level, bad, len(amp)-1, worst)
 		}
+	}
+}
+
+// mixedRoom creates room with audioMix through the admin API.
+func mixedRoom(t *testing.T, e *env, room string) {
+	t.Helper()
+	admin := e.token("", "ops", auth.Grants{Admin: true}, time.Hour)
+	req, _ := http.NewRequest("POST", e.url+"/v1/admin/rooms", bytes.NewBufferString(`{"name":"`+room+`","audioMix":true}`))
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("create room: %s", resp.Status)
 	}
 }

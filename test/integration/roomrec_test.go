@@ -151,25 +151,11 @@ func TestRoomRecording(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	newTrack := func(mime, id string) *webrtc.TrackLocalStaticSample {
-		cap := webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 90000}
-		if mime == webrtc.MimeTypeOpus {
-			cap = webrtc.RTPCodecCapability{MimeType: mime, ClockRate: 48000, Channels: 2}
-		}
-		if mime == webrtc.MimeTypeH264 {
-			cap.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
-		}
-		tr, err := webrtc.NewTrackLocalStaticSample(cap, id, "s-"+id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
 
 	// Alice publishes VP8 and Opus; the administrator starts the recording;
 	// Bob comes later with H.264 and Opus, and is recorded too.
 	alice := e.join("meet", "alice")
-	av, aa := newTrack(webrtc.MimeTypeVP8, "av"), newTrack(webrtc.MimeTypeOpus, "aa")
+	av, aa := sampleTrack(t, webrtc.MimeTypeVP8, "av"), sampleTrack(t, webrtc.MimeTypeOpus, "aa")
 	for _, x := range []struct {
 		tr  *webrtc.TrackLocalStaticSample
 		src string
@@ -195,7 +181,7 @@ func TestRoomRecording(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	bob := e.join("meet", "bob")
-	bv, ba := newTrack(webrtc.MimeTypeH264, "bv"), newTrack(webrtc.MimeTypeOpus, "ba")
+	bv, ba := sampleTrack(t, webrtc.MimeTypeH264, "bv"), sampleTrack(t, webrtc.MimeTypeOpus, "ba")
 	for _, x := range []struct {
 		tr  *webrtc.TrackLocalStaticSample
 		src string
