@@ -16,31 +16,13 @@ import { applyDemand, republishSimulcast, simulcastLayers } from './publisher.js
 import { RoomConnection, wsUrl } from './connection.js';
 import {
   type ConnectOptions,
-  type ConnectionState,
-  type DataMessage,
-  type MediaPath,
   type PublishOptions,
-  type RoomEvents,
   type SendDataOptions,
   type TrackSettings,
   LocalTrackPublication,
-  RemoteParticipant,
-  RemoteTrackPublication,
 } from './roomtypes.js';
 
-export {
-  type ConnectOptions,
-  type ConnectionState,
-  type DataMessage,
-  type MediaPath,
-  type PublishOptions,
-  type RoomEvents,
-  type SendDataOptions,
-  type TrackSettings,
-  LocalTrackPublication,
-  RemoteParticipant,
-  RemoteTrackPublication,
-};
+export * from './roomtypes.js';
 export { gathered } from './p2p.js';
 export { wsUrl };
 export type { ClientMessage };
