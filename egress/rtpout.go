@@ -20,18 +20,6 @@ const outQueue = 1024
 // wall clock: ffmpeg aligns audio and video by them.
 const srEvery = time.Second
 
-// outPkt is one copied packet.
-type outPkt struct {
-	layer   int8
-	key     bool
-	seq     uint16
-	ts      uint32
-	marker  bool
-	arrival time.Time
-	n       int
-	buf     [1500]byte
-}
-
 // rtpOut sends one publication's packets to a local UDP port (ffmpeg's input),
 // as one stream: one SSRC, continuous sequence numbers and timestamps across
 // simulcast layer switches, with sender reports on the wall clock.
@@ -44,7 +32,7 @@ type rtpOut struct {
 	rtp   *net.UDPConn
 	rtcp  *net.UDPConn
 
-	q      chan *outPkt
+	q      chan *pkt
 	pool   sync.Pool
 	choice sfu.LayerChoice
 	sent   atomic.Int64 // packets sent to ffmpeg
@@ -74,11 +62,11 @@ func newRTPOut(pub *sfu.Publication, video bool, pt uint8, ssrc uint32, port int
 		return nil, err
 	}
 	o := &rtpOut{pub: pub, video: video, pt: pt, ssrc: ssrc, rate: int64(pub.Codec().ClockRate), rtp: c, rtcp: rc,
-		q: make(chan *outPkt, outQueue), cur: -1}
+		q: make(chan *pkt, outQueue), cur: -1}
 	if o.rate == 0 {
 		o.rate = 90000
 	}
-	o.pool.New = func() any { return new(outPkt) }
+	o.pool.New = func() any { return new(pkt) }
 	return o, nil
 }
 
@@ -94,7 +82,7 @@ func (o *rtpOut) WriteRTP(p *sfu.Packet) {
 }
 
 func (o *rtpOut) queue(p *sfu.Packet) {
-	q := o.pool.Get().(*outPkt)
+	q := o.pool.Get().(*pkt)
 	q.layer, q.key, q.seq, q.ts, q.marker = p.Layer, p.Keyframe, p.Header.SequenceNumber, p.Header.Timestamp, p.Header.Marker
 	q.arrival = time.Now()
 	q.n = copy(q.buf[:], p.Payload)
@@ -145,7 +133,7 @@ func (o *rtpOut) requestKey(layer int8) {
 	}
 }
 
-func (o *rtpOut) send(q *outPkt) {
+func (o *rtpOut) send(q *pkt) {
 	if q.n == 0 {
 		if q.layer == o.cur {
 			o.seqOff-- // the packets after it take its number

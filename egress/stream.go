@@ -31,9 +31,11 @@ const streamQueue = 1024
 // (blocking playlist reloads, the first segment).
 const maxWaiting = 256
 
-// pkt is one copied packet; buf is pooled.
+// pkt is one copied packet of a sink (the HLS muxer's, an RTMP egress's);
+// buf is pooled.
 type pkt struct {
-	audio   bool
+	audio   bool // the HLS muxer's audio track
+	key     bool // a keyframe's packet (the RTMP egress starts a layer on one)
 	layer   int8
 	seq     uint16
 	ts      uint32
