@@ -72,8 +72,9 @@ func TestMeshLinks(t *testing.T) {
 		t.Logf("%s: smallest RTT %s (emulated %s)", tc.name, got, tc.want)
 		// Generous above: the machine is shared. Below by more than the
 		// emulator's precision (half a tick each way for the arrival's
-		// estimate and the release, there and back) would be a bug.
-		if got < tc.want-2*maxTick || got > tc.want+40*time.Millisecond {
+		// estimate and the release, there and back, plus what arrives while
+		// a batch is being read, dated at the batch's start) is a bug.
+		if got < tc.want-2*maxTick-100*time.Microsecond || got > tc.want+40*time.Millisecond {
 			t.Errorf("%s: smallest RTT %s, emulated %s", tc.name, got, tc.want)
 		}
 	}
