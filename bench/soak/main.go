@@ -1,7 +1,7 @@
 // Command soak starts bin/petrel on loopback ports with an RTP-push camera,
 // churns it for -duration (package soak), and writes the samples as CSV, a
 // gnuplot plot and a verdict: after the warm-up, nothing may grow by more
-// than -limit. Not run in CI; a two-minute version is test/hostile's
+// than -limit. Not run in CI; a 90-second version is package soak's
 // TestSoak.
 //
 //	go run ./bench/soak -duration 1h

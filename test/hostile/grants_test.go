@@ -526,7 +526,7 @@ func TestGrantsDevSecretNeedsConfigDir(t *testing.T) {
 	}
 	env = append(env, "TMPDIR="+dir)
 	hp, udp, tcp, turn := freeBoth(t), freeBoth(t), freeBoth(t), freeBoth(t)
-	cmd := exec.Command(binary, "serve", "--loopback", "--http", "127.0.0.1:"+strconv.Itoa(hp),
+	cmd := exec.Command(Binary, "serve", "--loopback", "--http", "127.0.0.1:"+strconv.Itoa(hp),
 		"--rtc-udp-port", strconv.Itoa(udp), "--rtc-tcp-port", strconv.Itoa(tcp), "--turn-port", strconv.Itoa(turn))
 	cmd.Dir, cmd.Env = dir, env
 	var out syncBuffer

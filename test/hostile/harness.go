@@ -1,5 +1,6 @@
 // Package hostile attacks the real petrel binary as a client on the internet
 // would, and asserts what a client sees and that the server stays healthy.
+// Its harness (Main, Start) runs the binary for other packages' tests too.
 package hostile
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,21 +30,24 @@ const apiKey = "hostilekey"
 
 var apiSecret = strings.Repeat("h", 40)
 
-// binary is the petrel binary under test: PETREL_BIN, or one built by TestMain.
-var binary string
+// Binary is the petrel binary under test: PETREL_BIN, or one Main built.
+var Binary string
 
-func TestMain(m *testing.M) {
-	binary = os.Getenv("PETREL_BIN")
+// Main runs a package's tests against the real binary: the one PETREL_BIN
+// names, or one built from this module for the run. Call it from TestMain.
+func Main(m *testing.M) {
+	Binary = os.Getenv("PETREL_BIN")
 	var tmp string
-	if binary == "" {
+	if Binary == "" {
 		var err error
 		if tmp, err = os.MkdirTemp("", "petrel-hostile"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		binary = filepath.Join(tmp, "petrel")
-		cmd := exec.Command("go", "build", "-o", binary, "./cmd/petrel")
-		cmd.Dir = "../.."
+		Binary = filepath.Join(tmp, "petrel")
+		_, here, _, _ := runtime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", Binary, "./cmd/petrel")
+		cmd.Dir = filepath.Join(filepath.Dir(here), "..", "..")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build petrel:", err)
@@ -110,7 +115,7 @@ func (s *Server) start(t *testing.T) {
 		args = append(args, "--config", path)
 	}
 	args = append(args, s.opt.Args...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(Binary, args...)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), "PETREL_API_SECRET="+apiSecret, "HOME="+s.Dir)
 	cmd.Env = append(cmd.Env, s.opt.Env...)

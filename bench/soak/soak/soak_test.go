@@ -1,4 +1,4 @@
-package hostile
+package soak_test
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 
 	"github.com/petrel-sfu/petrel/bench/soak/soak"
 	"github.com/petrel-sfu/petrel/camera/emulator"
+	"github.com/petrel-sfu/petrel/test/hostile"
 )
+
+func TestMain(m *testing.M) { hostile.Main(m) }
 
 // TestSoak is 90 seconds of bench/soak's churn (participants with video and
 // data, WHEP viewers, a camera whose pusher stops and restarts) against the
@@ -20,7 +23,7 @@ func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("90 seconds of churn")
 	}
-	const clipDir = "../../loadtest/testdata"
+	const clipDir = "../../../loadtest/testdata"
 	clip, err := emulator.LoadClip(clipDir)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +33,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	sprop := base64.StdEncoding.EncodeToString(clip.SPS) + "," + base64.StdEncoding.EncodeToString(clip.PPS)
-	s := Start(t, Options{YAML: fmt.Sprintf("cameras:\n  - id: soak\n    rtp:\n      port: %d\n      sprop_parameter_sets: %s\n", camPort, sprop)})
+	s := hostile.Start(t, hostile.Options{YAML: fmt.Sprintf("cameras:\n  - id: soak\n    rtp:\n      port: %d\n      sprop_parameter_sets: %s\n", camPort, sprop)})
 	samples, err := soak.Run(context.Background(), soak.Config{
 		URL: s.URL, PID: s.PID(), Keys: s.Keys, APIKey: s.APIKey,
 		Camera: "soak", CameraPort: camPort, Clip: clipDir,

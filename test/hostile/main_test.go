@@ -1,0 +1,5 @@
+package hostile
+
+import "testing"
+
+func TestMain(m *testing.M) { Main(m) }
