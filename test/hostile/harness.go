@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,9 +44,13 @@ func Main(m *testing.M) {
 			os.Exit(1)
 		}
 		Binary = filepath.Join(tmp, "petrel")
-		_, here, _, _ := runtime.Caller(0)
+		mod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
+			os.Exit(1)
+		}
 		cmd := exec.Command("go", "build", "-o", Binary, "./cmd/petrel")
-		cmd.Dir = filepath.Join(filepath.Dir(here), "..", "..")
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(mod)))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build petrel:", err)
