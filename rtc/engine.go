@@ -76,7 +76,7 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 		e.TCPPort = tcp.Addr().(*net.TCPAddr).Port
 	}
 
-	e.filter = &filterConn{UDPConn: udp.(*net.UDPConn)}
+	e.filter = newFilterConn(udp.(*net.UDPConn))
 	if cfg.Loopback {
 		e.LocalIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
 		e.udpMux = webrtc.NewICEUDPMux(nil, e.filter)
