@@ -73,6 +73,10 @@ type InTrack struct {
 	rtcp   *packetio.Buffer
 	reader interceptor.RTPReader
 	info   *interceptor.StreamInfo
+	// push, once set (PushTo), takes each packet on the socket's reader
+	// instead of the queue; pushMu orders setting it against queueing.
+	push   atomic.Pointer[func([]byte)]
+	pushMu sync.Mutex
 }
 
 // inQueue is how many packets wait for a track's forwarding goroutine: a
@@ -374,7 +378,19 @@ func (in *ingestSide) onRTP(v *Session, b []byte) {
 	}
 	in.n = len(out)
 	_, _, _ = t.reader.Read(out, nil) // NACK generator, receiver reports, TWCC: they keep no error
-	if _, err := t.rtp.Write(out, nil); err != nil {
+	if p := t.push.Load(); p != nil {
+		(*p)(out)
+		return
+	}
+	t.pushMu.Lock()
+	if p := t.push.Load(); p != nil {
+		t.pushMu.Unlock()
+		(*p)(out)
+		return
+	}
+	_, err = t.rtp.Write(out, nil)
+	t.pushMu.Unlock()
+	if err != nil {
 		v.s.drop("srtp", "track queue full", v.remoteAddr(), len(b))
 	}
 }
@@ -580,6 +596,19 @@ func (p *Publisher) RTT() time.Duration {
 func (t *InTrack) ReadRTP(b []byte) (int, error) {
 	n, _, err := t.rtp.Read(b, nil)
 	return n, err
+}
+
+// PushTo makes the socket's reader hand every further packet of the stream
+// to fn, on its own goroutine, once the queue ReadRTP reads is empty (false
+// until then). ReadRTP then returns only the stream's end.
+func (t *InTrack) PushTo(fn func(b []byte)) bool {
+	t.pushMu.Lock()
+	defer t.pushMu.Unlock()
+	if t.rtp.Count() > 0 {
+		return false
+	}
+	t.push.Store(&fn)
+	return true
 }
 
 // ReadRTCP blocks for the next RTCP compound packet with a sender report

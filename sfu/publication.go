@@ -272,28 +272,13 @@ func (t *Publication) Subscribers() []*DownTrack { return *t.downs.Load() }
 func (l *layer) forward() {
 	t := l.pub
 	buf := make([]byte, maxPacket)
-	var pkt Packet
-	var workers *fanWorkers
-	var fb fanBatch
+	f := &forwarder{l: l}
 	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == Video {
-		workers = newFanWorkers(n)
-		defer workers.close()
+		f.workers = newFanWorkers(n)
 	}
-	var inPackets, inBytes, outPackets, outBytes, withheld int
-	var flushed int64
-	flush := func() {
-		flushed = now()
-		metrics.PacketsIn.Add(float64(inPackets))
-		metrics.BytesIn.Add(float64(inBytes))
-		metrics.PacketsOut.Add(float64(outPackets))
-		metrics.BytesOut.Add(float64(outBytes))
-		if t.kind == Audio {
-			metrics.AudioForwarded.Add(float64(outPackets))
-			metrics.AudioWithheld.Add(float64(withheld))
-		}
-		inPackets, inBytes, outPackets, outBytes, withheld = 0, 0, 0, 0, 0
-	}
-	defer flush()
+	defer f.end()
+	ps, _ := l.src.(pushSource)
+	push := f.push // one method value, not one per packet
 	for {
 		n, err := l.src.ReadRTP(buf)
 		if err != nil {
@@ -303,47 +288,107 @@ func (l *layer) forward() {
 			return
 		}
 		if n == 0 {
+			f.mu.Lock()
 			l.replayWaiting() // woken (waker): a subscriber's transport came up
+			f.mu.Unlock()
 			continue
 		}
-		if !l.parse(&pkt, buf[:n]) {
-			continue
+		push(buf[:n])
+		if ps != nil && ps.PushTo(push) {
+			ps = nil // the queue is empty: the source's goroutine forwards from now on
 		}
-		l.noteNewest(&pkt)
-		if pkt.Keyframe {
-			l.lastKey.Store(pkt.Arrival)
-			l.noteGOP(&pkt)
-		}
-		// Padding alone (Chromium probes on the SSRC of an encoding it has
-		// turned off) is not media: the layer is no more active for it.
-		if len(pkt.Payload) > 0 {
-			if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
-				// A layer that starts sending, or sends again after the
-				// publisher turned it off, may be what subscribers should
-				// get: its first packets are the keyframe a switch up
-				// waits for.
-				for _, d := range t.Subscribers() {
-					d.chooseLayer()
-				}
+	}
+}
+
+// forwarder is a layer's per-packet state. Its packets come one at a time:
+// from the layer's reader goroutine, or, once a pushSource took over, from
+// the goroutine that received them; mu orders the two at the hand-over and
+// keeps a push out once the layer ended.
+type forwarder struct {
+	l       *layer
+	mu      sync.Mutex
+	ended   bool
+	pkt     Packet
+	workers *fanWorkers
+	fb      fanBatch
+	// Counters reach Prometheus in batches (flush).
+	inPackets, inBytes, outPackets, outBytes, withheld int
+	flushed                                            int64
+}
+
+// push forwards one packet; b is only read during the call.
+func (f *forwarder) push(b []byte) {
+	f.mu.Lock()
+	if !f.ended {
+		f.handle(b)
+	}
+	f.mu.Unlock()
+}
+
+// end stops the forwarding: pushes arriving after it are dropped.
+func (f *forwarder) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = true
+	f.flush()
+	if f.workers != nil {
+		f.workers.close()
+	}
+}
+
+func (f *forwarder) flush() {
+	f.flushed = now()
+	metrics.PacketsIn.Add(float64(f.inPackets))
+	metrics.BytesIn.Add(float64(f.inBytes))
+	metrics.PacketsOut.Add(float64(f.outPackets))
+	metrics.BytesOut.Add(float64(f.outBytes))
+	if f.l.pub.kind == Audio {
+		metrics.AudioForwarded.Add(float64(f.outPackets))
+		metrics.AudioWithheld.Add(float64(f.withheld))
+	}
+	f.inPackets, f.inBytes, f.outPackets, f.outBytes, f.withheld = 0, 0, 0, 0, 0
+}
+
+func (f *forwarder) handle(b []byte) {
+	l, t, pkt := f.l, f.l.pub, &f.pkt
+	n := len(b)
+	if !l.parse(pkt, b) {
+		return
+	}
+	l.noteNewest(pkt)
+	if pkt.Keyframe {
+		l.lastKey.Store(pkt.Arrival)
+		l.noteGOP(pkt)
+	}
+	// Padding alone (Chromium probes on the SSRC of an encoding it has
+	// turned off) is not media: the layer is no more active for it.
+	if len(pkt.Payload) > 0 {
+		if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
+			// A layer that starts sending, or sends again after the
+			// publisher turned it off, may be what subscribers should
+			// get: its first packets are the keyframe a switch up
+			// waits for.
+			for _, d := range t.Subscribers() {
+				d.chooseLayer()
 			}
 		}
-		t.packets.Add(1)
-		t.bytes.Add(uint64(n))
-		l.bytes.Add(uint64(n))
-		inPackets++
-		inBytes += n
-		if t.muted.Load() {
-			continue
-		}
-		sent, held := t.deliver(&pkt, workers, &fb)
-		withheld += held
-		outPackets += sent
-		outBytes += sent * n
-		// Counters reach Prometheus in batches: every 128 packets, and at least
-		// every 250 ms so that slow tracks and short windows read true.
-		if inPackets >= 128 || pkt.Arrival-flushed > int64(250*time.Millisecond) {
-			flush()
-		}
+	}
+	t.packets.Add(1)
+	t.bytes.Add(uint64(n))
+	l.bytes.Add(uint64(n))
+	f.inPackets++
+	f.inBytes += n
+	if t.muted.Load() {
+		return
+	}
+	sent, held := t.deliver(pkt, f.workers, &f.fb)
+	f.withheld += held
+	f.outPackets += sent
+	f.outBytes += sent * n
+	// Every 128 packets, and at least every 250 ms so that slow tracks and
+	// short windows read true.
+	if f.inPackets >= 128 || pkt.Arrival-f.flushed > int64(250*time.Millisecond) {
+		f.flush()
 	}
 }
 
