@@ -600,10 +600,14 @@ func (t *InTrack) ReadRTP(b []byte) (int, error) {
 
 // PushTo makes the socket's reader hand every further packet of the stream
 // to fn, on its own goroutine, once the queue ReadRTP reads is empty (false
-// until then). ReadRTP then returns only the stream's end.
+// until then); PushTo(nil) queues the packets again.
 func (t *InTrack) PushTo(fn func(b []byte)) bool {
 	t.pushMu.Lock()
 	defer t.pushMu.Unlock()
+	if fn == nil {
+		t.push.Store(nil)
+		return true
+	}
 	if t.rtp.Count() > 0 {
 		return false
 	}

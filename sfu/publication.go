@@ -277,8 +277,9 @@ func (l *layer) forward() {
 		f.workers = newFanWorkers(n)
 	}
 	defer f.end()
-	ps, _ := l.src.(pushSource)
-	push := f.push // one method value, not one per packet
+	if ps, ok := l.src.(pushSource); ok {
+		f.src, f.pushFn = ps, f.push // one method value, not one per packet
+	}
 	for {
 		n, err := l.src.ReadRTP(buf)
 		if err != nil {
@@ -287,22 +288,23 @@ func (l *layer) forward() {
 			}
 			return
 		}
+		f.mu.Lock()
 		if n == 0 {
-			f.mu.Lock()
 			l.replayWaiting() // woken (waker): a subscriber's transport came up
-			f.mu.Unlock()
-			continue
+		} else {
+			f.handle(buf[:n])
 		}
-		push(buf[:n])
-		if ps != nil && ps.PushTo(push) {
-			ps = nil // the queue is empty: the source's goroutine forwards from now on
+		// The queue may be empty now: the source's goroutine can take over.
+		if f.src != nil && !f.pushing && !f.wide() && f.src.PushTo(f.pushFn) {
+			f.pushing = true
 		}
+		f.mu.Unlock()
 	}
 }
 
 // forwarder is a layer's per-packet state. Its packets come one at a time:
-// from the layer's reader goroutine, or, once a pushSource took over, from
-// the goroutine that received them; mu orders the two at the hand-over and
+// from the layer's reader goroutine, or, while a pushSource pushes, from the
+// goroutine that received them; mu orders the two at each hand-over and
 // keeps a push out once the layer ended.
 type forwarder struct {
 	l       *layer
@@ -311,16 +313,28 @@ type forwarder struct {
 	pkt     Packet
 	workers *fanWorkers
 	fb      fanBatch
+	// src pushes (pushing) while the fan-out is narrow; a wide one is left
+	// to the layer's goroutine, so that the receiving goroutine (every
+	// session's socket reader) goes on reading meanwhile.
+	src     pushSource
+	pushFn  func([]byte)
+	pushing bool
 	// Counters reach Prometheus in batches (flush).
 	inPackets, inBytes, outPackets, outBytes, withheld int
 	flushed                                            int64
 }
 
-// push forwards one packet; b is only read during the call.
+// wide reports whether the fan-out is split between workers (parallelFanout).
+func (f *forwarder) wide() bool { return len(*f.l.pub.downs.Load()) >= parallelFanout }
+
+// push forwards one packet the source pushed; b is only read during the call.
 func (f *forwarder) push(b []byte) {
 	f.mu.Lock()
 	if !f.ended {
 		f.handle(b)
+		if f.wide() && f.src.PushTo(nil) {
+			f.pushing = false // the next packets queue for the layer's goroutine
+		}
 	}
 	f.mu.Unlock()
 }

@@ -30,7 +30,7 @@ func (s *queueSource) ReadRTP(b []byte) (int, error) {
 func (s *queueSource) PushTo(fn func([]byte)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.q) > 0 {
+	if fn != nil && len(s.q) > 0 {
 		return false
 	}
 	s.push = fn
@@ -61,18 +61,8 @@ func (s *queueSource) Stop() {
 // goroutine and packets pushed after it reach the subscriber once each, in
 // order; a packet pushed after the layer ended goes nowhere.
 func TestPushSourceHandOver(t *testing.T) {
-	src := &queueSource{q: make(chan []byte, 64)}
-	pub := &Publication{sid: "TR_push", kind: Video, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_push"}}
-	empty := []*DownTrack{}
-	pub.downs.Store(&empty)
-	l := &layer{index: 0, pub: pub, src: src, cache: NewPacketCache(1024)}
-	pub.layers[0].Store(l)
-	d := newDownTrack(pub, nil)
-	w := &syncWriter{up: true}
-	d.writer, d.ssrc, d.pt, d.clock = w, 7, 100, 90000
-	d.bound.Store(true)
-	d.needSync.Store(true)
-	pub.addDown(d)
+	src, l, ws := pushLayer(1)
+	w := ws[0]
 
 	// Packets wait in the queue before the layer starts reading.
 	const queued, total = 20, 200
@@ -116,5 +106,79 @@ func TestPushSourceHandOver(t *testing.T) {
 	src.push(vp8Packet(100+total, 3000*total, false, 0))
 	if n := len(w.sent()); n != total {
 		t.Fatalf("a packet pushed after the end was sent (%d packets)", n)
+	}
+}
+
+// pushLayer is a video layer reading src with n subscribers.
+func pushLayer(n int) (*queueSource, *layer, []*syncWriter) {
+	src := &queueSource{q: make(chan []byte, 64)}
+	pub := &Publication{sid: "TR_push", kind: Video, ck: codecVP8, cacheSize: 1024, owner: &Participant{sid: "PA_push"}}
+	empty := []*DownTrack{}
+	pub.downs.Store(&empty)
+	l := &layer{index: 0, pub: pub, src: src, cache: NewPacketCache(1024)}
+	pub.layers[0].Store(l)
+	var ws []*syncWriter
+	for i := 0; i < n; i++ {
+		d := newDownTrack(pub, nil)
+		w := &syncWriter{up: true}
+		d.writer, d.ssrc, d.pt, d.clock = w, 7, 100, 90000
+		d.bound.Store(true)
+		d.needSync.Store(true)
+		pub.addDown(d)
+		ws = append(ws, w)
+	}
+	return src, l, ws
+}
+
+// A fan-out wide enough to be split between workers stays on the layer's
+// goroutine (the receiving goroutine reads on meanwhile): one that becomes
+// wide while pushed goes back to it, and stays there.
+func TestPushSourceWideFanoutQueues(t *testing.T) {
+	src, l, ws := pushLayer(parallelFanout - 1)
+	go l.forward()
+	defer src.Stop()
+	taken := func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.push != nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	src.receive(vp8Packet(100, 0, true, 0))
+	for !taken() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !taken() {
+		t.Fatalf("a fan-out to %d subscribers was not handed over", parallelFanout-1)
+	}
+	d := newDownTrack(l.pub, nil)
+	last := &syncWriter{up: true}
+	d.writer, d.ssrc, d.pt, d.clock = last, 7, 100, 90000
+	d.bound.Store(true)
+	d.needSync.Store(true)
+	l.pub.addDown(d)
+	src.receive(vp8Packet(101, 3000, true, 0)) // pushed; the fan-out is wide now
+	if taken() {
+		t.Fatalf("a fan-out to %d subscribers stays with the receiving goroutine", parallelFanout)
+	}
+	for i := uint16(2); i < 10; i++ {
+		src.receive(vp8Packet(100+i, 3000*uint32(i), false, 0))
+	}
+	for _, w := range append(ws, last) {
+		want := 10
+		if w == last {
+			want = 9
+		}
+		for len(w.sent()) < want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if n := len(w.sent()); n != want {
+			t.Fatalf("a subscriber got %d packets, want %d", n, want)
+		}
+	}
+	if n := src.pushed.Load(); n != 1 {
+		t.Fatalf("%d packets pushed, want 1", n)
+	}
+	if taken() {
+		t.Fatal("the wide fan-out was handed over again")
 	}
 }

@@ -22,9 +22,9 @@ type Source interface {
 // pushSource is a Source that can hand the layer each packet on the
 // goroutine that received it (a session's socket reader) instead of queueing
 // it for the layer's reader goroutine: no goroutine wake-up per packet. The
-// reader offers fn after each packet it read; PushTo takes it (true) only
-// when nothing is left queued, so packets stay in order. From then on
-// ReadRTP returns only the end of the stream. fn must not keep b.
+// reader offers fn after a packet it read; PushTo takes it (true) only when
+// nothing is left queued, so packets stay in order. PushTo(nil), called from
+// fn, queues the next packets again. fn must not keep b.
 type pushSource interface {
 	PushTo(fn func(b []byte)) bool
 }
