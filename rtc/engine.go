@@ -19,7 +19,6 @@ import (
 	"github.com/pion/interceptor"
 	"github.com/pion/interceptor/pkg/nack"
 	"github.com/pion/interceptor/pkg/report"
-	"github.com/pion/interceptor/pkg/twcc"
 	"github.com/pion/transport/v5/packetio"
 	"github.com/pion/webrtc/v4"
 
@@ -170,11 +169,7 @@ func PublisherInterceptors() (*interceptor.Registry, error) {
 		return nil, err
 	}
 	ir.Add(rr)
-	tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(100 * time.Millisecond))
-	if err != nil {
-		return nil, err
-	}
-	ir.Add(tw)
+	ir.Add(&twccFactory{interval: 100 * time.Millisecond})
 	return ir, nil
 }
 
