@@ -18,6 +18,7 @@ import (
 	"github.com/pion/transport/v5/packetio"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // A publisher session is a data session that also receives the client's
@@ -112,8 +113,12 @@ type ingestSide struct {
 	rx   atomic.Pointer[srtp.Context]
 	hdr  rtp.Header
 	dec  []byte
-	n    int // what the innermost interceptor reader reports
-	rtcN int // the same for RTCP (the rtcp goroutine's)
+	// attrs hands the interceptors hdr, parsed already, under the key they
+	// look for it by (rtc.HeaderKey): each would otherwise allocate a map
+	// and a header and parse the packet again.
+	attrs interceptor.Attributes
+	n     int // what the innermost interceptor reader reports
+	rtcN  int // the same for RTCP (the rtcp goroutine's)
 }
 
 type inSection struct {
@@ -166,7 +171,7 @@ func (s *Server) NewPublisher(offerSDP string, cfg Ingest, maxMessage uint32, h 
 		return nil, "", err
 	}
 	mid, _ := dataSection(o, "") // a publisher may send media alone
-	in := &ingestSide{cfg: cfg, h: h, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
+	in := &ingestSide{cfg: cfg, h: h, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC(), attrs: interceptor.Attributes{}}
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
 	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
@@ -377,7 +382,10 @@ func (in *ingestSide) onRTP(v *Session, b []byte) {
 		return
 	}
 	in.n = len(out)
-	_, _, _ = t.reader.Read(out, nil) // NACK generator, receiver reports, TWCC: they keep no error
+	if rtc.HeaderKey != nil {
+		in.attrs[rtc.HeaderKey] = &in.hdr
+	}
+	_, _, _ = t.reader.Read(out, in.attrs) // NACK generator, receiver reports, TWCC: they keep no error
 	if p := t.push.Load(); p != nil {
 		(*p)(out)
 		return
