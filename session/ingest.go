@@ -25,9 +25,10 @@ import (
 // audio and video: the publisher side of a room participant without a
 // PeerConnection. Its SRTP is decrypted by the socket's reader goroutine,
 // which hands each packet to the interceptors that feed the publisher back
-// (NACKs, receiver reports, transport-wide feedback: the same Pion
-// interceptors a publisher PeerConnection runs) and queues it for the
-// track's forwarding goroutine: one goroutine hand-off per packet where a
+// (NACKs, receiver reports, transport-wide feedback: the interceptors a
+// publisher PeerConnection runs) and then to the track's layer: queued for
+// its forwarding goroutine, or, once that goroutine took over (PushTo),
+// forwarded on the reader itself with no goroutine hand-off, where a
 // PeerConnection makes four (docs/sessions.md, "Publishers").
 
 // IngestHandler hears about a publisher session: a data session's events,
