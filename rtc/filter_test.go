@@ -80,7 +80,7 @@ func TestFilterConnBatches(t *testing.T) {
 				_, _ = peer.Write([]byte("p"))
 				_, _, _ = c.ReadFromAddrPort(b)
 			})
-			if allocs > 0 {
+			if allocs > 0 && !raceOn {
 				t.Fatalf("%.1f allocations per datagram read", allocs)
 			}
 		})
