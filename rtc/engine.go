@@ -19,7 +19,6 @@ import (
 	"github.com/pion/interceptor"
 	"github.com/pion/interceptor/pkg/nack"
 	"github.com/pion/interceptor/pkg/report"
-	"github.com/pion/interceptor/pkg/twcc"
 	"github.com/pion/transport/v5/packetio"
 	"github.com/pion/webrtc/v4"
 
@@ -76,7 +75,7 @@ func NewEngine(cfg config.Config, log *slog.Logger) (*Engine, error) {
 		e.TCPPort = tcp.Addr().(*net.TCPAddr).Port
 	}
 
-	e.filter = &filterConn{UDPConn: udp.(*net.UDPConn)}
+	e.filter = newFilterConn(udp.(*net.UDPConn))
 	if cfg.Loopback {
 		e.LocalIPs = []net.IP{net.IPv4(127, 0, 0, 1)}
 		e.udpMux = webrtc.NewICEUDPMux(nil, e.filter)
@@ -170,11 +169,7 @@ func PublisherInterceptors() (*interceptor.Registry, error) {
 		return nil, err
 	}
 	ir.Add(rr)
-	tw, err := twcc.NewSenderInterceptor(twcc.SendInterval(100 * time.Millisecond))
-	if err != nil {
-		return nil, err
-	}
-	ir.Add(tw)
+	ir.Add(&twccFactory{interval: 100 * time.Millisecond})
 	return ir, nil
 }
 

@@ -15,22 +15,40 @@ type PacketFilter interface {
 
 // filterConn is the shared UDP socket as Pion's mux sees it: reads pass
 // through the filter first. It implements ice.AddrPortReaderWriter so that the
-// mux keeps its allocation-free reads and writes.
+// mux keeps its allocation-free reads and writes. Reads come in batches
+// (recv_linux.go); only the mux's one reader goroutine reads.
 type filterConn struct {
 	*net.UDPConn
 	f atomic.Pointer[PacketFilter]
+	r *reader // nil: one ReadFromUDPAddrPort per datagram
+}
+
+func newFilterConn(c *net.UDPConn) *filterConn {
+	return &filterConn{UDPConn: c, r: newReader(c)}
 }
 
 func (c *filterConn) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
-	for {
-		n, from, err := c.UDPConn.ReadFromUDPAddrPort(b)
-		if err != nil {
-			return n, from, err
+	if c.r == nil {
+		for {
+			n, from, err := c.UDPConn.ReadFromUDPAddrPort(b)
+			if err != nil {
+				return n, from, err
+			}
+			if f := c.f.Load(); f != nil && (*f).Handle(b[:n], from) {
+				continue
+			}
+			return n, from, nil
 		}
-		if f := c.f.Load(); f != nil && (*f).Handle(b[:n], from) {
+	}
+	for {
+		d, from, err := c.r.nextDatagram()
+		if err != nil {
+			return 0, from, err
+		}
+		if f := c.f.Load(); f != nil && (*f).Handle(d, from) {
 			continue
 		}
-		return n, from, nil
+		return copy(b, d), from, nil
 	}
 }
 

@@ -74,9 +74,12 @@ func (s *batchSys) send(b *Batch) {
 	b.errs = s.failed
 }
 
+// sendmmsg is a raw system call: on the non-blocking socket it never blocks
+// (a full buffer is EAGAIN, waited out in Go's poller), so the runtime's
+// syscall bookkeeping and the wake of its monitor thread buy nothing.
 func (s *batchSys) sendmmsg(fd uintptr) bool {
 	for s.off < s.n {
-		r, _, e := syscall.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
+		r, _, e := syscall.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&s.hdrs[s.off])), uintptr(s.n-s.off), 0, 0, 0)
 		switch e {
 		case 0:
 			s.off += int(r)

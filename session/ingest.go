@@ -18,15 +18,17 @@ import (
 	"github.com/pion/transport/v5/packetio"
 
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc"
 )
 
 // A publisher session is a data session that also receives the client's
 // audio and video: the publisher side of a room participant without a
 // PeerConnection. Its SRTP is decrypted by the socket's reader goroutine,
 // which hands each packet to the interceptors that feed the publisher back
-// (NACKs, receiver reports, transport-wide feedback: the same Pion
-// interceptors a publisher PeerConnection runs) and queues it for the
-// track's forwarding goroutine: one goroutine hand-off per packet where a
+// (NACKs, receiver reports, transport-wide feedback: the interceptors a
+// publisher PeerConnection runs) and then to the track's layer: queued for
+// its forwarding goroutine, or, once that goroutine took over (PushTo),
+// forwarded on the reader itself with no goroutine hand-off, where a
 // PeerConnection makes four (docs/sessions.md, "Publishers").
 
 // IngestHandler hears about a publisher session: a data session's events,
@@ -73,6 +75,10 @@ type InTrack struct {
 	rtcp   *packetio.Buffer
 	reader interceptor.RTPReader
 	info   *interceptor.StreamInfo
+	// push, once set (PushTo), takes each packet on the socket's reader
+	// instead of the queue; pushMu orders setting it against queueing.
+	push   atomic.Pointer[func([]byte)]
+	pushMu sync.Mutex
 }
 
 // inQueue is how many packets wait for a track's forwarding goroutine: a
@@ -108,8 +114,12 @@ type ingestSide struct {
 	rx   atomic.Pointer[srtp.Context]
 	hdr  rtp.Header
 	dec  []byte
-	n    int // what the innermost interceptor reader reports
-	rtcN int // the same for RTCP (the rtcp goroutine's)
+	// attrs hands the interceptors hdr, parsed already, under the key they
+	// look for it by (rtc.HeaderKey): each would otherwise allocate a map
+	// and a header and parse the packet again.
+	attrs interceptor.Attributes
+	n     int // what the innermost interceptor reader reports
+	rtcN  int // the same for RTCP (the rtcp goroutine's)
 }
 
 type inSection struct {
@@ -162,7 +172,7 @@ func (s *Server) NewPublisher(offerSDP string, cfg Ingest, maxMessage uint32, h 
 		return nil, "", err
 	}
 	mid, _ := dataSection(o, "") // a publisher may send media alone
-	in := &ingestSide{cfg: cfg, h: h, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC()}
+	in := &ingestSide{cfg: cfg, h: h, dec: make([]byte, mtu+srtpOverhead), xrSSRC: randomSSRC(), attrs: interceptor.Attributes{}}
 	empty := map[uint32]*InTrack{}
 	in.streams.Store(&empty)
 	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp, in: in,
@@ -373,8 +383,23 @@ func (in *ingestSide) onRTP(v *Session, b []byte) {
 		return
 	}
 	in.n = len(out)
-	_, _, _ = t.reader.Read(out, nil) // NACK generator, receiver reports, TWCC: they keep no error
-	if _, err := t.rtp.Write(out, nil); err != nil {
+	if rtc.HeaderKey != nil {
+		in.attrs[rtc.HeaderKey] = &in.hdr
+	}
+	_, _, _ = t.reader.Read(out, in.attrs) // NACK generator, receiver reports, TWCC: they keep no error
+	if p := t.push.Load(); p != nil {
+		(*p)(out)
+		return
+	}
+	t.pushMu.Lock()
+	if p := t.push.Load(); p != nil {
+		t.pushMu.Unlock()
+		(*p)(out)
+		return
+	}
+	_, err = t.rtp.Write(out, nil)
+	t.pushMu.Unlock()
+	if err != nil {
 		v.s.drop("srtp", "track queue full", v.remoteAddr(), len(b))
 	}
 }
@@ -580,6 +605,23 @@ func (p *Publisher) RTT() time.Duration {
 func (t *InTrack) ReadRTP(b []byte) (int, error) {
 	n, _, err := t.rtp.Read(b, nil)
 	return n, err
+}
+
+// PushTo makes the socket's reader hand every further packet of the stream
+// to fn, on its own goroutine, once the queue ReadRTP reads is empty (false
+// until then); PushTo(nil) queues the packets again.
+func (t *InTrack) PushTo(fn func(b []byte)) bool {
+	t.pushMu.Lock()
+	defer t.pushMu.Unlock()
+	if fn == nil {
+		t.push.Store(nil)
+		return true
+	}
+	if t.rtp.Count() > 0 {
+		return false
+	}
+	t.push.Store(&fn)
+	return true
 }
 
 // ReadRTCP blocks for the next RTCP compound packet with a sender report

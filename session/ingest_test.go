@@ -187,6 +187,44 @@ func TestIngestWithPion(t *testing.T) {
 		}
 	}
 
+	// The forwarding goroutine takes over (PushTo): once it has read the
+	// queue, the socket's reader hands it each packet itself, in order.
+	pushed := make(chan uint16, 64)
+	push := func(b []byte) {
+		var p rtp.Packet
+		if p.Unmarshal(b) == nil {
+			pushed <- p.SequenceNumber
+		}
+	}
+	last := uint16(1040)
+	for !vt.PushTo(push) {
+		n, err := vt.ReadRTP(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p rtp.Packet
+		if p.Unmarshal(buf[:n]) == nil {
+			last = p.SequenceNumber
+		}
+	}
+	go func() {
+		for seq := uint16(1050); seq < 1060; seq++ {
+			send(seq, false)
+		}
+	}()
+	for last != 1059 {
+		select {
+		case seq := <-pushed:
+			// In order; those sent after the hand-over all come.
+			if int16(seq-last) <= 0 || seq > 1050 && seq != last+1 {
+				t.Fatalf("pushed %d after %d", seq, last)
+			}
+			last = seq
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no packet pushed after %d", last)
+		}
+	}
+
 	// The client stops sending video (the transceiver goes inactive): the
 	// stream ends, as a PeerConnection's track does.
 	if err := pc.RemoveTrack(vs); err != nil {

@@ -272,28 +272,14 @@ func (t *Publication) Subscribers() []*DownTrack { return *t.downs.Load() }
 func (l *layer) forward() {
 	t := l.pub
 	buf := make([]byte, maxPacket)
-	var pkt Packet
-	var workers *fanWorkers
-	var fb fanBatch
+	f := &forwarder{l: l}
 	if n := min(runtime.GOMAXPROCS(0)-1, maxFanWorkers); n > 0 && t.kind == Video {
-		workers = newFanWorkers(n)
-		defer workers.close()
+		f.workers = newFanWorkers(n)
 	}
-	var inPackets, inBytes, outPackets, outBytes, withheld int
-	var flushed int64
-	flush := func() {
-		flushed = now()
-		metrics.PacketsIn.Add(float64(inPackets))
-		metrics.BytesIn.Add(float64(inBytes))
-		metrics.PacketsOut.Add(float64(outPackets))
-		metrics.BytesOut.Add(float64(outBytes))
-		if t.kind == Audio {
-			metrics.AudioForwarded.Add(float64(outPackets))
-			metrics.AudioWithheld.Add(float64(withheld))
-		}
-		inPackets, inBytes, outPackets, outBytes, withheld = 0, 0, 0, 0, 0
+	defer f.end()
+	if ps, ok := l.src.(pushSource); ok {
+		f.src, f.pushFn = ps, f.push // one method value, not one per packet
 	}
-	defer flush()
 	for {
 		n, err := l.src.ReadRTP(buf)
 		if err != nil {
@@ -302,48 +288,121 @@ func (l *layer) forward() {
 			}
 			return
 		}
+		f.mu.Lock()
 		if n == 0 {
 			l.replayWaiting() // woken (waker): a subscriber's transport came up
-			continue
+		} else {
+			f.handle(buf[:n])
 		}
-		if !l.parse(&pkt, buf[:n]) {
-			continue
+		// The queue may be empty now: the source's goroutine can take over.
+		if f.src != nil && !f.pushing && !f.wide() && f.src.PushTo(f.pushFn) {
+			f.pushing = true
 		}
-		l.noteNewest(&pkt)
-		if pkt.Keyframe {
-			l.lastKey.Store(pkt.Arrival)
-			l.noteGOP(&pkt)
+		f.mu.Unlock()
+	}
+}
+
+// forwarder is a layer's per-packet state. Its packets come one at a time:
+// from the layer's reader goroutine, or, while a pushSource pushes, from the
+// goroutine that received them; mu orders the two at each hand-over and
+// keeps a push out once the layer ended.
+type forwarder struct {
+	l       *layer
+	mu      sync.Mutex
+	ended   bool
+	pkt     Packet
+	workers *fanWorkers
+	fb      fanBatch
+	// src pushes (pushing) while the fan-out is narrow; a wide one is left
+	// to the layer's goroutine, so that the receiving goroutine (every
+	// session's socket reader) goes on reading meanwhile.
+	src     pushSource
+	pushFn  func([]byte)
+	pushing bool
+	// Counters reach Prometheus in batches (flush).
+	inPackets, inBytes, outPackets, outBytes, withheld int
+	flushed                                            int64
+}
+
+// wide reports whether the fan-out is split between workers (parallelFanout).
+func (f *forwarder) wide() bool { return len(*f.l.pub.downs.Load()) >= parallelFanout }
+
+// push forwards one packet the source pushed; b is only read during the call.
+func (f *forwarder) push(b []byte) {
+	f.mu.Lock()
+	if !f.ended {
+		f.handle(b)
+		if f.wide() && f.src.PushTo(nil) {
+			f.pushing = false // the next packets queue for the layer's goroutine
 		}
-		// Padding alone (Chromium probes on the SSRC of an encoding it has
-		// turned off) is not media: the layer is no more active for it.
-		if len(pkt.Payload) > 0 {
-			if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
-				// A layer that starts sending, or sends again after the
-				// publisher turned it off, may be what subscribers should
-				// get: its first packets are the keyframe a switch up
-				// waits for.
-				for _, d := range t.Subscribers() {
-					d.chooseLayer()
-				}
+	}
+	f.mu.Unlock()
+}
+
+// end stops the forwarding: pushes arriving after it are dropped.
+func (f *forwarder) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = true
+	f.flush()
+	if f.workers != nil {
+		f.workers.close()
+	}
+}
+
+func (f *forwarder) flush() {
+	f.flushed = now()
+	metrics.PacketsIn.Add(float64(f.inPackets))
+	metrics.BytesIn.Add(float64(f.inBytes))
+	metrics.PacketsOut.Add(float64(f.outPackets))
+	metrics.BytesOut.Add(float64(f.outBytes))
+	if f.l.pub.kind == Audio {
+		metrics.AudioForwarded.Add(float64(f.outPackets))
+		metrics.AudioWithheld.Add(float64(f.withheld))
+	}
+	f.inPackets, f.inBytes, f.outPackets, f.outBytes, f.withheld = 0, 0, 0, 0, 0
+}
+
+func (f *forwarder) handle(b []byte) {
+	l, t, pkt := f.l, f.l.pub, &f.pkt
+	n := len(b)
+	if !l.parse(pkt, b) {
+		return
+	}
+	l.noteNewest(pkt)
+	if pkt.Keyframe {
+		l.lastKey.Store(pkt.Arrival)
+		l.noteGOP(pkt)
+	}
+	// Padding alone (Chromium probes on the SSRC of an encoding it has
+	// turned off) is not media: the layer is no more active for it.
+	if len(pkt.Payload) > 0 {
+		if prev := l.lastRecv.Swap(pkt.Arrival); prev == 0 || pkt.Arrival-prev >= int64(layerIdle) {
+			// A layer that starts sending, or sends again after the
+			// publisher turned it off, may be what subscribers should
+			// get: its first packets are the keyframe a switch up
+			// waits for.
+			for _, d := range t.Subscribers() {
+				d.chooseLayer()
 			}
 		}
-		t.packets.Add(1)
-		t.bytes.Add(uint64(n))
-		l.bytes.Add(uint64(n))
-		inPackets++
-		inBytes += n
-		if t.muted.Load() {
-			continue
-		}
-		sent, held := t.deliver(&pkt, workers, &fb)
-		withheld += held
-		outPackets += sent
-		outBytes += sent * n
-		// Counters reach Prometheus in batches: every 128 packets, and at least
-		// every 250 ms so that slow tracks and short windows read true.
-		if inPackets >= 128 || pkt.Arrival-flushed > int64(250*time.Millisecond) {
-			flush()
-		}
+	}
+	t.packets.Add(1)
+	t.bytes.Add(uint64(n))
+	l.bytes.Add(uint64(n))
+	f.inPackets++
+	f.inBytes += n
+	if t.muted.Load() {
+		return
+	}
+	sent, held := t.deliver(pkt, f.workers, &f.fb)
+	f.withheld += held
+	f.outPackets += sent
+	f.outBytes += sent * n
+	// Every 128 packets, and at least every 250 ms so that slow tracks and
+	// short windows read true.
+	if f.inPackets >= 128 || pkt.Arrival-f.flushed > int64(250*time.Millisecond) {
+		f.flush()
 	}
 }
 

@@ -18,3 +18,13 @@ type Source interface {
 	// takes no more packets for the stream.
 	Stop()
 }
+
+// pushSource is a Source that can hand the layer each packet on the
+// goroutine that received it (a session's socket reader) instead of queueing
+// it for the layer's reader goroutine: no goroutine wake-up per packet. The
+// reader offers fn after a packet it read; PushTo takes it (true) only when
+// nothing is left queued, so packets stay in order. PushTo(nil), called from
+// fn, queues the next packets again. fn must not keep b.
+type pushSource interface {
+	PushTo(fn func(b []byte)) bool
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rtc
+
+const raceOn = false
