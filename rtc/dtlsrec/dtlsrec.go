@@ -56,6 +56,9 @@ const (
 	// number is the AES-GCM nonce, and must never be used twice. Firefox
 	// (NSS) drops records whose number jumps by 2^40; 2^16 it takes.
 	seqOffset = 1 << 16
+	// shimQueue is how many datagrams wait for pion/dtls at most (more are
+	// dropped, as a full socket would).
+	shimQueue = 256
 )
 
 // Overhead is what a record adds to the data it carries (AES-GCM: header,
@@ -124,7 +127,7 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, maxDatagram+overhead); 
 func New(pc net.PacketConn, raddr net.Addr) *Conn {
 	c := &Conn{pc: pc, raddr: raddr, pending: make(chan []byte, 64), ready: make(chan struct{}), done: make(chan struct{})}
 	c.queued, _ = pc.(interface{ Queued() int })
-	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
+	c.shim = shim{c: c, wake: make(chan struct{}, 1), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	go c.pump()
 	return c
 }
@@ -601,8 +604,13 @@ func (c *Conn) SetWriteDeadline(time.Time) error { return nil }
 // shim is the PacketConn pion/dtls reads (what the pump and Read pass on)
 // and writes (to the transport).
 type shim struct {
-	c      *Conn
-	in     chan []byte
+	c *Conn
+	// q is what waits for pion/dtls: a slice that grows with what is queued
+	// and is dropped once read, not a channel of shimQueue slots held by
+	// every connection for its lifetime; wake tells ReadFrom.
+	qmu    sync.Mutex
+	q      [][]byte
+	wake   chan struct{}
 	mu     sync.Mutex
 	err    error
 	failed chan struct{}
@@ -614,10 +622,30 @@ type shim struct {
 }
 
 func (s *shim) push(p []byte) {
-	select {
-	case s.in <- p:
-	default: // pion/dtls is not reading: dropped, as a full socket would
+	s.qmu.Lock()
+	if len(s.q) < shimQueue { // else pion/dtls is not reading: dropped
+		s.q = append(s.q, p)
 	}
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes the oldest queued datagram.
+func (s *shim) pop() ([]byte, bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q) == 0 {
+		return nil, false
+	}
+	p := s.q[0]
+	s.q[0], s.q = nil, s.q[1:]
+	if len(s.q) == 0 {
+		s.q = nil
+	}
+	return p, true
 }
 
 func (s *shim) fail(err error) {
@@ -660,17 +688,22 @@ func (s *shim) ReadFrom(b []byte) (int, net.Addr, error) {
 // wait is one ReadFrom until a datagram, failure, the deadline, or a new
 // deadline (changed).
 func (s *shim) wait(b []byte, expire <-chan time.Time) (n int, changed bool, err error) {
-	select {
-	case p := <-s.in:
-		return copy(b, p), false, nil
-	case <-s.failed:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return 0, false, s.err
-	case <-expire:
-		return 0, false, os.ErrDeadlineExceeded
-	case <-s.dlWake:
-		return 0, true, nil
+	for {
+		if p, ok := s.pop(); ok {
+			return copy(b, p), false, nil
+		}
+		select {
+		case <-s.wake:
+			continue
+		case <-s.failed:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return 0, false, s.err
+		case <-expire:
+			return 0, false, os.ErrDeadlineExceeded
+		case <-s.dlWake:
+			return 0, true, nil
+		}
 	}
 }
 
