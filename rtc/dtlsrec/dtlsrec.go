@@ -107,8 +107,10 @@ type Conn struct {
 
 	// dc is the handed-off pion/dtls connection; detached: it is closed,
 	// since the peer's first application data record proved it finished
-	// the handshake (no flight of it will be retransmitted).
-	dc        *dtls.Conn
+	// the handshake (no flight of it will be retransmitted), and let go
+	// of, with its handshake state.
+	dc        atomic.Pointer[dtls.Conn]
+	dropped   func() // OnDropped's
 	detached  atomic.Bool
 	notify    atomic.Pointer[func()] // OnQueued's
 	ready     chan struct{}          // closed by Handoff
@@ -249,7 +251,7 @@ func (c *Conn) Handoff(dc *dtls.Conn) error {
 			c.replay.mask[i] = ^uint64(0)
 		}
 	}
-	c.dc = dc
+	c.dc.Store(dc)
 	c.k.Store(k)
 	close(c.ready)
 	// Application data pion/dtls decrypted before the handoff (and any it
@@ -410,7 +412,7 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 		if !good {
 			continue
 		}
-		if c.dc != nil && !c.detached.Load() && !c.detached.Swap(true) { // a load a record, not a write
+		if !c.detached.Load() && c.dc.Load() != nil && !c.detached.Swap(true) { // a load a record, not a write
 			go c.dropDTLS()
 		}
 		if !ok {
@@ -428,8 +430,18 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 func (c *Conn) dropDTLS() {
 	c.shim.muted.Store(true)
 	c.shim.fail(net.ErrClosed)
-	_ = c.dc.Close()
+	if dc := c.dc.Swap(nil); dc != nil {
+		_ = dc.Close()
+	}
+	if f := c.dropped; f != nil {
+		c.dropped = nil // it may hold the connection too
+		f()
+	}
 }
+
+// OnDropped has f called once pion/dtls's connection is closed and let go
+// of, so that its owner lets go of it too. Call it before Handoff.
+func (c *Conn) OnDropped(f func()) { c.dropped = f }
 
 // alert reads an alert record of the current epoch once pion/dtls is gone:
 // close_notify or a fatal alert ends the connection; a forged one is
