@@ -173,6 +173,15 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	// The connection is hijacked: it is read on a goroutine of its own and
+	// this one ends, with the stack that reading the HTTP request grew.
+	go s.readWS(c, r)
+}
+
+// readWS reads one client's signaling messages for as long as it is connected.
+// It lives as long as the participant, so its stack stays small: requests
+// are handled on goroutines of their own (onOwnStack).
+func (s *Server) readWS(c *websocket.Conn, r *http.Request) {
 	limit := s.cfg.Limits.MaxMessageBytes
 	c.SetReadLimit(int64(4 * limit))
 	w := newWSConn(c)
@@ -215,16 +224,18 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	defer joinDeadline.Stop()
 
 	respond := func(p *sfu.Participant, req *protocol.Request) {
-		if reply, err := s.handle(p, req); err != nil {
-			if protocol.CodeOf(err) == protocol.CodeInternal {
-				log.Error("request failed", "type", req.Type, "err", err)
+		onOwnStack(func() {
+			if reply, err := s.handle(p, req); err != nil {
+				if protocol.CodeOf(err) == protocol.CodeInternal {
+					log.Error("request failed", "type", req.Type, "err", err)
+				} else {
+					log.Info("request refused", "type", req.Type, "err", err)
+				}
+				fail(req.ID, err)
 			} else {
-				log.Info("request refused", "type", req.Type, "err", err)
+				w.Send(reply)
 			}
-			fail(req.ID, err)
-		} else {
-			w.Send(reply)
-		}
+		})
 	}
 
 	for {
@@ -262,7 +273,8 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			fail(nil, protocol.Errorf(protocol.CodeBadRequest, "binary frames are not part of the protocol"))
 			continue
 		}
-		req, err := protocol.Parse(b)
+		var req *protocol.Request
+		onOwnStack(func() { req, err = protocol.Parse(b) })
 		if err != nil {
 			var id *int64
 			if req != nil {
@@ -287,7 +299,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 				return
 			}
 			joinDeadline.Stop()
-			p, err = s.join(r, w, req.ID, req.Msg.(protocol.Join))
+			onOwnStack(func() { p, err = s.join(r, w, req.ID, req.Msg.(protocol.Join)) })
 			if err != nil {
 				metrics.Joins.WithLabelValues(protocol.CodeOf(err)).Inc()
 				if protocol.CodeOf(err) == protocol.CodeInternal {
@@ -314,6 +326,18 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 		}
 		respond(p, req)
 	}
+}
+
+// onOwnStack runs f on a goroutine of its own and waits for it: handling a
+// request (SDP, negotiation) runs deep, and on readWS's goroutine that depth
+// would stay as a grown stack for the participant's lifetime.
+func onOwnStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 func (s *Server) join(r *http.Request, w *wsConn, id *int64, req protocol.Join) (*sfu.Participant, error) {
