@@ -1,9 +1,13 @@
 package signal
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -21,6 +25,10 @@ const (
 	outQueue      = 512
 	pingInterval  = 15 * time.Second
 	maxRateErrors = 10
+	// wsBuffer is the size of a WebSocket's read and write buffers, which it
+	// keeps for its lifetime: signaling is a few messages a minute, and a
+	// larger message is read and written past the buffer.
+	wsBuffer = 1 << 10
 )
 
 // wsConn is one client's signaling WebSocket. Reads happen on the handler
@@ -164,8 +172,39 @@ func (w *wsConn) drain() {
 	}
 }
 
+// smallBuffers gives websocket.Accept the hijacked connection with wsBuffer
+// buffers instead of net/http's 4 KiB ones.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	// What the client sent after the request and net/http read ahead goes
+	// into the new reader's buffer first.
+	n := brw.Reader.Buffered()
+	var in io.Reader = conn
+	if n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		in = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+	}
+	br := bufio.NewReaderSize(in, max(wsBuffer, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+	}
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsBuffer)), nil
+}
+
 func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
+	c, err := websocket.Accept(smallBuffers{rw}, r, &websocket.AcceptOptions{
 		// Authentication is by token in the join message, not by origin: any
 		// page holding a valid token may connect.
 		InsecureSkipVerify: true,
