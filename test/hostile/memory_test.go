@@ -163,6 +163,9 @@ func TestMemoryPerParticipant(t *testing.T) {
 	join(small)
 	p0 := measure()
 	join(large)
+	// Steady state: a subscriber session keeps pion/dtls (its goroutines)
+	// until the client's first SRTCP, which a loaded machine may delay.
+	settle(t, s, p0.g+large-small, 10*time.Second)
 	p1 := measure()
 	n := int64(large - small)
 	heapPer, stackPer, rssPer := (p1.heap-p0.heap)/n, (p1.stack-p0.stack)/n, (p1.rss-p0.rss)/n
