@@ -61,7 +61,7 @@ func (s *Server) liveHeap(t *testing.T, token string) (heap, stack int64) {
 // collection, RSS and goroutines, from the difference between a small and a
 // larger room (what one more participant costs, the fixed costs cancel).
 // The bounds keep headroom over what was measured (docs/benchmarks.md,
-// "Memory per participant": 55-75 KiB of live heap and one goroutine). TURN
+// "Memory per participant": 45-60 KiB of live heap and one goroutine). TURN
 // is off, as in the benchmark: a client that gathers relay candidates adds
 // TURN allocations to this.
 func TestMemoryPerParticipant(t *testing.T) {
