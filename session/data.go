@@ -80,8 +80,9 @@ func (s *Server) NewDataSession(offerSDP string, maxMessage uint32, h DataHandle
 	if err != nil {
 		return nil, "", err
 	}
+	// mid is copied: a substring would keep the whole parsed offer alive.
 	v := &Session{s: s, h: h, fpAlg: o.fpAlg, fp: o.fp,
-		data: &dataSide{h: h, rufrag: o.ufrag, mid: mid, maxMessage: maxMessage, offer: offerSDP}}
+		data: &dataSide{h: h, rufrag: o.ufrag, mid: strings.Clone(mid), maxMessage: maxMessage, offer: offerSDP}}
 	v.setClient(o.ufrag, o.pwd)
 	c := newCreds(nil)
 	v.creds.Store(c)

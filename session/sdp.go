@@ -207,13 +207,15 @@ type transport struct {
 func (t *transport) read(attrs []sdp.Attribute, what string) error {
 	for _, a := range attrs {
 		switch a.Key {
+		// Copies: the session keeps the credentials, and a substring would
+		// keep the whole description alive with them.
 		case "ice-ufrag":
 			if t.ufrag == "" {
-				t.ufrag = a.Value
+				t.ufrag = strings.Clone(a.Value)
 			}
 		case "ice-pwd":
 			if t.pwd == "" {
-				t.pwd = a.Value
+				t.pwd = strings.Clone(a.Value)
 			}
 		case "setup":
 			if t.setup == "" {

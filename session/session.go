@@ -502,6 +502,15 @@ func (v *Session) handshake() {
 		v.ready.Store(true)
 		v.h.OnDTLS()
 		if v.data.mid != "" {
+			// Once rec has closed pion/dtls, its handshake state (certificates,
+			// flights) is not kept alive from here either.
+			rec.OnDropped(func() {
+				v.dmu.Lock()
+				if v.dc == dc {
+					v.dc = nil
+				}
+				v.dmu.Unlock()
+			})
 			if err := rec.Handoff(dc); err != nil {
 				v.s.log.Info("webrtc session: DTLS records stay with pion/dtls", "viewer", v.creds.Load().ufrag, "err", err)
 				v.runSCTP(dc, nil, client)

@@ -1,9 +1,13 @@
 package signal
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -21,21 +25,41 @@ const (
 	outQueue      = 512
 	pingInterval  = 15 * time.Second
 	maxRateErrors = 10
+	// wsBuffer is the size of a WebSocket's read and write buffers, which it
+	// keeps for its lifetime: signaling is a few messages a minute, and a
+	// larger message is read and written past the buffer.
+	wsBuffer = 1 << 10
 )
 
 // wsConn is one client's signaling WebSocket. Reads happen on the handler
-// goroutine; writes go through a queue drained by one writer goroutine, so that
-// sending never blocks the room.
+// goroutine; writes go through a queue, so that sending never blocks the room.
+// The queue is drained by a goroutine that runs only while there is something
+// to write (a ping is queued every pingInterval): an idle participant keeps no
+// writer goroutine and no queue of its own.
 type wsConn struct {
 	c      *websocket.Conn
-	out    chan protocol.Message
 	ctx    context.Context
 	cancel context.CancelFunc
-	mu     sync.Mutex // guards shut and sends on out
-	shut   bool
-	closeC websocket.StatusCode
-	closeR string
-	done   chan struct{} // closed when the writer has finished
+	mu     sync.Mutex // guards what follows
+	queue  []protocol.Message
+	ping   bool // a ping is due
+	// running: a drain goroutine is on its way; ended: the close frame is
+	// written or a write failed, and no drain starts again.
+	running, ended bool
+	shut           bool // Close was called, or the queue overflowed
+	closeC         websocket.StatusCode
+	closeR         string
+	pinger         *time.Timer
+	done           chan struct{} // closed when the writing has finished
+}
+
+func newWSConn(c *websocket.Conn) *wsConn {
+	// Not the request's context: the writer must outlive the handler long enough
+	// to flush a final error and the close frame.
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &wsConn{c: c, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	w.pinger = time.AfterFunc(pingInterval, w.pingDue)
+	return w
 }
 
 // Send queues m; a client that lets its queue fill up is disconnected.
@@ -48,11 +72,12 @@ func (w *wsConn) Send(m protocol.Message) {
 	if w.shut {
 		return
 	}
-	select {
-	case w.out <- m:
-	default:
-		w.closeLocked("slow_client")
+	if len(w.queue) >= outQueue {
+		w.closeLocked(websocket.StatusPolicyViolation, "slow_client")
+		return
 	}
+	w.queue = append(w.queue, m)
+	w.kickLocked()
 }
 
 // Close ends the connection after what is queued has been written.
@@ -68,35 +93,50 @@ func (w *wsConn) Close(code, message string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.closeLocked(status, code)
+}
+
+func (w *wsConn) closeLocked(status websocket.StatusCode, code string) {
 	if !w.shut {
 		w.closeC, w.closeR = status, code
 		w.shut = true
-		close(w.out)
+		w.kickLocked()
 	}
 }
 
-func (w *wsConn) closeLocked(code string) {
+func (w *wsConn) pingDue() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if !w.shut {
-		w.closeC, w.closeR = websocket.StatusPolicyViolation, code
-		w.shut = true
-		close(w.out)
+		w.ping = true
+		w.kickLocked()
 	}
 }
 
-func (w *wsConn) writer() {
-	defer close(w.done)
-	// A failed write means the client is gone: stop the reader too.
-	defer w.cancel()
-	ping := time.NewTicker(pingInterval)
-	defer ping.Stop()
+// kickLocked starts a drain unless one runs or the writing has ended.
+func (w *wsConn) kickLocked() {
+	if !w.running && !w.ended {
+		w.running = true
+		go w.drain()
+	}
+}
+
+// drain writes what is queued and returns when the queue is empty; after
+// Close it writes the close frame, and after a failed write (the client is
+// gone) it stops the reader too.
+func (w *wsConn) drain() {
 	for {
-		select {
-		case m, ok := <-w.out:
-			if !ok {
-				// Everything queued before Close has been written.
-				_ = w.c.Close(w.closeC, w.closeR)
-				return
-			}
+		w.mu.Lock()
+		msgs, ping, shut := w.queue, w.ping, w.shut
+		w.queue, w.ping = nil, false
+		if len(msgs) == 0 && !ping && !shut {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		ok := true
+		for _, m := range msgs {
 			b, err := json.Marshal(m)
 			if err != nil {
 				continue
@@ -104,22 +144,67 @@ func (w *wsConn) writer() {
 			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 			err = w.c.Write(ctx, websocket.MessageText, b)
 			cancel()
-			if err != nil {
-				return
-			}
-		case <-ping.C:
-			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
-			err := w.c.Ping(ctx)
-			cancel()
-			if err != nil {
-				return
+			if ok = err == nil; !ok {
+				break
 			}
 		}
+		if ok && ping {
+			ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+			ok = w.c.Ping(ctx) == nil
+			cancel()
+			if ok {
+				w.pinger.Reset(pingInterval)
+			}
+		}
+		if ok && shut && len(msgs) == 0 && !ping {
+			// Everything queued before Close has been written.
+			_ = w.c.Close(w.closeC, w.closeR)
+		} else if ok {
+			continue
+		}
+		w.mu.Lock()
+		w.ended, w.running, w.shut, w.queue = true, false, true, nil
+		w.mu.Unlock()
+		w.pinger.Stop()
+		w.cancel()
+		close(w.done)
+		return
 	}
 }
 
+// smallBuffers gives websocket.Accept the hijacked connection with wsBuffer
+// buffers instead of net/http's 4 KiB ones.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	// What the client sent after the request and net/http read ahead goes
+	// into the new reader's buffer first.
+	n := brw.Reader.Buffered()
+	var in io.Reader = conn
+	if n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		in = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+	}
+	br := bufio.NewReaderSize(in, max(wsBuffer, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+	}
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsBuffer)), nil
+}
+
 func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
+	c, err := websocket.Accept(smallBuffers{rw}, r, &websocket.AcceptOptions{
 		// Authentication is by token in the join message, not by origin: any
 		// page holding a valid token may connect.
 		InsecureSkipVerify: true,
@@ -127,13 +212,19 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	// The connection is hijacked: it is read on a goroutine of its own and
+	// this one ends, with the stack that reading the HTTP request grew.
+	go s.readWS(c, r)
+}
+
+// readWS reads one client's signaling messages for as long as it is connected.
+// It lives as long as the participant, so its stack stays small: requests
+// are handled on goroutines of their own (onOwnStack).
+func (s *Server) readWS(c *websocket.Conn, r *http.Request) {
 	limit := s.cfg.Limits.MaxMessageBytes
 	c.SetReadLimit(int64(4 * limit))
-	// Not the request's context: the writer must outlive the handler long enough
-	// to flush a final error and the close frame.
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &wsConn{c: c, out: make(chan protocol.Message, outQueue), ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	go w.writer()
+	w := newWSConn(c)
+	ctx, cancel := w.ctx, w.cancel
 	defer func() {
 		w.Close("", "")
 		select {
@@ -172,16 +263,18 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 	defer joinDeadline.Stop()
 
 	respond := func(p *sfu.Participant, req *protocol.Request) {
-		if reply, err := s.handle(p, req); err != nil {
-			if protocol.CodeOf(err) == protocol.CodeInternal {
-				log.Error("request failed", "type", req.Type, "err", err)
+		onOwnStack(func() {
+			if reply, err := s.handle(p, req); err != nil {
+				if protocol.CodeOf(err) == protocol.CodeInternal {
+					log.Error("request failed", "type", req.Type, "err", err)
+				} else {
+					log.Info("request refused", "type", req.Type, "err", err)
+				}
+				fail(req.ID, err)
 			} else {
-				log.Info("request refused", "type", req.Type, "err", err)
+				w.Send(reply)
 			}
-			fail(req.ID, err)
-		} else {
-			w.Send(reply)
-		}
+		})
 	}
 
 	for {
@@ -219,7 +312,8 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 			fail(nil, protocol.Errorf(protocol.CodeBadRequest, "binary frames are not part of the protocol"))
 			continue
 		}
-		req, err := protocol.Parse(b)
+		var req *protocol.Request
+		onOwnStack(func() { req, err = protocol.Parse(b) })
 		if err != nil {
 			var id *int64
 			if req != nil {
@@ -244,7 +338,7 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 				return
 			}
 			joinDeadline.Stop()
-			p, err = s.join(r, w, req.ID, req.Msg.(protocol.Join))
+			onOwnStack(func() { p, err = s.join(r, w, req.ID, req.Msg.(protocol.Join)) })
 			if err != nil {
 				metrics.Joins.WithLabelValues(protocol.CodeOf(err)).Inc()
 				if protocol.CodeOf(err) == protocol.CodeInternal {
@@ -271,6 +365,18 @@ func (s *Server) serveWS(rw http.ResponseWriter, r *http.Request) {
 		}
 		respond(p, req)
 	}
+}
+
+// onOwnStack runs f on a goroutine of its own and waits for it: handling a
+// request (SDP, negotiation) runs deep, and on readWS's goroutine that depth
+// would stay as a grown stack for the participant's lifetime.
+func onOwnStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 func (s *Server) join(r *http.Request, w *wsConn, id *int64, req protocol.Join) (*sfu.Participant, error) {

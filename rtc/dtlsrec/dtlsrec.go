@@ -56,6 +56,9 @@ const (
 	// number is the AES-GCM nonce, and must never be used twice. Firefox
 	// (NSS) drops records whose number jumps by 2^40; 2^16 it takes.
 	seqOffset = 1 << 16
+	// shimQueue is how many datagrams wait for pion/dtls at most (more are
+	// dropped, as a full socket would).
+	shimQueue = 256
 )
 
 // Overhead is what a record adds to the data it carries (AES-GCM: header,
@@ -104,8 +107,10 @@ type Conn struct {
 
 	// dc is the handed-off pion/dtls connection; detached: it is closed,
 	// since the peer's first application data record proved it finished
-	// the handshake (no flight of it will be retransmitted).
-	dc        *dtls.Conn
+	// the handshake (no flight of it will be retransmitted), and let go
+	// of, with its handshake state.
+	dc        atomic.Pointer[dtls.Conn]
+	dropped   func() // OnDropped's
 	detached  atomic.Bool
 	notify    atomic.Pointer[func()] // OnQueued's
 	ready     chan struct{}          // closed by Handoff
@@ -124,7 +129,7 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, maxDatagram+overhead); 
 func New(pc net.PacketConn, raddr net.Addr) *Conn {
 	c := &Conn{pc: pc, raddr: raddr, pending: make(chan []byte, 64), ready: make(chan struct{}), done: make(chan struct{})}
 	c.queued, _ = pc.(interface{ Queued() int })
-	c.shim = shim{c: c, in: make(chan []byte, 256), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
+	c.shim = shim{c: c, wake: make(chan struct{}, 1), failed: make(chan struct{}), dlWake: make(chan struct{}, 1)}
 	go c.pump()
 	return c
 }
@@ -246,7 +251,7 @@ func (c *Conn) Handoff(dc *dtls.Conn) error {
 			c.replay.mask[i] = ^uint64(0)
 		}
 	}
-	c.dc = dc
+	c.dc.Store(dc)
 	c.k.Store(k)
 	close(c.ready)
 	// Application data pion/dtls decrypted before the handoff (and any it
@@ -407,7 +412,7 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 		if !good {
 			continue
 		}
-		if c.dc != nil && !c.detached.Load() && !c.detached.Swap(true) { // a load a record, not a write
+		if !c.detached.Load() && c.dc.Load() != nil && !c.detached.Swap(true) { // a load a record, not a write
 			go c.dropDTLS()
 		}
 		if !ok {
@@ -425,8 +430,18 @@ func (c *Conn) records(d []byte) (first []byte, ok bool) {
 func (c *Conn) dropDTLS() {
 	c.shim.muted.Store(true)
 	c.shim.fail(net.ErrClosed)
-	_ = c.dc.Close()
+	if dc := c.dc.Swap(nil); dc != nil {
+		_ = dc.Close()
+	}
+	if f := c.dropped; f != nil {
+		c.dropped = nil // it may hold the connection too
+		f()
+	}
 }
+
+// OnDropped has f called once pion/dtls's connection is closed and let go
+// of, so that its owner lets go of it too. Call it before Handoff.
+func (c *Conn) OnDropped(f func()) { c.dropped = f }
 
 // alert reads an alert record of the current epoch once pion/dtls is gone:
 // close_notify or a fatal alert ends the connection; a forged one is
@@ -601,8 +616,13 @@ func (c *Conn) SetWriteDeadline(time.Time) error { return nil }
 // shim is the PacketConn pion/dtls reads (what the pump and Read pass on)
 // and writes (to the transport).
 type shim struct {
-	c      *Conn
-	in     chan []byte
+	c *Conn
+	// q is what waits for pion/dtls: a slice that grows with what is queued
+	// and is dropped once read, not a channel of shimQueue slots held by
+	// every connection for its lifetime; wake tells ReadFrom.
+	qmu    sync.Mutex
+	q      [][]byte
+	wake   chan struct{}
 	mu     sync.Mutex
 	err    error
 	failed chan struct{}
@@ -614,10 +634,30 @@ type shim struct {
 }
 
 func (s *shim) push(p []byte) {
-	select {
-	case s.in <- p:
-	default: // pion/dtls is not reading: dropped, as a full socket would
+	s.qmu.Lock()
+	if len(s.q) < shimQueue { // else pion/dtls is not reading: dropped
+		s.q = append(s.q, p)
 	}
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes the oldest queued datagram.
+func (s *shim) pop() ([]byte, bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q) == 0 {
+		return nil, false
+	}
+	p := s.q[0]
+	s.q[0], s.q = nil, s.q[1:]
+	if len(s.q) == 0 {
+		s.q = nil
+	}
+	return p, true
 }
 
 func (s *shim) fail(err error) {
@@ -660,17 +700,22 @@ func (s *shim) ReadFrom(b []byte) (int, net.Addr, error) {
 // wait is one ReadFrom until a datagram, failure, the deadline, or a new
 // deadline (changed).
 func (s *shim) wait(b []byte, expire <-chan time.Time) (n int, changed bool, err error) {
-	select {
-	case p := <-s.in:
-		return copy(b, p), false, nil
-	case <-s.failed:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return 0, false, s.err
-	case <-expire:
-		return 0, false, os.ErrDeadlineExceeded
-	case <-s.dlWake:
-		return 0, true, nil
+	for {
+		if p, ok := s.pop(); ok {
+			return copy(b, p), false, nil
+		}
+		select {
+		case <-s.wake:
+			continue
+		case <-s.failed:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return 0, false, s.err
+		case <-expire:
+			return 0, false, os.ErrDeadlineExceeded
+		case <-s.dlWake:
+			return 0, true, nil
+		}
 	}
 }
 

@@ -68,7 +68,9 @@ func ParseFingerprint(v string) (alg string, fp []byte, err error) {
 	if err != nil || len(fp) < 20 {
 		return "", nil, fmt.Errorf("bad fingerprint %q", v)
 	}
-	return strings.ToLower(alg), fp, nil
+	// A copy: ToLower of a lower-case name is a substring, and a session
+	// keeps alg (it would keep the whole parsed description alive).
+	return strings.Clone(strings.ToLower(alg)), fp, nil
 }
 
 // VerifyFingerprint is the DTLS check that the peer's certificate is the one

@@ -18,7 +18,7 @@ import (
 // queued, so an idle connection holds little and a record costs no
 // allocation of its own.
 type PacketConn struct {
-	in     *packetio.Buffer
+	in     atomic.Pointer[packetio.Buffer]
 	muted  atomic.Bool
 	write  func([]byte) (int, error)
 	local  net.Addr
@@ -40,30 +40,53 @@ func NewPacketConn(write func([]byte) (int, error), local, remote net.Addr) *Pac
 func NewPacketConnSize(write func([]byte) (int, error), local, remote net.Addr, n int) *PacketConn {
 	in := packetio.NewBuffer()
 	in.SetLimitCount(n)
-	return &PacketConn{in: in, write: write, local: local, remote: remote}
+	c := &PacketConn{write: write, local: local, remote: remote}
+	c.in.Store(in)
+	return c
 }
+
+// shut stands in for a PacketConn's queue after Shutdown: a closed buffer
+// holds nothing, so one serves every connection.
+var shut = func() *packetio.Buffer { b := packetio.NewBuffer(); _ = b.Close(); return b }()
 
 // Push hands a DTLS record over (copied: b belongs to the caller's read
 // buffer). It never blocks; it reports false if the record was dropped.
 func (c *PacketConn) Push(b []byte) bool {
 	// A full queue is a flood (a handshake retransmits; SCTP resends).
-	_, err := c.in.Write(b, nil)
+	_, err := c.in.Load().Write(b, nil)
 	return err == nil
 }
 
 // Queued is how many records wait for ReadFrom.
-func (c *PacketConn) Queued() int { return c.in.Count() }
+func (c *PacketConn) Queued() int { return c.in.Load().Count() }
 
 // Shutdown releases a blocked ReadFrom for good: the DTLS connection's Close
-// waits for its reader, so the owner calls Shutdown before Close.
-func (c *PacketConn) Shutdown() { c.in.Close() }
+// waits for its reader, so the owner calls Shutdown before Close. Records
+// still queued can be read; once none are, the queue (grown to hold the
+// handshake's flights) is let go of, as a viewer's session lives on without
+// DTLS.
+func (c *PacketConn) Shutdown() {
+	in := c.in.Load()
+	_ = in.Close()
+	c.release(in)
+}
+
+// release drops in, closed, once it is empty (nothing is added to a closed
+// buffer, so it stays so).
+func (c *PacketConn) release(in *packetio.Buffer) {
+	if in != shut && in.Count() == 0 {
+		c.in.CompareAndSwap(in, shut)
+	}
+}
 
 // ReadFrom returns a timeout error at the read deadline: the DTLS connection
 // interrupts its reader this way (a failed handshake, a cancelled context)
 // and waits for it to return.
 func (c *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	n, _, err := c.in.Read(b, nil)
+	in := c.in.Load()
+	n, _, err := in.Read(b, nil)
 	if errors.Is(err, io.EOF) {
+		c.release(in)
 		return 0, nil, net.ErrClosed
 	}
 	if err != nil {
@@ -84,8 +107,13 @@ func (c *PacketConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 	return c.write(b)
 }
 
-func (c *PacketConn) Close() error                      { return nil } // the owner owns the socket
-func (c *PacketConn) LocalAddr() net.Addr               { return c.local }
-func (c *PacketConn) SetDeadline(t time.Time) error     { return c.in.SetReadDeadline(t) }
-func (c *PacketConn) SetReadDeadline(t time.Time) error { return c.in.SetReadDeadline(t) }
-func (c *PacketConn) SetWriteDeadline(time.Time) error  { return nil }
+func (c *PacketConn) Close() error                  { return nil } // the owner owns the socket
+func (c *PacketConn) LocalAddr() net.Addr           { return c.local }
+func (c *PacketConn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
+func (c *PacketConn) SetReadDeadline(t time.Time) error {
+	if in := c.in.Load(); in != shut { // reads of shut end at once
+		return in.SetReadDeadline(t)
+	}
+	return nil
+}
+func (c *PacketConn) SetWriteDeadline(time.Time) error { return nil }
