@@ -103,6 +103,7 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
       const answer = await res.text();
       try {
         await local;
+        performance.mark?.('petrel:early:beforeRemote');
         await pc.setRemoteDescription({ type: 'answer', sdp: answer });
         performance.mark?.('petrel:early:remote');
         return { res, answer };
@@ -121,18 +122,24 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
     video.autoplay = video.muted = video.playsInline = true;
     early.video = video;
     document.documentElement.classList.add('camera-early');
-    pc.ontrack = (ev) => {
-      tracks.push(ev.track);
-      if (ev.track.kind !== 'video' || video.srcObject) return;
-      video.srcObject = new MediaStream([ev.track]);
-      const painted = (_now?: number, meta?: object) => {
-        at.firstFrame ??= performance.now();
-        early.firstFrameMeta = meta;
-        performance.mark?.('petrel:early:firstFrame');
-        loadApp();
-      };
+    const painted = (_now?: number, meta?: object) => {
+      at.firstFrame ??= performance.now();
+      early.firstFrameMeta = meta;
+      performance.mark?.('petrel:early:firstFrame');
+      loadApp();
+    };
+    const play = (track: MediaStreamTrack) => {
+      video.srcObject = new MediaStream([track]);
       if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(painted);
       else video.addEventListener('playing', () => painted(), { once: true });
+    };
+    // The video receiver's track exists before the answer (ontrack gives the
+    // same one): the player is made now, while the offer is on its way, not after it.
+    const receiving = pc.getTransceivers()[0]?.receiver.track;
+    if (receiving?.kind === 'video') play(receiving);
+    pc.ontrack = (ev) => {
+      tracks.push(ev.track);
+      if (ev.track.kind === 'video' && !video.srcObject) play(ev.track);
     };
     pc.onconnectionstatechange = () => {
       if (pc.connectionState === 'connected') at.dtlsConnected ??= performance.now();
