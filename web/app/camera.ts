@@ -494,7 +494,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     if (early.firstFrameMeta) cam.firstFrameMeta = early.firstFrameMeta as VideoFrameMeta;
     mark('firstFrame', Math.round((early.at.firstFrame - start) * 10) / 10);
   }
-  const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
+  // A session early.js started has its servers (inlined in the page, or its OPTIONS).
+  const servers = early?.answered ? [] : whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
   const fallBack = (why: string) => {

@@ -62,7 +62,16 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   window.petrelEarly = { live };
 } else if (id && rtc && !noH264 && q.get('hls') !== '1' && q.get('http') !== '1' && q.get('direct') !== '1' && q.get('relay') !== '1' && q.get('trickle') !== '0') {
   const at: NonNullable<Window['petrelEarly']>['at'] = { pcCreated: performance.now() };
-  const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+  // The TURN servers the server inlined in the page for its token (signal's
+  // cameraPage): the connection has them from the start, no OPTIONS needed.
+  let inlined: RTCIceServer[] | undefined;
+  try {
+    const json = document.getElementById('petrel-ice-servers')?.textContent;
+    inlined = json ? (JSON.parse(json) as RTCIceServer[]) : undefined;
+  } catch {
+    inlined = undefined;
+  }
+  const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', iceServers: inlined ?? [] });
   pc.addTransceiver('video', { direction: 'recvonly' });
   pc.addTransceiver('audio', { direction: 'recvonly' });
   const tracks: MediaStreamTrack[] = [];
@@ -80,14 +89,14 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   if (token) {
     const url = `/whep/${encodeURIComponent(`camera/${id}`)}`;
     const auth = { Authorization: `Bearer ${token}` };
-    // The WHEP endpoint's STUN/TURN servers, set before gathering starts (as whepPlay does).
-    const options = fetch(url, { method: 'OPTIONS', headers: auth });
-    options.then(() => performance.mark?.('petrel:early:options')).catch(() => {});
+    // Else the WHEP endpoint's STUN/TURN servers, set before gathering starts (as whepPlay does).
+    const options = inlined ? undefined : fetch(url, { method: 'OPTIONS', headers: auth });
+    options?.then(() => performance.mark?.('petrel:early:options')).catch(() => {});
     // The POST goes as soon as the offer is made, setLocalDescription alongside (trickle: see whep.ts).
     const answered = offer.then(async (o) => {
       at.offerSent = performance.now();
       performance.mark?.('petrel:early:offerSent');
-      const local = whepIceServers(url, token, options)
+      const local = (options ? whepIceServers(url, token, options) : Promise.resolve([]))
         .catch(() => [])
         .then((servers) => {
           if (servers.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: servers });

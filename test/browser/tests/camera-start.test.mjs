@@ -73,6 +73,12 @@ test('Chromium: the camera page offers before ICE gathering completes, plays ove
       leftover: !!document.querySelector('.camera-early-page') || document.documentElement.classList.contains('camera-early'),
     }));
     assert.deepEqual(adopted, { same: true, leftover: false });
+    // The TURN servers came inlined in the page (no OPTIONS before setLocalDescription).
+    const ice = await viewer.page.evaluate(() => ({
+      servers: window.petrelCamera.pc.getConfiguration().iceServers?.length ?? 0,
+      options: performance.getEntriesByName('petrel:early:options').length,
+    }));
+    assert.deepEqual(ice, { servers: 1, options: 0 });
     assert.ok(s.timings.firstFrame < FIRST_FRAME_BOUND_MS, `first frame at ${s.timings.firstFrame} ms`);
     assert.match(s.overlay, /offer sent\s+[\d.]+ ms/);
     assert.match(s.overlay, /first frame\s+[\d.]+ ms/);
