@@ -155,6 +155,12 @@ try {
         const marks = Object.fromEntries(performance.getEntriesByType('mark').map((m) => [m.name, m.startTime]));
         const t0 = marks['petrel:early:offerSent'];
         const rel = t0 === undefined ? {} : Object.fromEntries(Object.entries(marks).filter(([k]) => k.startsWith('petrel:early:')).map(([k, v]) => [k.slice(13), Math.round(v - t0)]));
+        // The page's first paint and its stylesheet's arrival, on the same clock.
+        if (t0 !== undefined) {
+          for (const p of performance.getEntriesByType('paint')) rel[p.name] = Math.round(p.startTime - t0);
+          const css = performance.getEntriesByType('resource').find((e) => e.name.endsWith('/app.css'));
+          if (css) rel['app.css'] = Math.round(css.responseEnd - t0);
+        }
         return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer, iceLite: c.iceLite, marks: rel };
       }, undefined, 15_000);
       if (r.error) throw new Error(`${browser.name}: ${r.error}`);

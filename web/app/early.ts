@@ -157,20 +157,30 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
     answered.then((a) => (a.res.status !== 201 || a.refused) && loadApp(), loadApp);
     offer.catch(loadApp);
     setTimeout(loadApp, HOLD_MS);
-    // Where the camera page's video will be, under the same heading (camera.ts adopts the video).
-    whenParsed(() => {
-      const page = document.createElement('section');
-      page.className = 'camera-page camera-early-page';
-      const head = document.createElement('h2');
-      head.textContent = `Camera ${id}`;
-      const view = document.createElement('div');
-      view.className = 'camera-view';
-      view.append(video);
-      page.append(head, view);
-      document.querySelector('main')?.append(page);
+    // Where the camera page's video will be, under the same heading (camera.ts
+    // adopts the video): in <main> as soon as the parser made it, so that the
+    // page's first style and layout include it, not a second pass when parsing ends.
+    const page = document.createElement('section');
+    page.className = 'camera-page camera-early-page';
+    const head = document.createElement('h2');
+    head.textContent = `Camera ${id}`;
+    const view = document.createElement('div');
+    view.className = 'camera-view';
+    view.append(video);
+    page.append(head, view);
+    const place = () => {
+      const main = document.querySelector('main');
+      if (!main) return false;
+      main.prepend(page);
       const status = document.getElementById('status');
       if (status) status.textContent = 'connecting · WebRTC…';
-    });
+      return true;
+    };
+    if (!place()) {
+      const seen = new MutationObserver(() => place() && seen.disconnect());
+      seen.observe(document.documentElement, { childList: true, subtree: true });
+      whenParsed(() => seen.disconnect());
+    }
   }
 }
 if (!held) whenParsed(loadApp);
