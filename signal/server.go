@@ -185,7 +185,8 @@ func (s *Server) webHandler() http.Handler {
 // cameraPage serves index.html for a camera page (?camera=…&token=…) with
 // the TURN servers its token gets from the WHEP OPTIONS inlined before
 // early.js, which then makes its peer connection with them and applies its
-// offer at once: no OPTIONS round trip on the way to the first frame. It
+// offer at once: no OPTIONS round trip on the way to the first frame. early.js
+// itself is inlined too: the session starts without a request of its own. It
 // reports false (the file is served as it is) for any other page, or a token
 // refused or without TURN servers: the page's own requests report that.
 func (s *Server) cameraPage(w http.ResponseWriter, r *http.Request) bool {
@@ -214,7 +215,12 @@ func (s *Server) cameraPage(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	out := string(page[:i]) + `<script id="petrel-ice-servers" type="application/json">` + string(js) + "</script>\n    " + string(page[i:])
+	rest := string(page[i:])
+	// A script that could close its element stays a file.
+	if code, err := fs.ReadFile(s.web, "early.js"); err == nil && !strings.Contains(strings.ToLower(string(code)), "</script") {
+		rest = "<script>" + string(code) + strings.TrimPrefix(rest, early)
+	}
+	out := string(page[:i]) + `<script id="petrel-ice-servers" type="application/json">` + string(js) + "</script>\n    " + rest
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store") // TURN credentials
 	_, _ = io.WriteString(w, out)

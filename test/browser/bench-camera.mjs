@@ -158,8 +158,14 @@ try {
         // The page's first paint and its stylesheet's arrival, on the same clock.
         if (t0 !== undefined) {
           for (const p of performance.getEntriesByType('paint')) rel[p.name] = Math.round(p.startTime - t0);
-          const css = performance.getEntriesByType('resource').find((e) => e.name.endsWith('/app.css'));
-          if (css) rel['app.css'] = Math.round(css.responseEnd - t0);
+          for (const f of ['app.css', 'early.js']) {
+            const e = performance.getEntriesByType('resource').find((e) => e.name.endsWith(`/${f}`));
+            if (e) rel[f] = Math.round(e.responseEnd - t0);
+            if (e) rel[`${f} requested`] = Math.round(e.startTime - t0);
+          }
+          const nav = performance.getEntriesByType('navigation')[0];
+          rel.navigation = -Math.round(t0);
+          if (nav) rel.document = Math.round(nav.responseEnd - t0);
         }
         return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer, iceLite: c.iceLite, marks: rel };
       }, undefined, 15_000);
