@@ -70,6 +70,8 @@ type client struct {
 	useTCP bool
 	tcp    net.Conn
 	tmu    sync.Mutex
+	// dtlsIn, if set, gets a copy of each DTLS record datagram from the server.
+	dtlsIn chan []byte
 }
 
 func newClient(t testing.TB) *client {
@@ -233,6 +235,12 @@ func (c *client) read() {
 				}
 			}
 		case b[0] >= 20 && b[0] < 64:
+			if c.dtlsIn != nil {
+				select {
+				case c.dtlsIn <- append([]byte(nil), b...):
+				default:
+				}
+			}
 			c.pc.Push(b)
 		case b[0] >= 128 && b[0] < 192:
 			c.mu.Lock()
@@ -423,6 +431,33 @@ func TestConsent(t *testing.T) {
 	}
 	if r := wait(t, ev.closed, "consent expiry"); !strings.Contains(r, "consent") {
 		t.Errorf("closed because %q", r)
+	}
+}
+
+// TestDTLSNoCookieRoundTrip: the server answers the viewer's first
+// ClientHello with its ServerHello flight, not a HelloVerifyRequest: ICE has
+// proved the address already, and the cookie's round trip would only delay
+// the first frame.
+func TestDTLSNoCookieRoundTrip(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t)
+	c.dtlsIn = make(chan []byte, 32)
+	ev := newEvents()
+	_, answer, err := s.NewViewer(c.offer(), testTracks, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.connect(answer); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ev.dtls, "DTLS")
+	first := wait(t, c.dtlsIn, "the server's first DTLS record")
+	// Record header: type, version (2), epoch (2), sequence (6), length (2); then the handshake type.
+	if len(first) < 14 || first[0] != 22 {
+		t.Fatalf("first record from the server is not a handshake: % x", first[:min(len(first), 16)])
+	}
+	if first[13] != 2 {
+		t.Fatalf("the server's first handshake message is type %d, want 2 (ServerHello; 3 is HelloVerifyRequest)", first[13])
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -174,8 +175,56 @@ func (s *Server) webHandler() http.Handler {
 			_, _ = w.Write([]byte("Petrel is running, but this binary was built without the web app (run `make run`).\n"))
 			return
 		}
+		if r.URL.Path == "/" && s.cameraPage(w, r) {
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
+}
+
+// cameraPage serves index.html for a camera page (?camera=…&token=…) with
+// the TURN servers its token gets from the WHEP OPTIONS inlined before
+// early.js, which then makes its peer connection with them and applies its
+// offer at once: no OPTIONS round trip on the way to the first frame. early.js
+// itself is inlined too: the session starts without a request of its own. It
+// reports false (the file is served as it is) for any other page, or a token
+// refused or without TURN servers: the page's own requests report that.
+func (s *Server) cameraPage(w http.ResponseWriter, r *http.Request) bool {
+	q := r.URL.Query()
+	if q.Get("camera") == "" || q.Get("token") == "" {
+		return false
+	}
+	c, err := s.verify(q.Get("token"))
+	if err != nil {
+		return false
+	}
+	servers := s.iceServers(r, c.Identity(), c.Grants)
+	if len(servers) == 0 {
+		return false
+	}
+	page, err := fs.ReadFile(s.web, "index.html")
+	if err != nil {
+		return false
+	}
+	const early = `<script src="early.js">`
+	i := strings.Index(string(page), early)
+	if i < 0 {
+		return false
+	}
+	js, err := json.Marshal(servers) // escapes <, > and &: nothing closes the element
+	if err != nil {
+		return false
+	}
+	rest := string(page[i:])
+	// A script that could close its element stays a file.
+	if code, err := fs.ReadFile(s.web, "early.js"); err == nil && !strings.Contains(strings.ToLower(string(code)), "</script") {
+		rest = "<script>" + string(code) + strings.TrimPrefix(rest, early)
+	}
+	out := string(page[:i]) + `<script id="petrel-ice-servers" type="application/json">` + string(js) + "</script>\n    " + rest
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store") // TURN credentials
+	_, _ = io.WriteString(w, out)
+	return true
 }
 
 // httpError writes a protocol error as JSON with the status that fits its code.

@@ -13,6 +13,10 @@
 // 'chromium-idle' runs the SDK's whepPlay in the app's page once it has loaded
 // and stood idle for a second (the app's code, without a page load beside it).
 //
+// 'chromium-bare&turn=1' sets the WHEP OPTIONS' TURN servers first, as early.js does.
+// PETREL_BENCH_MARKS=1 adds, per viewer, the p50 of early.js's performance
+// marks and of the server's own session steps (GET /v1/cameras/{id}).
+//
 // Needs bin/petrel (node build.mjs, or go build -o bin/petrel ./cmd/petrel).
 import { spawn, execFileSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -50,9 +54,12 @@ try {
   // server's origin: a peer connection and its offer made first (as early.js
   // does), then from 0 the POST with setLocalDescription alongside, the answer,
   // and the first frame painted. What is left is the browser's own.
-  const bareLoad = (page) =>
+  // 'chromium-bare&turn=1': the TURN servers from the WHEP OPTIONS set before
+  // setLocalDescription, as early.js did.
+  const bareLoad = (page, q) =>
     page.goto(`${server.base}/app.css`).then(() =>
-      page.evaluate(async (token) => {
+      page.evaluate(async ([token, turn]) => {
+        const options = turn ? fetch('/whep/camera%2Fdoor', { method: 'OPTIONS', headers: { Authorization: `Bearer ${token}` } }) : undefined;
         const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
         pc.addTransceiver('video', { direction: 'recvonly' });
         pc.addTransceiver('audio', { direction: 'recvonly' });
@@ -71,16 +78,27 @@ try {
           };
         });
         pc.oniceconnectionstatechange = () => pc.iceConnectionState === 'connected' && (r.iceConnected ??= at());
-        const local = pc.setLocalDescription(offer);
+        const local = (async () => {
+          if (options) {
+            const link = (await options).headers.get('Link') ?? '';
+            const iceServers = [...link.matchAll(/<([^>]+)>; rel="ice-server"; username="([^"]*)"; credential="([^"]*)"/g)].map((m) => ({ urls: m[1], username: m[2], credential: m[3] }));
+            r.turnServers = iceServers.length;
+            pc.setConfiguration({ ...pc.getConfiguration(), iceServers });
+          }
+          await pc.setLocalDescription(offer);
+          r.localSet = at();
+        })();
         const res = await fetch('/whep/camera%2Fdoor', { method: 'POST', headers: { 'Content-Type': 'application/sdp', Authorization: `Bearer ${token}` }, body: offer.sdp });
         r.answerArrived = at();
         const sdp = await res.text();
         await local;
+        r.beforeRemote = at();
         await pc.setRemoteDescription({ type: 'answer', sdp });
+        r.remote = at();
         r.firstFrame = await first;
         pc.close();
         return r;
-      }, token),
+      }, [token, /(^|&)turn=1/.test(q)]),
     );
   // 'chromium-idle': the app's room page (no camera: early.js starts nothing),
   // loaded and idle 1 s, then the SDK's whepPlay with a connection and offer
@@ -126,7 +144,7 @@ try {
   const load = async (browser) => {
     const page = await browser.newPage();
     try {
-      if (browser.bare) return await bareLoad(page);
+      if (browser.bare) return await bareLoad(page, browser.q);
       if (browser.idle) return await idleLoad(page);
       await page.goto(`${server.base}/?camera=door&token=${token}${browser.q}`);
       const r = await waitFor(page, 'the first frame', () => {
@@ -134,7 +152,22 @@ try {
         const err = c?.error;
         if (err) return { error: err };
         if (c?.timings.firstFrame === undefined) return null;
-        return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer, iceLite: c.iceLite };
+        const marks = Object.fromEntries(performance.getEntriesByType('mark').map((m) => [m.name, m.startTime]));
+        const t0 = marks['petrel:early:offerSent'];
+        const rel = t0 === undefined ? {} : Object.fromEntries(Object.entries(marks).filter(([k]) => k.startsWith('petrel:early:')).map(([k, v]) => [k.slice(13), Math.round(v - t0)]));
+        // The page's first paint and its stylesheet's arrival, on the same clock.
+        if (t0 !== undefined) {
+          for (const p of performance.getEntriesByType('paint')) rel[p.name] = Math.round(p.startTime - t0);
+          for (const f of ['app.css', 'early.js']) {
+            const e = performance.getEntriesByType('resource').find((e) => e.name.endsWith(`/${f}`));
+            if (e) rel[f] = Math.round(e.responseEnd - t0);
+            if (e) rel[`${f} requested`] = Math.round(e.startTime - t0);
+          }
+          const nav = performance.getEntriesByType('navigation')[0];
+          rel.navigation = -Math.round(t0);
+          if (nav) rel.document = Math.round(nav.responseEnd - t0);
+        }
+        return { ...c.timings, mode: c.mode, navFirstFrame: c.navFirstFrame, gatheringAtOffer: c.gatheringAtOffer, iceLite: c.iceLite, marks: rel };
       }, undefined, 15_000);
       if (r.error) throw new Error(`${browser.name}: ${r.error}`);
       return r;
@@ -150,6 +183,13 @@ try {
     for (let i = 0; i <= loads; i++) {
       for (const b of browsers) {
         const r = await load(b);
+        // The server's side of the session (its own records, ms from the WHEP POST):
+        // the first ICE check to DTLS connected, and DTLS to the first RTP sent.
+        const rec = (await (await fetch(`${server.base}/v1/cameras/door`, { headers: { Authorization: `Bearer ${admin}` } })).json()).sessions?.filter((s) => s.kind === 'whep').at(-1)?.stepsMs;
+        if (r.mode === 'webrtc' && rec?.dtls_connected !== undefined) {
+          r.server = rec;
+          r.serverCheckToDTLS = Math.round((rec.dtls_connected - rec.ice_connected) * 10) / 10;
+        }
         if (i > 0) runs[b.name].push(r);
       }
       const out = execFileSync(bin, ['probe', '--server', server.base.replace('localhost', '127.0.0.1'), '--loopback', '--json', '--runs', '1', '--token', token, 'door']).toString().trim().split('\n');
@@ -164,16 +204,27 @@ try {
     return v.length ? v[Math.min(v.length - 1, Math.max(0, Math.ceil(v.length * q) - 1))] : undefined;
   };
   console.log(`# ${new Date().toISOString()} ${cpus().length} CPUs, load ${loadavg()[0].toFixed(1)}, ${loads} loads per browser`);
-  console.log('| viewer | plays over | loads | peer connection p50 | offer sent p50 | answer p50 | ICE connected p50 | **first frame p50 / p90** | first frame since navigation p50 | all first frames |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  console.log('| viewer | plays over | loads | peer connection p50 | offer sent p50 | answer p50 | ICE connected p50 | **first frame p50 / p90** | first frame since navigation p50 | server: first check → DTLS p50 / max | all first frames |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const name of which) {
     const rs = runs[name];
     const med = (k) => pick(rs.map((r) => r[k]), 0.5) ?? '—';
     const modes = [...new Set(rs.map((r) => r.mode))].join(', ');
+    if (process.env.PETREL_BENCH_MARKS && rs.some((r) => r.remote !== undefined)) console.log(`# ${name} p50: localSet ${med('localSet')}, before setRemoteDescription ${med('beforeRemote')}, remote set ${med('remote')}`);
     const gathering = [...new Set(rs.map((r) => `${r.gatheringAtOffer ?? '—'}${r.iceLite ? ', ICE-lite answer' : ''}`))].join('; ');
-    console.log(`| ${name} | ${modes} (gathering at offer: ${gathering}) | ${rs.length} | ${med('pcCreated')} | ${med('offerSent')} | ${med('answerArrived')} | ${med('iceConnected')} | **${med('firstFrame')} / ${pick(rs.map((r) => r.firstFrame), 0.9)}** | ${med('navFirstFrame')} | ${rs.map((r) => r.firstFrame).join(', ')} |`);
+    console.log(`| ${name} | ${modes} (gathering at offer: ${gathering}) | ${rs.length} | ${med('pcCreated')} | ${med('offerSent')} | ${med('answerArrived')} | ${med('iceConnected')} | **${med('firstFrame')} / ${pick(rs.map((r) => r.firstFrame), 0.9)}** | ${med('navFirstFrame')} | ${med('serverCheckToDTLS')} / ${pick(rs.map((r) => r.serverCheckToDTLS), 1)} | ${rs.map((r) => r.firstFrame).join(', ')} |`);
   }
-  console.log(`| petrel probe (Go, WHEP) | webrtc | ${probeRuns.length} | | | | | **${pick(probeRuns, 0.5)} / ${pick(probeRuns, 0.9)}** | | ${probeRuns.join(', ')} |`);
+  if (process.env.PETREL_BENCH_MARKS) {
+    for (const name of which) {
+      const ms = runs[name].map((r) => r.marks ?? {});
+      const keys = [...new Set(ms.flatMap((m) => Object.keys(m)))];
+      if (keys.length) console.log(`# ${name} early.js marks p50 (ms from the offer sent): ${keys.map((k) => `${k} ${pick(ms.map((m) => m[k]), 0.5)}`).join(', ')}`);
+      const sv = runs[name].map((r) => r.server ?? {});
+      const steps = [...new Set(sv.flatMap((m) => Object.keys(m)))].sort((a, b) => pick(sv.map((m) => m[a]), 0.5) - pick(sv.map((m) => m[b]), 0.5));
+      if (steps.length) console.log(`# ${name} server steps p50 (ms from the WHEP POST): ${steps.map((k) => `${k} ${pick(sv.map((m) => m[k]), 0.5)}`).join(', ')}`);
+    }
+  }
+  console.log(`| petrel probe (Go, WHEP) | webrtc | ${probeRuns.length} | | | | | **${pick(probeRuns, 0.5)} / ${pick(probeRuns, 0.9)}** | | | ${probeRuns.join(', ')} |`);
 } finally {
   await server.stop();
   cam.kill('SIGTERM');

@@ -293,7 +293,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   const state = el('span', 'camera-state', '…');
   head.append(' ', state);
   const wrap = el('div', 'camera-view');
-  const video = el('video');
+  // early.js's video when it started the session (it may be playing already): moved, not replaced.
+  const video = window.petrelEarly?.video ?? el('video');
   video.autoplay = video.muted = video.playsInline = true;
   video.controls = false;
   const overlay = el('pre', 'tts-overlay');
@@ -328,6 +329,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   h.href = `?${toHLS}`;
   links.append(back, ' · ', a, ' · ', d, ' · ', h);
   page.append(head, wrap, message, links);
+  document.querySelector('.camera-early-page')?.remove();
+  document.documentElement.classList.remove('camera-early');
 
   const t: Timings = {};
   let way: Way = http ? 'http' : 'webrtc';
@@ -484,7 +487,15 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
   }
   const early = window.petrelEarly;
   if (early?.answered && early.at?.offerSent !== undefined) start = early.at.offerSent;
-  const servers = whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
+  // The first frame painted before the app loaded (early.js held it until then).
+  if (early?.answered && early.at?.firstFrame !== undefined) {
+    frameHooked = true;
+    cam.navFirstFrame = Math.round(early.at.firstFrame * 10) / 10;
+    if (early.firstFrameMeta) cam.firstFrameMeta = early.firstFrameMeta as VideoFrameMeta;
+    mark('firstFrame', Math.round((early.at.firstFrame - start) * 10) / 10);
+  }
+  // A session early.js started has its servers (inlined in the page, or its OPTIONS).
+  const servers = early?.answered ? [] : whepIceServers(`/whep/${encodeURIComponent(room)}`, token, early?.options).catch(() => []);
   const relay = params.get('relay') === '1';
   let fellBack = false;
   const fallBack = (why: string) => {
@@ -506,7 +517,8 @@ async function viewer(page: HTMLElement, id: string, params: URLSearchParams): P
     onStep: (s, ms) => s !== 'firstTrack' && mark(s, early?.answered ? ms : undefined),
     onTrack: (track) => {
       if (track.kind !== 'video') return;
-      video.srcObject = new MediaStream([track]);
+      const playing = video.srcObject instanceof MediaStream && video.srcObject.getTracks().includes(track);
+      if (!playing) video.srcObject = new MediaStream([track]);
       onFirstFrame();
       void video.play().catch(() => {});
     },

@@ -1,10 +1,12 @@
-// Loaded in the page's head, before app.js. On a camera page that will play
-// over WebRTC it runs the WHEP start itself — peer connection, offer, POST as
-// soon as the offer is made, answer applied — so that neither the app's
-// evaluation nor its first layout stands between the offer and the POST; the
-// camera page takes the session over as it stands (whepPlay's `prepared`). On
-// a page that will play HTTP live it sends the stream's request, which
-// playHTTP takes.
+// Loaded in the page's head; it loads the app (app.js) too. On a camera page
+// that will play over WebRTC it runs the WHEP start itself — peer connection,
+// offer, POST as soon as the offer is made, answer applied — and shows the
+// camera's video by itself, and the app loads only once the first frame is
+// painted (or the start failed): on a fresh load neither the app's fetch and
+// evaluation nor its layout compete with ICE, DTLS and the first frame. The
+// camera page then takes the session and the video over as they stand
+// (whepPlay's `prepared`). On a page that will play HTTP live it sends the
+// stream's request, which playHTTP takes.
 import { whepIceServers } from '../sdk/whep.js';
 
 declare global {
@@ -17,7 +19,11 @@ declare global {
       /** The WHEP POST of the offer and, when 201, the answer applied (whepPlay's prepared.answered). */
       answered?: Promise<{ res: Response; answer?: string; refused?: unknown }>;
       /** performance.now() of the steps taken here. */
-      at?: { pcCreated?: number; offerSent?: number; answerArrived?: number; iceConnected?: number; dtlsConnected?: number; gatheringComplete?: number };
+      at?: { pcCreated?: number; offerSent?: number; answerArrived?: number; iceConnected?: number; dtlsConnected?: number; gatheringComplete?: number; firstFrame?: number };
+      /** The camera's video, playing before the app loaded; the camera page adopts it. */
+      video?: HTMLVideoElement;
+      /** requestVideoFrameCallback's metadata of that video's first frame. */
+      firstFrameMeta?: object;
       /** Remote tracks that arrived before the page took the session over. */
       tracks?: MediaStreamTrack[];
       /** Local ICE candidates gathered before the page took the session over. */
@@ -25,6 +31,22 @@ declare global {
     };
   }
 }
+
+// The app, once: a module script inserted after the document is parsed runs as the deferred one did.
+let appLoaded = false;
+const loadApp = () => {
+  if (appLoaded) return;
+  appLoaded = true;
+  performance.mark?.('petrel:early:app');
+  const s = document.createElement('script');
+  s.type = 'module';
+  s.src = 'app.js';
+  document.head.append(s);
+};
+const whenParsed = (f: () => void) => (document.readyState === 'loading' ? document.addEventListener('DOMContentLoaded', f, { once: true }) : f());
+// How long a camera page waits for its first frame before it loads the app anyway (a cold camera, a slow network).
+const HOLD_MS = 1500;
+let held = false;
 
 const q = new URLSearchParams(location.search);
 const id = q.get('camera');
@@ -40,7 +62,16 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   window.petrelEarly = { live };
 } else if (id && rtc && !noH264 && q.get('hls') !== '1' && q.get('http') !== '1' && q.get('direct') !== '1' && q.get('relay') !== '1' && q.get('trickle') !== '0') {
   const at: NonNullable<Window['petrelEarly']>['at'] = { pcCreated: performance.now() };
-  const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle' });
+  // The TURN servers the server inlined in the page for its token (signal's
+  // cameraPage): the connection has them from the start, no OPTIONS needed.
+  let inlined: RTCIceServer[] | undefined;
+  try {
+    const json = document.getElementById('petrel-ice-servers')?.textContent;
+    inlined = json ? (JSON.parse(json) as RTCIceServer[]) : undefined;
+  } catch {
+    inlined = undefined;
+  }
+  const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', iceServers: inlined ?? [] });
   pc.addTransceiver('video', { direction: 'recvonly' });
   pc.addTransceiver('audio', { direction: 'recvonly' });
   const tracks: MediaStreamTrack[] = [];
@@ -58,17 +89,18 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
   if (token) {
     const url = `/whep/${encodeURIComponent(`camera/${id}`)}`;
     const auth = { Authorization: `Bearer ${token}` };
-    // The WHEP endpoint's STUN/TURN servers, set before gathering starts (as whepPlay does).
-    const options = fetch(url, { method: 'OPTIONS', headers: auth });
-    options.catch(() => {});
+    // Else the WHEP endpoint's STUN/TURN servers, set before gathering starts (as whepPlay does).
+    const options = inlined ? undefined : fetch(url, { method: 'OPTIONS', headers: auth });
+    options?.then(() => performance.mark?.('petrel:early:options')).catch(() => {});
     // The POST goes as soon as the offer is made, setLocalDescription alongside (trickle: see whep.ts).
     const answered = offer.then(async (o) => {
       at.offerSent = performance.now();
       performance.mark?.('petrel:early:offerSent');
-      const local = whepIceServers(url, token, options)
+      const local = (options ? whepIceServers(url, token, options) : Promise.resolve([]))
         .catch(() => [])
         .then((servers) => {
           if (servers.length) pc.setConfiguration({ ...pc.getConfiguration(), iceServers: servers });
+          performance.mark?.('petrel:early:servers');
           return pc.setLocalDescription(o);
         })
         .then(() => performance.mark?.('petrel:early:localSet'));
@@ -80,6 +112,7 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
       const answer = await res.text();
       try {
         await local;
+        performance.mark?.('petrel:early:beforeRemote');
         await pc.setRemoteDescription({ type: 'answer', sdp: answer });
         performance.mark?.('petrel:early:remote');
         return { res, answer };
@@ -88,8 +121,68 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
       }
     });
     answered.catch(() => {});
-    window.petrelEarly = { pc, offer, options, answered, at, tracks, candidates };
+    const early: NonNullable<Window['petrelEarly']> = { pc, offer, options, answered, at, tracks, candidates };
+    window.petrelEarly = early;
+
+    // The video plays here; the app loads once its first frame is painted, or
+    // at once when the start failed (the app says why and falls back), or after HOLD_MS.
+    held = true;
+    const video = document.createElement('video');
+    video.autoplay = video.muted = video.playsInline = true;
+    early.video = video;
+    document.documentElement.classList.add('camera-early');
+    const painted = (_now?: number, meta?: object) => {
+      at.firstFrame ??= performance.now();
+      early.firstFrameMeta = meta;
+      performance.mark?.('petrel:early:firstFrame');
+      loadApp();
+    };
+    const play = (track: MediaStreamTrack) => {
+      video.srcObject = new MediaStream([track]);
+      if (video.requestVideoFrameCallback) video.requestVideoFrameCallback(painted);
+      else video.addEventListener('playing', () => painted(), { once: true });
+    };
+    // The video receiver's track exists before the answer (ontrack gives the
+    // same one): the player is made now, while the offer is on its way, not after it.
+    const receiving = pc.getTransceivers()[0]?.receiver.track;
+    if (receiving?.kind === 'video') play(receiving);
+    pc.ontrack = (ev) => {
+      tracks.push(ev.track);
+      if (ev.track.kind === 'video' && !video.srcObject) play(ev.track);
+    };
+    pc.onconnectionstatechange = () => {
+      if (pc.connectionState === 'connected') at.dtlsConnected ??= performance.now();
+      if (pc.connectionState === 'failed') loadApp();
+    };
+    answered.then((a) => (a.res.status !== 201 || a.refused) && loadApp(), loadApp);
+    offer.catch(loadApp);
+    setTimeout(loadApp, HOLD_MS);
+    // Where the camera page's video will be, under the same heading (camera.ts
+    // adopts the video): in <main> as soon as the parser made it, so that the
+    // page's first style and layout include it, not a second pass when parsing ends.
+    const page = document.createElement('section');
+    page.className = 'camera-page camera-early-page';
+    const head = document.createElement('h2');
+    head.textContent = `Camera ${id}`;
+    const view = document.createElement('div');
+    view.className = 'camera-view';
+    view.append(video);
+    page.append(head, view);
+    const place = () => {
+      const main = document.querySelector('main');
+      if (!main) return false;
+      main.prepend(page);
+      const status = document.getElementById('status');
+      if (status) status.textContent = 'connecting · WebRTC…';
+      return true;
+    };
+    if (!place()) {
+      const seen = new MutationObserver(() => place() && seen.disconnect());
+      seen.observe(document.documentElement, { childList: true, subtree: true });
+      whenParsed(() => seen.disconnect());
+    }
   }
 }
+if (!held) whenParsed(loadApp);
 
 export {};

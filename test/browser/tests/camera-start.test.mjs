@@ -3,7 +3,8 @@
 // a Firefox without H.264 for WebRTC (this machine's: no OpenH264 plugin) plays
 // the camera over HTTP live by itself, whether it knows from its receiver
 // capabilities or from the server's answer, and the page says which way it
-// plays; errors are shown, never an endless "…".
+// plays; errors are shown, never an endless "…". In Chromium the page's head
+// script plays the video before the app has loaded.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { launchChromium, launchFirefox } from '../lib/browsers.mjs';
@@ -64,6 +65,20 @@ test('Chromium: the camera page offers before ICE gathering completes, plays ove
     assert.ok(marks['petrel:early:offerSent'] < marks['petrel:early:localSet'], `offer sent at ${marks['petrel:early:offerSent']}, local description set at ${marks['petrel:early:localSet']}`);
     assert.equal(s.timings.offerSent, 0, 'the camera page did not take over the session early.js started');
     assert.equal(marks['petrel:whep:localSet'], undefined, 'the camera page made a second session');
+    // early.js shows the video itself and loads the app only once its first
+    // frame is painted; the camera page adopts that video, still playing.
+    assert.ok(marks['petrel:early:firstFrame'] !== undefined && marks['petrel:early:firstFrame'] <= marks['petrel:early:app'], `first frame at ${marks['petrel:early:firstFrame']}, app loaded at ${marks['petrel:early:app']}`);
+    const adopted = await viewer.page.evaluate(() => ({
+      same: document.querySelector('.camera-page:not(.camera-early-page) .camera-view video') === window.petrelEarly?.video,
+      leftover: !!document.querySelector('.camera-early-page') || document.documentElement.classList.contains('camera-early'),
+    }));
+    assert.deepEqual(adopted, { same: true, leftover: false });
+    // The TURN servers came inlined in the page (no OPTIONS before setLocalDescription).
+    const ice = await viewer.page.evaluate(() => ({
+      servers: window.petrelCamera.pc.getConfiguration().iceServers?.length ?? 0,
+      options: performance.getEntriesByName('petrel:early:options').length,
+    }));
+    assert.deepEqual(ice, { servers: 1, options: 0 });
     assert.ok(s.timings.firstFrame < FIRST_FRAME_BOUND_MS, `first frame at ${s.timings.firstFrame} ms`);
     assert.match(s.overlay, /offer sent\s+[\d.]+ ms/);
     assert.match(s.overlay, /first frame\s+[\d.]+ ms/);
