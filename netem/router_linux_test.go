@@ -92,12 +92,19 @@ func TestCoalescing(t *testing.T) {
 	if perSec := float64(st.Wakes) / (span + p.Delay).Seconds(); perSec > 14000 {
 		t.Errorf("%.0f wakes a second for %d packets a second, want about one per %v tick", perSec, int(time.Second/gap), maxTick)
 	}
-	// The host's scheduling adds to the receiver's side: the median, not
-	// the tail, is the emulator's.
+	// The host's scheduling adds to the receiver's side.
 	if late > time.Millisecond {
 		t.Skipf("the host woke the emulator %v late on average: too busy to judge the median delay", late)
 	}
-	if want := float64(p.Delay) / 1e6; p50 < want-0.05 || p50 > want+0.5 {
-		t.Errorf("median delay %.3f ms, want %.3f (± half a tick, and the receiver's scheduling)", p50, want)
+	// The receiver shares the cores with the spinning sender and the
+	// emulator: while it waits for a core, every packet reads late. The
+	// fastest percent is the emulator's own delay; the median only has to
+	// be near it.
+	want, p1 := float64(p.Delay)/1e6, delays[len(delays)/100]
+	if p1 < want-0.05 || p1 > want+0.5 {
+		t.Errorf("fastest percent delayed %.3f ms, want %.3f (± half a tick)", p1, want)
+	}
+	if p50 < want-0.05 || p50 > want+5 {
+		t.Errorf("median delay %.3f ms, want %.3f (and the receiver's scheduling)", p50, want)
 	}
 }
