@@ -11,7 +11,8 @@
 //
 // Server.Handle sits in front of Pion's UDP mux (rtc.Engine.SetFilter, the
 // node links keep it) and takes the datagrams that belong to a session, so
-// one goroutine reads the socket for both. Datagrams of no use are dropped,
+// the port's readers (one per socket of its SO_REUSEPORT group, each with
+// its own handler: NewReader) read for both. Datagrams of no use are dropped,
 // counted in petrel_webrtc_dropped_total and logged once per server.
 package session
 
