@@ -65,6 +65,7 @@ type Config struct {
 type RTC struct {
 	UDPPort      int           `yaml:"udp_port" flag:"rtc-udp-port" usage:"UDP port shared by all peers (ICE UDP mux)"`
 	TCPPort      int           `yaml:"tcp_port" flag:"rtc-tcp-port" usage:"ICE-TCP port (0: any free port, -1: no ICE-TCP)"`
+	UDPReaders   int           `yaml:"udp_readers" flag:"rtc-udp-readers" usage:"sockets (SO_REUSEPORT) and reader goroutines on the UDP port (0: one per two cores, 1 to 8)"`
 	NodeIP       string        `yaml:"node_ip" flag:"node-ip" usage:"public IP offered as host candidate (1:1 NAT)"`
 	ResumeWindow time.Duration `yaml:"resume_window" flag:"resume-window" usage:"how long a disconnected participant is kept for resumption"`
 	// LastN is how many other participants' video each receiver gets, by recency
@@ -253,6 +254,9 @@ func (c *Config) applyModes() {
 
 // Validate reports settings that cannot work.
 func (c *Config) Validate() error {
+	if c.RTC.UDPReaders < 0 || c.RTC.UDPReaders > 64 {
+		return errors.New("rtc.udp_readers must be 0 (one per two cores) to 64")
+	}
 	if c.RTC.UDPPort < 0 || c.RTC.UDPPort > 65535 || c.RTC.TCPPort < -1 || c.RTC.TCPPort > 65535 || c.TURN.Port < 0 || c.TURN.Port > 65535 {
 		return errors.New("ports must be between 0 and 65535")
 	}

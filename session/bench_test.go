@@ -93,7 +93,7 @@ func BenchmarkBinding(b *testing.B) {
 	from := c.conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	b.ReportAllocs()
 	cpuPerOp(b, func(int) {
-		if !s.onSTUN(m.Raw, from) {
+		if !s.onSTUN(&s.stunMsg, m.Raw, from) {
 			b.Fatal("binding request not taken")
 		}
 	}, nil)

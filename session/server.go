@@ -11,7 +11,8 @@
 //
 // Server.Handle sits in front of Pion's UDP mux (rtc.Engine.SetFilter, the
 // node links keep it) and takes the datagrams that belong to a session, so
-// one goroutine reads the socket for both. Datagrams of no use are dropped,
+// the port's readers (one per socket of its SO_REUSEPORT group, each with
+// its own handler: NewReader) read for both. Datagrams of no use are dropped,
 // counted in petrel_webrtc_dropped_total and logged once per server.
 package session
 
@@ -31,6 +32,7 @@ import (
 
 	"github.com/petrel-sfu/petrel/lograte"
 	"github.com/petrel-sfu/petrel/metrics"
+	"github.com/petrel-sfu/petrel/rtc"
 	"github.com/petrel-sfu/petrel/rtc/lean"
 )
 
@@ -61,8 +63,8 @@ type Server struct {
 	active  atomic.Int32
 	viewers atomic.Int32
 
-	// stunMsg is Handle's decoding buffer: Handle runs on the socket's one
-	// reader goroutine.
+	// stunMsg is Handle's decoding buffer: Handle runs on one goroutine
+	// (Serve's); each of the port's readers has its own (NewReader).
 	stunMsg stun.Message
 
 	// SRTCP is decrypted and acted on (NACKs retransmitted, keyframes
@@ -172,13 +174,33 @@ func (s *Server) Viewers() int {
 
 // Handle takes a datagram that belongs to a lean viewer and reports whether
 // it did; anything else is left to the caller (Pion's ICE mux). It is called
-// by the socket's one reader goroutine, for every datagram.
+// by one goroutine, for every datagram; a port with several readers gives
+// each its own handler (NewReader).
 func (s *Server) Handle(b []byte, from netip.AddrPort) bool {
+	return s.handle(&s.stunMsg, b, from)
+}
+
+// Reader is Handle with decoding state of its own, for one of the UDP
+// port's reader goroutines (rtc.ReaderFilter).
+type Reader struct {
+	s       *Server
+	stunMsg stun.Message
+}
+
+// NewReader returns a handler for one more goroutine that reads the port.
+func (s *Server) NewReader() rtc.PacketFilter { return &Reader{s: s} }
+
+// Handle is Server.Handle on r's goroutine.
+func (r *Reader) Handle(b []byte, from netip.AddrPort) bool {
+	return r.s.handle(&r.stunMsg, b, from)
+}
+
+func (s *Server) handle(m *stun.Message, b []byte, from netip.AddrPort) bool {
 	if len(b) == 0 || s.active.Load() == 0 {
 		return false
 	}
 	if c := b[0]; c < 4 { // STUN (RFC 7983)
-		return s.onSTUN(b, from)
+		return s.onSTUN(m, b, from)
 	}
 	s.mu.RLock()
 	v := s.byAddr[from]
@@ -190,8 +212,7 @@ func (s *Server) Handle(b []byte, from netip.AddrPort) bool {
 	return true
 }
 
-func (s *Server) onSTUN(b []byte, from netip.AddrPort) bool {
-	m := &s.stunMsg
+func (s *Server) onSTUN(m *stun.Message, b []byte, from netip.AddrPort) bool {
 	m.Raw = append(m.Raw[:0], b...)
 	if m.Decode() != nil {
 		s.mu.RLock()
