@@ -155,6 +155,11 @@ func (c *Camera) rtspSession(vp **videoRepack, ap **audioRelay) (streamed bool, 
 				c.audioNote = why
 				c.mu.Unlock()
 			} else {
+				// Said before the Opus track is published, so a status never
+				// shows Opus without saying where it comes from.
+				c.mu.Lock()
+				c.audioNote = idleNote
+				c.mu.Unlock()
 				transcode = true
 				audioCodec = webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}
 			}
