@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,12 +19,10 @@ import (
 	"github.com/petrel-sfu/petrel/client"
 )
 
-// liveHeap is the server's heap after a forced collection (what is live) and
-// its goroutine stacks in use, read from its heap profile's MemStats on the
-// loopback admin API.
-func (s *Server) liveHeap(t *testing.T, token string) (heap, stack int64) {
+// profile reads one of the server's pprof profiles from the loopback admin API.
+func (s *Server) profile(t *testing.T, token, name string) io.ReadCloser {
 	t.Helper()
-	req, err := http.NewRequest("GET", s.URL+"/v1/admin/debug/pprof/heap?gc=1&debug=1", nil)
+	req, err := http.NewRequest("GET", s.URL+"/v1/admin/debug/pprof/"+name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +30,23 @@ func (s *Server) liveHeap(t *testing.T, token string) (heap, stack int64) {
 	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("heap profile: %v", err)
+		t.Fatalf("profile %s: %v", name, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("heap profile: %s", resp.Status)
+		resp.Body.Close()
+		t.Fatalf("profile %s: %s", name, resp.Status)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	return resp.Body
+}
+
+// liveHeap is the server's heap after a forced collection (what is live) and
+// its goroutine stacks in use, read from its heap profile's MemStats on the
+// loopback admin API.
+func (s *Server) liveHeap(t *testing.T, token string) (heap, stack int64) {
+	t.Helper()
+	body := s.profile(t, token, "heap?gc=1&debug=1")
+	defer body.Close()
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	heap, stack = -1, -1
 	for sc.Scan() {
@@ -185,19 +194,10 @@ func TestMemoryPerParticipant(t *testing.T) {
 // by their innermost Petrel or Pion frame.
 func (s *Server) goroutineGroups(t *testing.T, token string, min int) string {
 	t.Helper()
-	req, err := http.NewRequest("GET", s.URL+"/v1/admin/debug/pprof/goroutine?debug=1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("goroutine profile: %v", err)
-	}
-	defer resp.Body.Close()
+	body := s.profile(t, token, "goroutine?debug=1")
+	defer body.Close()
 	var out strings.Builder
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	count, frames := 0, []string{}
 	emit := func() {
