@@ -98,13 +98,15 @@ func TestCoalescing(t *testing.T) {
 	}
 	// The receiver shares the cores with the spinning sender and the
 	// emulator: while it waits for a core, every packet reads late. The
-	// fastest percent is the emulator's own delay; the median only has to
-	// be near it.
+	// fastest percent is the emulator's own delay: dated up to half a tick
+	// early (and by a batch's read), released up to half a tick early. The
+	// median only has to be near it.
 	want, p1 := float64(p.Delay)/1e6, delays[len(delays)/100]
-	if p1 < want-0.05 || p1 > want+0.5 {
-		t.Errorf("fastest percent delayed %.3f ms, want %.3f (± half a tick)", p1, want)
+	tick := float64(maxTick) / 1e6
+	if p1 < want-tick-0.05 || p1 > want+0.5 {
+		t.Errorf("fastest percent delayed %.3f ms, want %.3f (less at most a tick)", p1, want)
 	}
-	if p50 < want-0.05 || p50 > want+5 {
+	if p50 < want-tick/2 || p50 > want+5 {
 		t.Errorf("median delay %.3f ms, want %.3f (and the receiver's scheduling)", p50, want)
 	}
 }
