@@ -282,6 +282,10 @@ func TestWebRTCCameraDirectTrickle(t *testing.T) {
 		t.Fatalf("trickle session: %v (%+v)", err, res)
 	}
 	t.Logf("trickle: first frame after %v (offer %v, answer %v, ICE %v)", res.FirstFrame, res.OfferCreated, res.AnswerApplied, res.ICEConnected)
+	// Media may flow before the trickled candidates land: the first checks
+	// make peer-reflexive pairs on loopback.
+	for deadline := time.Now().Add(5 * time.Second); (cam.DirectCandidates.Load() == 0 || cam.DirectCandidatesSent.Load() == 0) && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	}
 	if n := cam.DirectCandidates.Load(); n == 0 {
 		t.Fatal("the camera added no trickled candidate: the viewer did not trickle")
 	}
