@@ -5,19 +5,26 @@ import (
 	"testing"
 )
 
-// A 440 Hz tone survives an encode and decode round trip (its energy stays at
-// 440 Hz, not at 880), and a lost packet is concealed with a full frame.
-func TestRoundTripKeepsTheTone(t *testing.T) {
+// codecPair makes an encoder at 32 kbit/s and a decoder, closed when the test ends.
+func codecPair(t *testing.T) (*Encoder, *Decoder) {
+	t.Helper()
 	enc, err := NewEncoder(32000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer enc.Close()
+	t.Cleanup(enc.Close)
 	dec, err := NewDecoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dec.Close()
+	t.Cleanup(dec.Close)
+	return enc, dec
+}
+
+// A 440 Hz tone survives an encode and decode round trip (its energy stays at
+// 440 Hz, not at 880), and a lost packet is concealed with a full frame.
+func TestRoundTripKeepsTheTone(t *testing.T) {
+	enc, dec := codecPair(t)
 	pcm := make([]int16, FrameSamples)
 	out := make([]int16, FrameSamples)
 	pkt := make([]byte, MaxPacket)
@@ -67,16 +74,7 @@ func power(x []int16, freq float64) float64 {
 // Packets of 10, 40 and 60 ms decode to their own length, a lost one is
 // concealed with the length given, and lengths no packet has are refused.
 func TestPacketLengths(t *testing.T) {
-	enc, err := NewEncoder(32000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	dec, err := NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
+	enc, dec := codecPair(t)
 	pkt := make([]byte, MaxPacket)
 	out := make([]int16, MaxPacketSamples)
 	for _, ms := range []int{10, 40, 60} {
