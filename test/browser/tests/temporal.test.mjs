@@ -138,18 +138,28 @@ test('temporal layers: a viewer short of bandwidth gets a lower frame rate and k
     // Moving across it: every 700 ms the cap goes below TL0, to the boundary,
     // above the full rate and to the boundary again, so that the allocation
     // moves up and down between TL0, TL1 and every layer many times.
+    // The allocation is read every 100 ms: read once per cap, a move up and
+    // back within 700 ms went unseen.
     const high = Math.round(64_000 + 1.5 * lowBps);
     const moves = [];
+    let moved = false;
     const mover = (async () => {
       for (let i = 0; i < 20; i++) {
         await sleep(700);
         await setCap([cap, edge, high, edge][i % 4]);
+      }
+      moved = true;
+    })();
+    const reader = (async () => {
+      while (!moved) {
         const t = await allocatedTemporal(server);
         if (moves.at(-1) !== t) moves.push(t);
+        await sleep(100);
       }
     })();
     const moving = await shownOver(viewer, 14_000);
     await mover;
+    await reader;
     const b2 = await inbound(viewer);
 
     await setCap(0);
