@@ -157,23 +157,22 @@ if (id && token && q.get('hls') !== '1' && (q.get('http') === '1' || noH264)) {
     answered.then((a) => (a.res.status !== 201 || a.refused) && loadApp(), loadApp);
     offer.catch(loadApp);
     setTimeout(loadApp, HOLD_MS);
-    // Where the camera page's video will be, under the same heading (camera.ts
-    // adopts the video): in <main> as soon as the parser made it, so that the
-    // page's first style and layout include it, not a second pass when parsing ends.
+    // Until the app loads the page is this video alone, first in <body>: the
+    // rest of the page is not styled or laid out (display: none), and no text
+    // is shaped, while the session starts (a fresh renderer's first text
+    // layout took tens of milliseconds of the main thread).
+    const style = document.createElement('style');
+    style.textContent = 'html.camera-early body > :not(.camera-early-page) { display: none }';
+    document.head.append(style);
     const page = document.createElement('section');
     page.className = 'camera-page camera-early-page';
-    const head = document.createElement('h2');
-    head.textContent = `Camera ${id}`;
     const view = document.createElement('div');
     view.className = 'camera-view';
     view.append(video);
-    page.append(head, view);
+    page.append(view);
     const place = () => {
-      const main = document.querySelector('main');
-      if (!main) return false;
-      main.prepend(page);
-      const status = document.getElementById('status');
-      if (status) status.textContent = 'connecting · WebRTC…';
+      if (!document.body) return false;
+      document.body.prepend(page);
       return true;
     };
     if (!place()) {
