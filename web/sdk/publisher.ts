@@ -32,6 +32,8 @@ export class PublisherTransport {
   private negotiation = new Serializer((iceRestart) => this.round(iceRestart));
   private candidates: CandidateBuffer;
   private answerWaiter: ((sdp: string) => void) | null = null;
+  /** The cid each sender's track was announced with (see withAnnouncedIds). */
+  private cids = new Map<RTCRtpTransceiver, string>();
 
   constructor(
     readonly pc: RTCPeerConnection,
@@ -77,6 +79,7 @@ export class PublisherTransport {
     if (!info) throw new Error('publishTrack: server reply has no track');
     this.stream.addTrack(track);
     const transceiver = this.pc.addTransceiver(track, { direction: 'sendonly', streams: [this.stream], sendEncodings: spec.sendEncodings });
+    this.cids.set(transceiver, track.id);
     if (spec.codec) preferCodec(transceiver, track.kind, spec.codec);
     if (spec.dependencyDescriptor) negotiateDependencyDescriptor(transceiver);
     this.onSender(transceiver.sender, track.kind);
@@ -85,6 +88,7 @@ export class PublisherTransport {
 
   /** Takes a track's sender out; the caller tells the server and negotiates. */
   remove(track: MediaStreamTrack, sender: RTCRtpSender): void {
+    for (const t of this.cids.keys()) if (t.sender === sender) this.cids.delete(t);
     this.stream.removeTrack(track);
     if (this.pc.signalingState !== 'closed') this.pc.removeTrack(sender);
   }
@@ -101,8 +105,10 @@ export class PublisherTransport {
     try {
       // The answer comes as an `answer` message; take it whether or not it carries our id.
       const answered = new Promise<string>((resolve) => (this.answerWaiter = resolve));
+      const cidByMid = new Map<string, string>();
+      for (const [t, cid] of this.cids) if (t.mid) cidByMid.set(t.mid, cid);
       const replied = this.signal
-        .request({ type: 'offer', sdp: offer.sdp ?? '' })
+        .request({ type: 'offer', sdp: withAnnouncedIds(offer.sdp ?? '', cidByMid) })
         .then((m) => ('sdp' in m && typeof m.sdp === 'string' ? m.sdp : answered));
       const sdp = await Promise.race([replied, answered]);
       if (pc.signalingState === 'closed') return;
@@ -115,6 +121,26 @@ export class PublisherTransport {
       this.answerWaiter = null;
     }
   }
+}
+
+/**
+ * The offer as the server is sent it: each sending section's msid names the
+ * track by the cid it was announced with (by mid). Firefox writes an id of its
+ * own there, not the track's id, and the server matches media to announced
+ * tracks by it (as Twilio's SDK rewrites it too).
+ */
+export function withAnnouncedIds(sdp: string, cidByMid: ReadonlyMap<string, string>): string {
+  if (cidByMid.size === 0) return sdp;
+  return sdp
+    .split(/(?=\r\nm=)/)
+    .map((section) => {
+      const cid = cidByMid.get(/\r\na=mid:(\S+)/.exec(section)?.[1] ?? '');
+      if (!cid) return section;
+      return section
+        .replace(/(\r\na=msid:\S+ )\S+/g, `$1${cid}`)
+        .replace(/(\r\na=ssrc:\d+ msid:\S+ )\S+/g, `$1${cid}`);
+    })
+    .join('');
 }
 
 /** Layers from low to full, with bitrates that suit each size at 30 fps. */

@@ -3,7 +3,7 @@
 // steps, where answers and candidates are taken from, and what is held back.
 import assert from 'node:assert/strict';
 import test from 'node:test';
-import { PublisherTransport, applyDemand, demandedEncodings, type SignalPort } from '../sdk/publisher.js';
+import { PublisherTransport, applyDemand, demandedEncodings, withAnnouncedIds, type SignalPort } from '../sdk/publisher.js';
 import { SubscriberTransport } from '../sdk/subscriber.js';
 import type { ClientMessage, ServerMessage } from '../sdk/protocol.js';
 import { TaskQueue } from '../sdk/negotiation.js';
@@ -166,4 +166,21 @@ test('tracks and channels wait for a consumer; receivers are handed over at once
   assert.deepEqual(got, ['_reliable', 't1', 't2']);
   pc.ontrack(ev('t3'));
   assert.deepEqual(got.at(-1), 't3');
+});
+
+test("the offer the server gets names each sending section's track by its announced cid (Firefox writes its own id)", () => {
+  const sdp = [
+    'v=0', 'o=mozilla...THIS_IS_SDPARTA 1 0 IN IP4 0.0.0.0', 's=-', 't=0 0', 'a=msid-semantic:WMS *',
+    'm=audio 9 UDP/TLS/RTP/SAVPF 109', 'a=mid:0', 'a=msid:{s1} {ff-audio}', 'a=sendonly',
+    'm=video 9 UDP/TLS/RTP/SAVPF 120', 'a=mid:1', 'a=msid:{s1} {ff-video}', 'a=ssrc:42 msid:{s1} {ff-video}', 'a=sendonly',
+    'm=video 9 UDP/TLS/RTP/SAVPF 120', 'a=mid:2', 'a=msid:{s1} {ff-other}', 'a=sendonly',
+    'm=application 9 UDP/DTLS/SCTP webrtc-datachannel', 'a=mid:3', '',
+  ].join('\r\n');
+  const out = withAnnouncedIds(sdp, new Map([['0', '{track-a}'], ['1', '{track-v}']]));
+  assert.match(out, /a=mid:0\r\na=msid:\{s1\} \{track-a\}\r\n/);
+  assert.match(out, /a=mid:1\r\na=msid:\{s1\} \{track-v\}\r\na=ssrc:42 msid:\{s1\} \{track-v\}\r\n/);
+  // A section without an announced cid, and everything else, stays as it was.
+  assert.match(out, /a=mid:2\r\na=msid:\{s1\} \{ff-other\}\r\n/);
+  assert.equal(out.replace(/\{track-a\}/, '{ff-audio}').replaceAll('{track-v}', '{ff-video}'), sdp);
+  assert.equal(withAnnouncedIds(sdp, new Map()), sdp);
 });

@@ -29,7 +29,13 @@ export class Participant {
     this.label = label;
     this.page = page;
     this.log = [];
-    page.on('console', (m) => this.log.push(`[${m.type()}] ${m.text()}`));
+    page.on('console', (m) => {
+      const text = m.text();
+      // Puppeteer (Firefox) prints an Error argument as "JSHandle@error": say what it was.
+      if (!text.includes('JSHandle@')) return this.log.push(`[${m.type()}] ${text}`);
+      Promise.all(m.args().map((a) => a.evaluate((v) => (v instanceof Error ? `${v.name}: ${v.message}` : String(v))).catch(() => '?')))
+        .then((parts) => this.log.push(`[${m.type()}] ${parts.join(' ')}`));
+    });
     page.on('pageerror', (e) => this.log.push(`[pageerror] ${e?.message ?? e}`));
     // The signaling transcript (Playwright pages only), for failure reports.
     this.signal = [];

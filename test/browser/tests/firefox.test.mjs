@@ -19,6 +19,15 @@ test('Firefox ESR and Chromium in one room decode each other', { timeout: 120_00
       await expectGrowth(`${who}'s media`, () => p.inbound(), { framesDecoded: 10, audioPackets: 20 });
     }
 
+    // The room knows Firefox's tracks by the sids Firefox was given (Firefox's
+    // SDP names its tracks by ids of its own), so muting one reaches the others.
+    const local = await fox.page.evaluate(() => [...window.petrel.room.localTracks.keys()].sort());
+    const seen = await chrome.page.evaluate((sid) => [...window.petrel.room.participants.get(sid).tracks.keys()].sort(), fox.sid);
+    assert.deepEqual(seen, local, "chromium sees firefox's tracks under the sids firefox holds");
+    const video = await fox.page.evaluate(() => [...window.petrel.room.localTracks.values()].find((t) => t.kind === 'video').sid);
+    await fox.page.evaluate((sid) => window.petrel.room.muteTrack(sid, true), video);
+    await waitFor(chrome.page, "firefox's video muted", ([p, t]) => window.petrel.room.participants.get(p).tracks.get(t)?.info.muted === true, [fox.sid, video]);
+
     await chrome.collectData();
     await fox.collectData();
     await fox.page.evaluate(() => window.petrel.room.sendData('from firefox'));
