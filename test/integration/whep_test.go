@@ -235,28 +235,32 @@ func simulcastLocal(t *testing.T, e *env, room string) {
 // offers transport-cc gets it in the answer, and the server chooses its
 // simulcast layer by the estimate from its feedback, as for a room
 // subscriber: on an unlimited path the top layer, behind a 600 kbit/s
-// bottleneck a lower one.
+// bottleneck a lower one, each for a whole second within a few.
 func TestWHEPBandwidthEstimate(t *testing.T) {
 	e := start(t)
 	simulcastLocal(t, e, "bwe")
 	tok := e.token("bwe", "viewer", auth.Grants{Subscribe: true}, time.Hour)
 	layerOf := func(p rtp.Packet) byte { return p.Payload[len(p.Payload)-1] }
-	// lastLayers reads for d and returns the layers of the packets of its
-	// last second.
-	lastLayers := func(tr *webrtc.TrackRemote, d time.Duration) map[byte]int {
-		got := map[byte]int{}
-		end := time.Now().Add(d)
-		for time.Now().Before(end) {
-			p := readPackets(t, tr, 1, 5*time.Second)[0]
-			if len(p.Payload) == 0 {
-				continue // padding
+	// settled reads for at most d, a second at a time, until a second's
+	// layers satisfy ok, and returns the layers of the last second read.
+	settled := func(tr *webrtc.TrackRemote, d time.Duration, ok func(map[byte]int) bool) map[byte]int {
+		var got map[byte]int
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			got = map[byte]int{}
+			for sec := time.Now().Add(time.Second); time.Now().Before(sec); {
+				p := readPackets(t, tr, 1, 5*time.Second)[0]
+				if len(p.Payload) > 0 { // not padding
+					got[layerOf(p)]++
+				}
 			}
-			if time.Until(end) < time.Second {
-				got[layerOf(p)]++
+			if ok(got) {
+				break
 			}
 		}
 		return got
 	}
+	topOnly := func(got map[byte]int) bool { return got[2] > 0 && got[0]+got[1] == 0 }
+	lowerOnly := func(got map[byte]int) bool { return got[2] == 0 && got[0]+got[1] > 0 }
 
 	_, _, answer, tr := whepViewer(t, e, "bwe", tok, func() *webrtc.PeerConnection {
 		pc, err := newLoopbackPC()
@@ -268,7 +272,7 @@ func TestWHEPBandwidthEstimate(t *testing.T) {
 	if !strings.Contains(answer, "transport-cc") || !strings.Contains(answer, "transport-wide-cc") {
 		t.Fatalf("the answer negotiates no transport-cc:\n%s", answer)
 	}
-	if got := lastLayers(tr, 5*time.Second); got[2] == 0 || got[0]+got[1] > 0 {
+	if got := settled(tr, 5*time.Second, topOnly); !topOnly(got) {
 		t.Fatalf("unlimited viewer's layers in its last second: %v, want the top (2) only", got)
 	}
 
@@ -280,9 +284,9 @@ func TestWHEPBandwidthEstimate(t *testing.T) {
 		}
 		return pc
 	})
-	got := lastLayers(tr, 12*time.Second)
+	got := settled(tr, 12*time.Second, lowerOnly)
 	t.Logf("limited viewer's layers in its last second: %v (%d dropped at the bottleneck)", got, path.drops())
-	if got[2] > 0 || got[0]+got[1] == 0 {
+	if !lowerOnly(got) {
 		t.Fatalf("viewer behind 600 kbit/s: layers %v in its last second, want a lower one than the top", got)
 	}
 }
