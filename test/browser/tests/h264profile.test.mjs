@@ -8,11 +8,12 @@ import { Participant, waitFor } from '../lib/page.mjs';
 import { scenario } from '../lib/scenario.mjs';
 import { freePort } from '../lib/server.mjs';
 
-// ffmpeg publishing H.264 in `profile` (and AAC, which the room makes Opus) over RTMP.
+// ffmpeg publishing H.264 in `profile` (and AAC, which the room makes Opus) over RTMP,
+// for longer than the test takes on a loaded machine (the test ends it).
 function rtmpPublisher(own, port, token, profile) {
   const ffmpeg = spawn('ffmpeg', ['-hide_banner', '-loglevel', 'error', '-nostdin', '-re',
     '-f', 'lavfi', '-i', 'testsrc2=size=320x240:rate=30', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
-    '-t', '40', '-c:v', 'libx264', '-preset', 'veryfast', '-tune', 'zerolatency', '-g', '30', '-bf', '0', '-profile:v', profile, '-pix_fmt', 'yuv420p',
+    '-t', '150', '-c:v', 'libx264', '-preset', 'veryfast', '-tune', 'zerolatency', '-g', '30', '-bf', '0', '-profile:v', profile, '-pix_fmt', 'yuv420p',
     '-c:a', 'aac', '-f', 'flv', `rtmp://127.0.0.1:${port}/live/${token}`], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   ffmpeg.stderr.on('data', (b) => (stderr += b));
