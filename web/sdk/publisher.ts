@@ -33,7 +33,7 @@ export class PublisherTransport {
   private candidates: CandidateBuffer;
   private answerWaiter: ((sdp: string) => void) | null = null;
   /** The cid each sender's track was announced with (see withAnnouncedIds). */
-  private cids = new Map<RTCRtpTransceiver, string>();
+  private cids = new WeakMap<RTCRtpSender, string>();
 
   constructor(
     readonly pc: RTCPeerConnection,
@@ -79,7 +79,7 @@ export class PublisherTransport {
     if (!info) throw new Error('publishTrack: server reply has no track');
     this.stream.addTrack(track);
     const transceiver = this.pc.addTransceiver(track, { direction: 'sendonly', streams: [this.stream], sendEncodings: spec.sendEncodings });
-    this.cids.set(transceiver, track.id);
+    this.cids.set(transceiver.sender, track.id);
     if (spec.codec) preferCodec(transceiver, track.kind, spec.codec);
     if (spec.dependencyDescriptor) negotiateDependencyDescriptor(transceiver);
     this.onSender(transceiver.sender, track.kind);
@@ -88,7 +88,7 @@ export class PublisherTransport {
 
   /** Takes a track's sender out; the caller tells the server and negotiates. */
   remove(track: MediaStreamTrack, sender: RTCRtpSender): void {
-    for (const t of this.cids.keys()) if (t.sender === sender) this.cids.delete(t);
+    this.cids.delete(sender);
     this.stream.removeTrack(track);
     if (this.pc.signalingState !== 'closed') this.pc.removeTrack(sender);
   }
@@ -106,7 +106,10 @@ export class PublisherTransport {
       // The answer comes as an `answer` message; take it whether or not it carries our id.
       const answered = new Promise<string>((resolve) => (this.answerWaiter = resolve));
       const cidByMid = new Map<string, string>();
-      for (const [t, cid] of this.cids) if (t.mid) cidByMid.set(t.mid, cid);
+      for (const t of pc.getTransceivers()) {
+        const cid = this.cids.get(t.sender);
+        if (cid && t.mid) cidByMid.set(t.mid, cid);
+      }
       const replied = this.signal
         .request({ type: 'offer', sdp: withAnnouncedIds(offer.sdp ?? '', cidByMid) })
         .then((m) => ('sdp' in m && typeof m.sdp === 'string' ? m.sdp : answered));
